@@ -1,0 +1,1 @@
+"""Agent internals: LLM client, trajectory conversion, run store, sandboxes, statistics."""

@@ -1,0 +1,152 @@
+"""The project's few seams, declared once: the chat model, the sandbox, the tool and the run store.
+
+Each seam takes a value and returns a value, so a test double is a short function or class.
+The value types that cross the seams live here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+JSON = Any  # a value json.loads can return
+
+# ---------------------------------------------------------------- chat model
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat-completions call, already in API shape (system, prefill and history included)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    max_tokens: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    extra_params: dict[str, Any] = field(default_factory=dict)  # top-level params, e.g. reasoning_effort
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # the raw JSON string the model emitted
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """The assistant turn as we keep it: reasoning separated from content, tool calls raw."""
+
+    content: str
+    reasoning: str | None
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str
+    usage: Usage
+    reasoning_details: list[Any] | None = None
+
+
+class ChatModel(Protocol):
+    """An LLM endpoint. Raises `agent.errors.ModelAPIError` when the call fails for good."""
+
+    async def complete(self, request: ChatRequest) -> ModelReply: ...
+
+
+# ---------------------------------------------------------------- sandbox
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    output: str  # stdout and stderr interleaved, decoded as UTF-8 with replacement
+    exit_code: int
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What one prompt asks of its sandbox."""
+
+    run_name: str  # namespaces the sandbox: never shared across runs
+    prompt_key: str  # namespaces the sandbox: never shared across prompts
+    image: str | None = None  # container image (docker backend); ignored by local
+    cwd: str | None = None  # working directory inside the sandbox
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """A prompt's private environment. Paths are in the sandbox's own namespace;
+    relative paths are relative to `workdir`. A path the sandbox cannot reach raises
+    `agent.errors.SandboxPathError`; a missing file raises FileNotFoundError."""
+
+    @property
+    def workdir(self) -> str: ...
+
+    def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult: ...
+
+    def read_file(self, path: str) -> bytes: ...
+
+    def write_file(self, path: str, data: bytes) -> None: ...
+
+
+# Opening a sandbox: `with factory(spec) as sandbox: ...`; leaving the block destroys it.
+SandboxFactory = Callable[[SandboxSpec], AbstractContextManager[Sandbox]]
+
+# ---------------------------------------------------------------- tools
+
+ToolHandler = Callable[[Mapping[str, Any], Sandbox], JSON]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may call. `schema` is the OpenAI function schema
+    ({"name", "description", "parameters"}); the handler returns a JSON-able value
+    (or a string) that becomes the tool message's content."""
+
+    name: str
+    toolset: str
+    schema: dict[str, Any]
+    handler: ToolHandler | None  # None: no backend implemented here
+    available: Callable[[], str | None] = lambda: None  # returns why unavailable, None when usable
+
+
+# ---------------------------------------------------------------- run store
+
+
+class RunStore(Protocol):
+    """Where a run's results go. Writes survive kill -9 once the call returns."""
+
+    def append_result(self, entry: Mapping[str, Any]) -> None: ...
+
+    def append_discard(self, record: Mapping[str, Any]) -> None: ...
+
+    def append_failure(self, record: Mapping[str, Any]) -> None: ...
+
+
+# An async function that answers one chat-completions request body (server side of the seam).
+Responder = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]

@@ -1,0 +1,6 @@
+"""Test-wide fixtures are split by component under tests/fixtures/."""
+
+pytest_plugins = [
+    "tests.fixtures.endpoint",
+    "tests.fixtures.sandbox",
+]

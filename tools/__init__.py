@@ -1,0 +1,1 @@
+"""Tool families, one module each. Each module exports `TOOLS: tuple[ToolSpec, ...]`."""
