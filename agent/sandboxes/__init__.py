@@ -1,0 +1,89 @@
+"""Sandbox backends and the choice between them.
+
+Each backend module (`local`, `bwrap`, `docker`) exposes:
+
+    def open_sandbox(spec: SandboxSpec, options: SandboxOptions) -> AbstractContextManager[Sandbox]
+    def unavailable_reason(options: SandboxOptions) -> str | None   # None when usable here
+
+Backends are imported lazily so that a missing optional dependency of one backend never
+breaks another.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from types import ModuleType
+
+from agent.errors import ConfigError, SandboxUnavailable
+from agent.protocols import Sandbox, SandboxFactory, SandboxSpec
+
+BACKENDS = ("local", "bwrap", "docker")
+UNSUPPORTED = {
+    "singularity": "Singularity/Apptainer is not supported yet (not installable on these machines)",
+    "apptainer": "Singularity/Apptainer is not supported yet (not installable on these machines)",
+    "modal": "Modal is not supported yet (a cloud service this tool cannot reach or test)",
+    "daytona": "Daytona is not supported yet (a cloud service this tool cannot reach or test)",
+    "ssh": "ssh is not supported yet",
+}
+DEFAULT_IMAGE = "python:3.11-slim"
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    backend: str = "local"
+    default_image: str = DEFAULT_IMAGE
+    network: bool = False  # containers: allow network access
+    memory_mb: int = 1024
+    cpus: float = 1.0
+    pids_limit: int = 256
+    command_timeout: float = 180.0  # default per-command timeout of the terminal tool
+    root: str | None = None  # local/bwrap: where per-prompt directories are made (default: tmp)
+
+
+def resolve_backend(flag: str | None) -> str:
+    """The backend named by --sandbox, else TERMINAL_ENV, else local; unknown names are a ConfigError."""
+    name = (flag or os.environ.get("TERMINAL_ENV") or "local").strip().lower()
+    if name in UNSUPPORTED:
+        raise ConfigError(f"--sandbox={name}: {UNSUPPORTED[name]}; use one of {', '.join(BACKENDS)}")
+    if name not in BACKENDS:
+        raise ConfigError(f"--sandbox={name}: unknown backend; use one of {', '.join(BACKENDS)}")
+    return name
+
+
+def _module(backend: str) -> ModuleType:
+    return importlib.import_module(f"agent.sandboxes.{backend}")
+
+
+def unavailable_reason(options: SandboxOptions) -> str | None:
+    """Why `options.backend` cannot run here (with how to fix it), or None when it can."""
+    try:
+        module = _module(options.backend)
+    except ImportError as exc:
+        return f"backend module failed to import: {exc}"
+    reason: str | None = module.unavailable_reason(options)
+    return reason
+
+
+def available_backends(options: SandboxOptions | None = None) -> dict[str, str | None]:
+    """Every backend with its unavailability reason (None = works on this machine)."""
+    base = options or SandboxOptions()
+    return {
+        name: unavailable_reason(SandboxOptions(**{**base.__dict__, "backend": name})) for name in BACKENDS
+    }
+
+
+def sandbox_factory(options: SandboxOptions) -> SandboxFactory:
+    """A factory for `options.backend`; raises SandboxUnavailable when it cannot run here."""
+    reason = unavailable_reason(options)
+    if reason is not None:
+        raise SandboxUnavailable(f"sandbox backend '{options.backend}' is unavailable: {reason}")
+    module = _module(options.backend)
+
+    def open_sandbox(spec: SandboxSpec) -> AbstractContextManager[Sandbox]:
+        cm: AbstractContextManager[Sandbox] = module.open_sandbox(spec, options)
+        return cm
+
+    return open_sandbox
