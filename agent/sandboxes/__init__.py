@@ -11,9 +11,11 @@ breaks another.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -87,3 +89,23 @@ def sandbox_factory(options: SandboxOptions) -> SandboxFactory:
         return cm
 
     return open_sandbox
+
+
+@asynccontextmanager
+async def sandbox_session(factory: SandboxFactory, spec: SandboxSpec) -> AsyncIterator[Sandbox]:
+    """Open a sandbox from async code: creation and destruction run in threads, and a
+    cancellation that lands mid-creation still destroys what was created."""
+    manager = factory(spec)
+    entering = asyncio.ensure_future(asyncio.to_thread(manager.__enter__))
+    try:
+        sandbox = await asyncio.shield(entering)
+    except asyncio.CancelledError:
+        await asyncio.wait([entering])
+        if not entering.cancelled() and entering.exception() is None:
+            await asyncio.to_thread(manager.__exit__, None, None, None)
+        raise
+    try:
+        yield sandbox
+    finally:
+        # Shielded: a second cancellation must not abandon a half-destroyed sandbox.
+        await asyncio.shield(asyncio.to_thread(manager.__exit__, None, None, None))

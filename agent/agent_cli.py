@@ -1,0 +1,139 @@
+"""The single-query command line of `run_agent.py` (the CLI edge: Fire values converted here)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import fire
+import yaml
+
+from agent.config import (
+    DEFAULT_BASE_URL,
+    DEFAULT_MODEL,
+    as_int,
+    as_str,
+    as_str_list,
+    load_prefill,
+    reasoning_config,
+    resolve_api_key,
+)
+from agent.errors import AgentError, ConfigError
+from agent.sandboxes import SandboxOptions, resolve_backend
+
+
+def _config_file_saves(path: Path = Path("config.yaml")) -> bool:
+    """`agent.save_trajectories` from ./config.yaml, when that file exists."""
+    if not path.exists():
+        return False
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    agent = data.get("agent") if isinstance(data, dict) else None
+    return bool(agent.get("save_trajectories")) if isinstance(agent, dict) else False
+
+
+def run(
+    query: Any = None,
+    model: Any = DEFAULT_MODEL,
+    base_url: Any = DEFAULT_BASE_URL,
+    api_key: Any = None,
+    enabled_toolsets: Any = None,
+    disabled_toolsets: Any = None,
+    max_turns: Any = 10,
+    save_trajectories: bool = False,
+    verbose: bool = False,
+    quiet: bool = False,
+    sandbox: Any = None,
+    max_tokens: Any = None,
+    reasoning_effort: Any = None,
+    reasoning_disabled: bool = False,
+    ephemeral_system_prompt: Any = None,
+    prefill_messages_file: Any = None,
+    providers_allowed: Any = None,
+    providers_ignored: Any = None,
+    providers_order: Any = None,
+    provider_sort: Any = None,
+    api_dialect: Any = "auto",
+    max_retries: Any = 2,
+    embedded_threads: Any = 1,
+) -> None:
+    """Run one conversation and print the final answer; the exit code says how it ended."""
+    from run_agent import AIAgent  # imported here: run_agent imports this module's package
+
+    text = as_str(query, "query")
+    if not text:
+        raise ConfigError("--query is required")
+    model_name = as_str(model, "model") or DEFAULT_MODEL
+    url = as_str(base_url, "base_url") or DEFAULT_BASE_URL
+    with _endpoint(model_name, url, as_int(embedded_threads, "embedded_threads", minimum=1) or 1) as (url, name):
+        key = resolve_api_key(api_key, url) or ("local" if _is_loopback(url) else None)
+        agent = AIAgent(
+            base_url=url,
+            api_key=key,
+            model=name,
+            max_iterations=as_int(max_turns, "max_turns", minimum=1) or 10,
+            enabled_toolsets=as_str_list(enabled_toolsets, "enabled_toolsets") or None,
+            disabled_toolsets=as_str_list(disabled_toolsets, "disabled_toolsets") or None,
+            save_trajectories=bool(save_trajectories) or _config_file_saves(),
+            verbose_logging=bool(verbose),
+            quiet_mode=bool(quiet),
+            ephemeral_system_prompt=as_str(ephemeral_system_prompt, "ephemeral_system_prompt"),
+            providers_allowed=as_str_list(providers_allowed, "providers_allowed"),
+            providers_ignored=as_str_list(providers_ignored, "providers_ignored"),
+            providers_order=as_str_list(providers_order, "providers_order"),
+            provider_sort=as_str(provider_sort, "provider_sort"),
+            max_tokens=as_int(max_tokens, "max_tokens", minimum=1),
+            reasoning_config=reasoning_config(reasoning_effort, reasoning_disabled),
+            prefill_messages=load_prefill(prefill_messages_file),
+            api_dialect=as_str(api_dialect, "api_dialect") or "auto",
+            max_retries=as_int(max_retries, "max_retries", minimum=0) or 0,
+            sandbox=SandboxOptions(backend=resolve_backend(as_str(sandbox, "sandbox"))),
+        )
+        result = agent.run_conversation(text)
+    if result["failed"]:
+        error_class, error = result["error_class"], result["error"]
+        print(f"error: the model endpoint at {url} failed ({error_class}): {error}", file=sys.stderr)
+        sys.exit(1)
+    print(result["final_response"] or f"[no final answer: {result['outcome']}: {result['error']}]")
+    sys.exit(0 if result["completed"] else 4)
+
+
+def _is_loopback(url: str) -> bool:
+    return any(host in url for host in ("://127.", "://localhost", "://[::1]"))
+
+
+class _endpoint:
+    """The endpoint to talk to: the given URL, or the embedded model served for this run."""
+
+    def __init__(self, model: str, url: str, threads: int) -> None:
+        self.model, self.url, self.threads = model, url, threads
+        self.server: Any = None
+
+    def __enter__(self) -> tuple[str, str]:
+        from agent.embedded_model import EmbeddedEndpoint, resolve_embedded
+
+        spec = resolve_embedded(self.model)
+        if spec is None:
+            return self.url, self.model
+        self.server = EmbeddedEndpoint(spec, threads=self.threads)
+        self.server.start()
+        return self.server.base_url, self.server.model_id
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        fire.Fire(run)
+    except AgentError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)

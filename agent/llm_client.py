@@ -1,0 +1,181 @@
+"""The chat model over HTTP: the `openai` SDK, our retry policy, reasoning capture.
+
+Retries happen here and only here (the SDK's own retries are off): transient failures
+(429, 5xx, timeouts, dropped connections) are retried with jittered exponential backoff that
+honours `Retry-After`; everything else fails at once as a `ModelAPIError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any
+
+import httpx2
+import openai
+
+from agent import reasoning
+from agent.errors import ModelAPIError
+from agent.protocols import ChatRequest, ModelReply, ToolCall, Usage
+from agent.rate_limit import AdaptiveLimiter
+
+log = logging.getLogger(__name__)
+
+BACKOFF_BASE = 1.0
+BACKOFF_CAP = 60.0
+RETRY_AFTER_CAP = 120.0
+_PERMANENT = {
+    openai.AuthenticationError: "auth",
+    openai.PermissionDeniedError: "auth",
+    openai.NotFoundError: "not_found",
+    openai.BadRequestError: "bad_request",
+    openai.UnprocessableEntityError: "bad_request",
+}
+
+
+def classify(exc: Exception) -> tuple[str, bool]:
+    """(error_class, retryable) for an exception raised by the SDK."""
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout", True
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection", True
+    if isinstance(exc, openai.RateLimitError):
+        return "rate_limit", True
+    for kind, name in _PERMANENT.items():
+        if isinstance(exc, kind):
+            return name, False
+    if isinstance(exc, openai.APIStatusError):
+        return (
+            ("server_error", True)
+            if exc.status_code >= 500 or exc.status_code in (408, 409)
+            else (
+                "bad_request",
+                False,
+            )
+        )
+    return "invalid_response", False
+
+
+def retry_after(exc: Exception) -> float | None:
+    """Seconds the server asked us to wait, if it did."""
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    value = response.headers.get("retry-after")
+    try:
+        return min(float(value), RETRY_AFTER_CAP) if value is not None else None
+    except ValueError:
+        return None
+
+
+def backoff_delay(attempt: int, server_hint: float | None, rng: random.Random) -> float:
+    """Full-jitter exponential backoff; a server's Retry-After is a floor, not a suggestion."""
+    jittered = rng.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt))
+    return max(jittered, server_hint) if server_hint is not None else jittered
+
+
+def _tool_calls(message: Any) -> tuple[ToolCall, ...]:
+    calls = []
+    for i, call in enumerate(message.tool_calls or []):
+        function = getattr(call, "function", None)
+        if function is None:
+            continue
+        calls.append(ToolCall(call.id or f"call_{i}", function.name or "", function.arguments or ""))
+    return tuple(calls)
+
+
+def parse_reply(completion: Any) -> ModelReply:
+    """Our `ModelReply` from an SDK ChatCompletion; no choices is an invalid response."""
+    if not completion.choices:
+        raise ModelAPIError("invalid_response", "the endpoint returned no choices")
+    choice = completion.choices[0]
+    message = choice.message
+    extra = dict(message.model_extra or {})
+    text, content = reasoning.extract(extra, message.content if isinstance(message.content, str) else "")
+    usage = completion.usage
+    details = getattr(usage, "completion_tokens_details", None) if usage else None
+    return ModelReply(
+        content=content,
+        reasoning=text,
+        tool_calls=_tool_calls(message),
+        finish_reason=choice.finish_reason or "stop",
+        usage=Usage(
+            prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
+            completion_tokens=(usage.completion_tokens or 0) if usage else 0,
+            reasoning_tokens=(getattr(details, "reasoning_tokens", 0) or 0) if details else 0,
+        ),
+        reasoning_details=extra.get("reasoning_details") or None,
+    )
+
+
+class OpenAIChatModel:
+    """A `ChatModel` for any OpenAI-compatible endpoint."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        model: str,
+        timeout: float = 600.0,
+        max_retries: int = 6,
+        limiter: AdaptiveLimiter | None = None,
+        max_connections: int = 1000,
+        seed: int | None = None,
+    ) -> None:
+        self.model = model
+        self.max_retries = max_retries
+        self.limiter = limiter
+        self._rng = random.Random(seed)
+        limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def _call_once(self, request: ChatRequest) -> Any:
+        params: dict[str, Any] = {"model": self.model, "messages": request.messages, **request.extra_params}
+        if request.tools:
+            params["tools"] = request.tools
+        if request.max_tokens is not None:
+            key = "max_completion_tokens" if "max_completion_tokens" in request.extra_params else "max_tokens"
+            params[key] = request.max_tokens
+        if request.extra_body:
+            params["extra_body"] = request.extra_body
+        return await self._client.chat.completions.create(**params)
+
+    async def _attempt(self, request: ChatRequest) -> ModelReply:
+        if self.limiter is None:
+            return parse_reply(await self._call_once(request))
+        async with self.limiter.slot() as ticket:
+            try:
+                reply = parse_reply(await self._call_once(request))
+            except (openai.APIError, httpx2.HTTPError) as exc:
+                ticket.failed(classify(exc)[0], retry_after(exc))
+                raise
+            ticket.succeeded(reply.usage.total_tokens)
+            return reply
+
+    async def complete(self, request: ChatRequest) -> ModelReply:
+        attempt = 0
+        while True:
+            try:
+                return await self._attempt(request)
+            except (openai.APIError, httpx2.HTTPError) as exc:
+                error_class, retryable = classify(exc)
+                if not retryable or attempt >= self.max_retries:
+                    status = getattr(exc, "status_code", None)
+                    raise ModelAPIError(
+                        error_class, f"{type(exc).__name__}: {exc}", status=status, attempts=attempt + 1
+                    ) from exc
+                delay = backoff_delay(attempt, retry_after(exc), self._rng)
+                log.debug("%s (attempt %d), retrying in %.2fs", error_class, attempt + 1, delay)
+                attempt += 1
+                await asyncio.sleep(delay)

@@ -1,0 +1,141 @@
+"""Adaptive concurrency against one endpoint: AIMD on the in-flight limit, plus budgets.
+
+Each model call holds a slot. A rate-limit answer cuts the limit multiplicatively, at most
+once per window (calls already in flight when the cut happened were sent under the old
+limit, so their 429s say nothing new), and pauses new calls for the server's Retry-After.
+Successes grow the limit back by about one slot per window. Server errors and timeouts are
+retried by the client with backoff but never collapse the limit. Optional requests-per-minute
+and tokens-per-minute budgets pace calls on top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+
+DECREASE = 0.5
+HISTORY_LIMIT = 2000
+
+
+@dataclass
+class Ticket:
+    limiter: AdaptiveLimiter
+    generation: int
+    done: bool = False
+
+    def succeeded(self, tokens: int = 0) -> None:
+        self.done = True
+        self.limiter._on_success(tokens)
+
+    def failed(self, error_class: str, retry_after: float | None) -> None:
+        self.done = True
+        self.limiter._on_failure(self, error_class, retry_after)
+
+
+@dataclass
+class LimiterStats:
+    rate_limited: int = 0
+    server_errors: int = 0
+    timeouts: int = 0
+    connection_errors: int = 0
+    calls: int = 0
+    peak_inflight: int = 0
+    history: list[tuple[float, float]] = field(default_factory=list)  # (seconds since start, limit)
+
+
+class AdaptiveLimiter:
+    """An in-flight limit that adapts to the endpoint (one per process)."""
+
+    def __init__(
+        self,
+        maximum: int,
+        *,
+        initial: int | None = None,
+        minimum: int = 1,
+        rpm: float | None = None,
+        tpm: float | None = None,
+    ) -> None:
+        self.maximum = max(1, maximum)
+        self.minimum = max(1, min(minimum, self.maximum))
+        self.limit = float(initial or self.maximum)
+        self.inflight = 0
+        self.generation = 0
+        self.paused_until = 0.0
+        self.rpm = rpm
+        self.tpm = tpm
+        self.stats = LimiterStats()
+        self._start = time.monotonic()
+        self._next_start = 0.0
+        self._tokens: deque[tuple[float, int]] = deque()
+        self._changed = asyncio.Event()
+        self._note()
+
+    def _note(self) -> None:
+        self.stats.history.append((round(time.monotonic() - self._start, 3), round(self.limit, 2)))
+        if len(self.stats.history) > HISTORY_LIMIT:
+            del self.stats.history[1 : len(self.stats.history) // 2 : 2]  # thin the older half
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _wait_seconds(self, now: float) -> float:
+        """How long before a new call may start (0 = now); inf = wait for a slot to free."""
+        if now < self.paused_until:
+            return self.paused_until - now
+        if self.rpm and now < self._next_start:
+            return self._next_start - now
+        if self.tpm:
+            while self._tokens and self._tokens[0][0] < now - 60:
+                self._tokens.popleft()
+            if sum(t for _, t in self._tokens) >= self.tpm:
+                return self._tokens[0][0] + 60 - now
+        return 0.0 if self.inflight < int(self.limit) else float("inf")
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[Ticket]:
+        while (wait := self._wait_seconds(time.monotonic())) > 0:
+            changed = self._changed
+            timeout = None if wait == float("inf") else wait
+            with suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), timeout)
+        self.inflight += 1
+        self.stats.calls += 1
+        self.stats.peak_inflight = max(self.stats.peak_inflight, self.inflight)
+        if self.rpm:
+            self._next_start = max(time.monotonic(), self._next_start) + 60.0 / self.rpm
+        ticket = Ticket(self, self.generation)
+        try:
+            yield ticket
+        finally:
+            self.inflight -= 1
+            self._wake()
+
+    def _on_success(self, tokens: int) -> None:
+        if self.tpm and tokens:
+            self._tokens.append((time.monotonic(), tokens))
+        if self.limit < self.maximum:
+            self.limit = min(self.maximum, self.limit + 1.0 / max(self.limit, 1.0))
+            if int(self.limit) != int(self.limit - 1.0 / max(self.limit, 1.0)):
+                self._note()
+
+    def _on_failure(self, ticket: Ticket, error_class: str, retry_after: float | None) -> None:
+        if error_class == "rate_limit":
+            self.stats.rate_limited += 1
+            if retry_after:
+                self.paused_until = max(self.paused_until, time.monotonic() + retry_after)
+            if ticket.generation == self.generation:
+                self.generation += 1
+                self.limit = max(float(self.minimum), self.limit * DECREASE)
+                self._note()
+        elif error_class == "server_error":
+            self.stats.server_errors += 1
+        elif error_class == "timeout":
+            self.stats.timeouts += 1
+        elif error_class == "connection":
+            self.stats.connection_errors += 1
+        self._wake()
