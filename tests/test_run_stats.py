@@ -1,0 +1,230 @@
+"""Run statistics: the statistics.json document and the printed summary."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+
+from agent.run_stats import HISTORY_POINTS, RunStatistics, has_reasoning, merge_histories, render_statistics
+
+EMPTY_THINK = "<think>\n</think>\n"
+
+
+def entry(
+    *gpt_values: str,
+    tools: dict[str, tuple[int, int, int]] | None = None,
+    outcome: str = "completed",
+    usage: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    turns = [{"from": "system", "value": "sys"}, {"from": "human", "value": "do it"}]
+    for value in gpt_values:
+        turns += [{"from": "gpt", "value": value}, {"from": "tool", "value": "<think>not gpt</think>"}]
+    return {
+        "prompt_index": 0,
+        "conversations": turns,
+        "metadata": {"batch_num": 0, "model": "m", "outcome": outcome, "usage": usage or {}},
+        "completed": outcome == "completed",
+        "partial": outcome != "completed",
+        "api_calls": len(gpt_values),
+        "toolsets_used": ["terminal"],
+        "tool_stats": {
+            name: {"count": c, "success": s, "failure": f} for name, (c, s, f) in (tools or {}).items()
+        },
+        "tool_error_counts": {},
+    }
+
+
+def document(stats: RunStatistics, **overrides: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "run_name": "run",
+        "distribution": "default",
+        "model": "m",
+        "total_prompts": 10,
+        "batch_size": 5,
+        "total_batches": 2,
+        "duration_seconds": 10.0,
+    }
+    return stats.to_dict(**(args | overrides))
+
+
+def rendered(doc: dict[str, Any]) -> str:
+    console = Console(record=True, width=120)
+    render_statistics(doc, console)
+    return console.export_text()
+
+
+def test_reasoning_needs_non_blank_think_content() -> None:
+    assert has_reasoning("<think>\nplan the steps\n</think>\nanswer")
+    assert not has_reasoning(EMPTY_THINK + "answer")
+    assert not has_reasoning("<think>  \n\t </think>answer")
+    assert not has_reasoning("no think block, reasoning in prose")
+    assert has_reasoning("<think>\n</think>\n<think>late thought</think>")
+
+
+def test_tool_statistics_sum_entries_sorted_by_count_then_name() -> None:
+    stats = RunStatistics()
+    stats.add_entry(entry(EMPTY_THINK, tools={"terminal": (2, 2, 0), "web": (1, 0, 1), "idle": (0, 0, 0)}))
+    stats.add_entry(entry(EMPTY_THINK, tools={"terminal": (1, 0, 1), "alpha": (3, 3, 0), "web": (2, 2, 0)}))
+    tools = document(stats)["tool_statistics"]
+    assert list(tools) == ["alpha", "terminal", "web", "idle"]
+    assert tools["terminal"] == {
+        "count": 3,
+        "success": 2,
+        "failure": 1,
+        "success_rate": 66.67,
+        "failure_rate": 33.33,
+    }
+    assert tools["idle"]["success_rate"] == 0.0 and tools["idle"]["failure_rate"] == 0.0
+
+
+def test_rates_are_over_answered_calls_and_zero_when_none_answered() -> None:
+    stats = RunStatistics()
+    stats.add_entry(entry(EMPTY_THINK, tools={"slow": (4, 1, 0), "lost": (2, 0, 0)}))
+    tools = document(stats)["tool_statistics"]
+    assert tools["slow"]["success_rate"] == 100.0  # calls without a result count toward count only
+    assert tools["lost"]["success_rate"] == 0.0 and tools["lost"]["failure_rate"] == 0.0
+
+
+def test_reasoning_statistics_count_gpt_turns_and_entries() -> None:
+    stats = RunStatistics()
+    stats.add_entry(entry("<think>a</think>x", EMPTY_THINK + "y", "<think>b</think>z"))
+    stats.add_entry(entry(EMPTY_THINK + "only"))
+    assert document(stats)["reasoning_statistics"] == {
+        "total_assistant_turns": 4,
+        "turns_with_reasoning": 2,
+        "turns_without_reasoning": 2,
+        "coverage_percent": 50.0,
+        "entries_with_reasoning": 1,
+    }
+
+
+def test_merged_output_outcomes_and_tokens() -> None:
+    stats = RunStatistics()
+    usage = {"prompt_tokens": 100, "completion_tokens": 30, "reasoning_tokens": 7, "total_tokens": 130}
+    stats.add_entry(entry(EMPTY_THINK, usage=usage))
+    no_total = {"prompt_tokens": 5, "completion_tokens": 1}
+    stats.add_entry(entry(EMPTY_THINK, outcome="max_iterations", usage=no_total))
+    old = entry(EMPTY_THINK)
+    del old["metadata"]["usage"], old["metadata"]["outcome"]  # written before usage was recorded
+    stats.add_entry(old)
+    doc = document(stats)
+    assert doc["tokens"]["merged_output"] == {"prompt": 105, "completion": 31, "reasoning": 7, "total": 136}
+    assert doc["outcomes"] == {"completed": 1, "max_iterations": 1, "unknown": 1}
+    assert doc["trajectories"] == {"entries": 3, "completed": 2, "partial": 1, "api_calls": 3}
+
+
+def test_this_invocation_split_tokens_and_rate() -> None:
+    stats = RunStatistics()
+    outcomes = ("completed", "completed", "max_iterations", "truncated", "timeout", "discarded", "failed")
+    for outcome in outcomes:
+        stats.add_processed(outcome, {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12})
+    doc = document(stats, duration_seconds=3.5)
+    run = doc["this_invocation"]
+    assert {k: run[k] for k in ("processed", "completed", "partial", "discarded", "failed")} == {
+        "processed": 7,
+        "completed": 2,
+        "partial": 3,
+        "discarded": 1,
+        "failed": 1,
+    }
+    assert run["outcomes"]["truncated"] == 1 and run["outcomes"]["completed"] == 2
+    assert run["prompts_per_second"] == 2.0
+    assert doc["tokens"]["this_invocation"] == {"prompt": 70, "completion": 14, "reasoning": 0, "total": 84}
+    assert document(stats, duration_seconds=0.0)["this_invocation"]["prompts_per_second"] == 0.0
+
+
+def test_discards_and_failures_per_class() -> None:
+    stats = RunStatistics()
+    for reason in ("no_reasoning", "no_reasoning", "empty"):
+        stats.add_discard(reason)
+    for error_class in ("rate_limit", "sandbox", "rate_limit", "prompt_timeout"):
+        stats.add_failure(error_class)
+    doc = document(stats)
+    assert doc["discarded"] == {"empty": 1, "no_reasoning": 2}
+    assert doc["discarded_no_reasoning"] == 2
+    assert doc["failures"] == {"prompt_timeout": 1, "rate_limit": 2, "sandbox": 1}
+    assert document(RunStatistics())["discarded_no_reasoning"] == 0
+
+
+def test_limiter_counts_sum_and_histories_add_as_step_functions() -> None:
+    stats = RunStatistics()
+    stats.add_limiter({"rate_limited": 3, "server_errors": 1, "calls": 50, "peak_inflight": 10,
+                       "history": [(0.0, 32.0), (1.5, 16.0), (3.0, 17.0)]})  # fmt: skip
+    stats.add_limiter({"rate_limited": 1, "timeouts": 2, "calls": 40, "peak_inflight": 9,
+                       "history": [[0.0, 32.0], [2.0, 16.0]]})  # fmt: skip
+    limiting = document(stats)["rate_limiting"]
+    assert limiting["rate_limited"] == 4 and limiting["server_errors"] == 1 and limiting["timeouts"] == 2
+    assert limiting["calls"] == 90 and limiting["peak_inflight"] == 19 and limiting["workers"] == 2
+    assert limiting["limit_history"] == [[0.0, 64.0], [1.5, 48.0], [2.0, 32.0], [3.0, 33.0]]
+
+
+def test_a_workers_later_snapshot_replaces_its_earlier_one() -> None:
+    stats = RunStatistics()
+    stats.add_limiter({"calls": 5, "history": [[0, 8]]}, worker=1)
+    stats.add_limiter({"calls": 9, "history": [[0, 8], [1, 4]]}, worker=1)
+    stats.add_limiter({"calls": 1, "history": [[0, 8]]}, worker=2)
+    limiting = document(stats)["rate_limiting"]
+    assert limiting["calls"] == 10 and limiting["workers"] == 2
+    assert limiting["limit_history"][-1] == [1.0, 12.0]
+
+
+def test_limit_history_is_thinned_evenly_keeping_both_ends() -> None:
+    histories = [[(i * 0.1, float(i % 7 + 1)) for i in range(2000)] for _ in range(3)]
+    merged = merge_histories(histories)
+    assert len(merged) == HISTORY_POINTS
+    assert merged[0] == [0.0, 3.0] and merged[-1] == [199.9, 3.0 * (1999 % 7 + 1)]
+    times = [t for t, _ in merged]
+    assert times == sorted(times) and len(set(times)) == len(times)
+    assert merge_histories([]) == []
+
+
+def test_document_has_reference_fields_and_is_json() -> None:
+    stats = RunStatistics()
+    stats.add_entry(entry("<think>x</think>", tools={"terminal": (1, 1, 0)}))
+    doc = document(stats, duration_seconds=12.3456, merge={"unknown_tool": 2}, dataset={"invalid_lines": 1})
+    for key in ("run_name", "distribution", "total_prompts", "total_batches", "batch_size", "model",
+                "completed_at", "duration_seconds", "tool_statistics", "reasoning_statistics",
+                "discarded_no_reasoning"):  # fmt: skip
+        assert key in doc
+    assert doc["duration_seconds"] == 12.35
+    assert datetime.fromisoformat(doc["completed_at"]).tzinfo is not None
+    assert doc["merge"] == {"unknown_tool": 2} and doc["dataset"] == {"invalid_lines": 1}
+    assert json.loads(json.dumps(doc)) == doc
+
+
+def test_summary_shows_used_tools_and_counts_the_unused() -> None:
+    stats = RunStatistics()
+    tools = {"terminal": (3, 2, 1), "read_file": (0, 0, 0), "web": (0, 0, 0)}
+    stats.add_entry(entry("<think>x</think>", tools=tools))
+    stats.add_processed("completed", {"prompt_tokens": 1234, "completion_tokens": 56, "total_tokens": 1290})
+    text = rendered(document(stats, run_name="[bold]nightly", duration_seconds=3725.5))
+    assert "Run statistics — [bold]nightly" in text  # names are printed literally, not as markup
+    assert "Prompts processed this run: 1" in text and "Trajectories in merged file: 1" in text
+    assert "Duration: 1:02:05 (3725.50 s)" in text
+    assert "Tokens this run: 1,290 (prompt 1,234" in text
+    row = next(line for line in text.splitlines() if "terminal" in line)
+    assert [cell.strip() for cell in row.split("│")[1:6]] == ["terminal", "3", "2", "1", "66.67%"]
+    assert "read_file" not in text and "2 tools with no calls not shown" in text
+    assert "Reasoning coverage: 100.00% of 1 assistant turns" in text
+
+
+def test_summary_lists_discards_failures_with_resume_hint_and_throttling() -> None:
+    stats = RunStatistics()
+    stats.add_discard("no_reasoning")
+    stats.add_failure("rate_limit")
+    stats.add_failure("sandbox")
+    stats.add_limiter({"rate_limited": 7, "calls": 70, "peak_inflight": 32, "history": [[0, 32], [1, 16]]})
+    text = rendered(json.loads(json.dumps(document(stats))))  # also renders a loaded statistics.json
+    assert "Discarded this run: no_reasoning 1" in text
+    assert "Failed this run: rate_limit 1 · sandbox 1" in text
+    assert "rerun with --resume to retry them" in text
+    assert "7 rate-limited (429)" in text and "in-flight limit 16–32, final 16" in text
+    assert "No tool calls" in text
+
+
+def test_summary_without_failures_gives_no_resume_hint() -> None:
+    text = rendered(document(RunStatistics()))
+    assert "Failed this run: none" in text and "--resume" not in text
