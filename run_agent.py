@@ -86,7 +86,9 @@ class AIAgent:
         self.save_trajectories = save_trajectories
         self.trajectory_dir = trajectory_dir
         self.run_name = run_name
-        self.tools = model_tools.resolve_tools(self.config.enabled_toolsets or None, self.config.disabled_toolsets)
+        self.tools = model_tools.resolve_tools(
+            self.config.enabled_toolsets or None, self.config.disabled_toolsets
+        )
         options = sandbox if isinstance(sandbox, SandboxOptions) else SandboxOptions(backend=sandbox)
         self._sandbox_factory = sandbox_factory_ or (sandbox_factory(options) if self.tools.specs else None)
         self._chat_model = chat_model
@@ -114,7 +116,12 @@ class AIAgent:
         )
 
     def run_conversation(
-        self, user_message: str, task_id: str | None = None, *, image: str | None = None, cwd: str | None = None
+        self,
+        user_message: str,
+        task_id: str | None = None,
+        *,
+        image: str | None = None,
+        cwd: str | None = None,
     ) -> dict[str, Any]:
         """Synchronous form of `arun_conversation` (its own event loop and HTTP client)."""
         return asyncio.run(self._run_with_own_client(user_message, task_id, image=image, cwd=cwd))
@@ -133,7 +140,12 @@ class AIAgent:
             await client.aclose()
 
     async def arun_conversation(
-        self, user_message: str, task_id: str | None = None, *, image: str | None = None, cwd: str | None = None
+        self,
+        user_message: str,
+        task_id: str | None = None,
+        *,
+        image: str | None = None,
+        cwd: str | None = None,
     ) -> dict[str, Any]:
         """Run one conversation to an explicit outcome; the result dict says which."""
         if self._chat_model is None:
@@ -146,7 +158,9 @@ class AIAgent:
                 result = await self._converse(self._chat_model, user_message, sandbox)
         if self.save_trajectories:
             conversations = to_sharegpt(result["messages"], result["tool_schemas"])
-            save_trajectory(conversations, self.config.model, result["completed"], directory=self.trajectory_dir)
+            save_trajectory(
+                conversations, self.config.model, result["completed"], directory=self.trajectory_dir
+            )
         return result
 
     async def _converse(self, model: ChatModel, user_message: str, sandbox: Sandbox | None) -> dict[str, Any]:
@@ -173,7 +187,9 @@ class AIAgent:
             if not reply.content.strip():
                 return convo.result(Outcome.GAVE_UP, error="the model returned an empty reply")
             return convo.result(Outcome.COMPLETED, final_response=reply.content)
-        return convo.result(Outcome.MAX_ITERATIONS, error=f"no final answer within {cfg.max_iterations} calls")
+        return convo.result(
+            Outcome.MAX_ITERATIONS, error=f"no final answer within {cfg.max_iterations} calls"
+        )
 
     def _run_tools(self, calls: Sequence[ToolCall], sandbox: Sandbox | None) -> list[dict[str, Any]]:
         """Every tool call of a turn, in order; failures become tool results the model reads."""

@@ -16,6 +16,7 @@ from agent.config import (
     as_int,
     as_str,
     as_str_list,
+    is_embedded,
     load_prefill,
     reasoning_config,
     resolve_api_key,
@@ -69,7 +70,10 @@ def run(
         raise ConfigError("--query is required")
     model_name = as_str(model, "model") or DEFAULT_MODEL
     url = as_str(base_url, "base_url") or DEFAULT_BASE_URL
-    with _endpoint(model_name, url, as_int(embedded_threads, "embedded_threads", minimum=1) or 1) as (url, name):
+    with _endpoint(model_name, url, as_int(embedded_threads, "embedded_threads", minimum=1) or 1) as (
+        url,
+        name,
+    ):
         key = resolve_api_key(api_key, url) or ("local" if _is_loopback(url) else None)
         agent = AIAgent(
             base_url=url,
@@ -114,6 +118,8 @@ class _endpoint:
         self.server: Any = None
 
     def __enter__(self) -> tuple[str, str]:
+        if not is_embedded(self.model):
+            return self.url, self.model
         from agent.embedded_model import EmbeddedEndpoint, resolve_embedded
 
         spec = resolve_embedded(self.model)

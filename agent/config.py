@@ -147,3 +147,8 @@ class AgentConfig:
         data = {k: v for k, v in self.__dict__.items() if k != "api_key"}
         data["api_key_set"] = self.api_key is not None
         return json.loads(json.dumps(data))  # type: ignore[no-any-return]
+
+
+def is_embedded(model: str) -> bool:
+    """`embedded` or `embedded:/path/to/model.gguf`: served locally for the run."""
+    return model == "embedded" or model.startswith("embedded:")
