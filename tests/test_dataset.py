@@ -1,0 +1,205 @@
+"""The dataset reader: line validation with exact messages, prompt keys, max_samples, streaming."""
+
+from __future__ import annotations
+
+import json
+import re
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from agent.dataset import MAX_KEPT_ERRORS, DatasetRow, LineError, iter_rows, prompt_key, scan_dataset
+from agent.errors import ConfigError, DatasetError
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    return tmp_path / "prompts.jsonl"
+
+
+INVALID_LINES = [
+    ('{"prompt": "x"', "invalid JSON: Expecting ',' delimiter (column 15)"),
+    ("{prompt: 1}", "invalid JSON: Expecting property name enclosed in double quotes (column 2)"),
+    ('{"prompt": "x", "metadata": {"score": NaN}}', "invalid JSON: NaN is not valid JSON"),
+    ("[" * 100_000, "invalid JSON: nested too deeply"),
+    ("[1, 2]", "not a JSON object (got array)"),
+    ('"a bare string"', "not a JSON object (got string)"),
+    ("42", "not a JSON object (got number)"),
+    ("true", "not a JSON object (got boolean)"),
+    ("null", "not a JSON object (got null)"),
+    ('{"question": "x"}', "prompt: missing"),
+    ('{"prompt": 5}', "prompt: must be a non-empty string (got number)"),
+    ('{"prompt": null}', "prompt: must be a non-empty string (got null)"),
+    ('{"prompt": ["x"]}', "prompt: must be a non-empty string (got array)"),
+    ('{"prompt": " \\t\\n "}', "prompt: must be a non-empty string (got a blank string)"),
+    ('{"prompt": "x", "image": ""}', "image: must be a non-empty string (got a blank string)"),
+    ('{"prompt": "x", "docker_image": 3}', "docker_image: must be a non-empty string (got number)"),
+    ('{"prompt": "x", "cwd": {}}', "cwd: must be a non-empty string (got object)"),
+    ('{"prompt": "x", "metadata": [1]}', "metadata: must be a JSON object (got array)"),
+    ('{"prompt": "x", "metadata": "easy"}', "metadata: must be a JSON object (got string)"),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), INVALID_LINES, ids=[m for _l, m in INVALID_LINES])
+def test_each_invalid_line_is_reported_as_file_line_field_reason_and_skipped(
+    dataset: Path, line: str, message: str
+) -> None:
+    write_lines(dataset, ['{"prompt": "first"}', line, '{"prompt": "last"}'])
+    scan = scan_dataset(dataset)
+    assert [str(e) for e in scan.errors] == [f"{dataset}:2: {message}"]
+    assert (scan.total_lines, scan.valid, scan.error_count) == (3, 2, 1)
+    assert [row.prompt for row in iter_rows(dataset)] == ["first", "last"]
+
+
+def test_line_error_text_omits_the_field_part_when_there_is_no_field() -> None:
+    assert str(LineError("data/x.jsonl", 17, "prompt", "must be a non-empty string")) == (
+        "data/x.jsonl:17: prompt: must be a non-empty string"
+    )
+    assert str(LineError("data/x.jsonl", 3, None, "not a JSON object (got array)")) == (
+        "data/x.jsonl:3: not a JSON object (got array)"
+    )
+
+
+def test_blank_lines_are_skipped_silently_but_keep_line_numbers(dataset: Path) -> None:
+    write_lines(dataset, ["", '{"prompt": "a"}', "   ", "\t", '{"prompt": "b"}', ""])
+    scan = scan_dataset(dataset)
+    assert (scan.total_lines, scan.valid, scan.errors, scan.error_count) == (6, 2, [], 0)
+    assert [(r.index, r.line_no) for r in iter_rows(dataset)] == [(0, 2), (1, 5)]
+
+
+def test_row_fields_image_falls_back_to_docker_image_and_null_means_absent(dataset: Path) -> None:
+    write_lines(
+        dataset,
+        [
+            '{"prompt": "a", "image": "python:3.11", "docker_image": "ignored", "cwd": "/app"}',
+            '{"prompt": "b", "docker_image": "rust:1.75", "metadata": {"difficulty": "hard"}}',
+            '{"prompt": "c", "image": null, "cwd": null, "metadata": null, "extra": 1}',
+        ],
+    )
+    a, b, c = iter_rows(dataset)
+    assert (a.image, a.cwd, a.metadata) == ("python:3.11", "/app", {})
+    assert (b.image, b.cwd, b.metadata) == ("rust:1.75", None, {"difficulty": "hard"})
+    assert (c.image, c.cwd, c.metadata) == (None, None, {})
+
+
+def test_crlf_line_ends_and_a_utf8_bom_are_accepted(dataset: Path) -> None:
+    dataset.write_bytes(b'\xef\xbb\xbf{"prompt": "caf\xc3\xa9"}\r\n{"prompt": "b"}')
+    assert [(r.prompt, r.line_no) for r in iter_rows(dataset)] == [("café", 1), ("b", 2)]
+    assert scan_dataset(dataset).total_lines == 2
+
+
+def test_prompt_key_hashes_the_stripped_text_and_appends_the_occurrence() -> None:
+    key = prompt_key("  hello \n", 3)
+    assert re.fullmatch(r"[0-9a-f]{20}:3", key)
+    assert key == prompt_key("hello", 3)
+    assert prompt_key("hello", 0) != prompt_key("hello", 1) != prompt_key("Hello", 1)
+
+
+def test_repeated_prompts_get_distinct_keys_numbered_in_file_order(dataset: Path) -> None:
+    write_lines(dataset, [json.dumps({"prompt": p}) for p in ["A", "B", "A", " A ", "B"]])
+    rows = list(iter_rows(dataset))
+    assert [(r.prompt, r.occurrence) for r in rows] == [("A", 0), ("B", 0), ("A", 1), (" A ", 2), ("B", 1)]
+    assert [r.key for r in rows] == [prompt_key(r.prompt, r.occurrence) for r in rows]
+    assert len({r.key for r in rows}) == 5
+
+
+def test_reordering_or_extending_the_file_keeps_the_keys_of_existing_rows(tmp_path: Path) -> None:
+    prompts = ["A", "B", "A", "C", "A", "B"]
+    original = write_lines(tmp_path / "a.jsonl", [json.dumps({"prompt": p}) for p in prompts])
+    reordered = write_lines(tmp_path / "b.jsonl", [json.dumps({"prompt": p}) for p in reversed(prompts)])
+    extended = write_lines(tmp_path / "c.jsonl", [json.dumps({"prompt": p}) for p in [*prompts, "D", "A"]])
+    keys = {r.key for r in iter_rows(original)}
+    assert {r.key for r in iter_rows(reordered)} == keys
+    assert {r.key for r in iter_rows(extended)} == keys | {prompt_key("D", 0), prompt_key("A", 3)}
+
+
+def test_max_samples_keeps_the_first_n_valid_rows(dataset: Path) -> None:
+    write_lines(dataset, ['{"prompt": "a"}', "oops", '{"prompt": "b"}', '{"prompt": "c"}', "42"])
+    rows = list(iter_rows(dataset, max_samples=2))
+    assert [(r.index, r.prompt, r.line_no) for r in rows] == [(0, "a", 1), (1, "b", 3)]
+    scan = scan_dataset(dataset, max_samples=2)
+    assert (scan.valid, scan.truncated, scan.error_count) == (2, 1, 2)  # every line is still validated
+    assert scan_dataset(dataset, max_samples=10).valid == 3
+    assert len(list(iter_rows(dataset, max_samples=10))) == 3
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5])
+def test_max_samples_must_be_a_positive_integer(dataset: Path, bad: object) -> None:
+    write_lines(dataset, ['{"prompt": "a"}'])
+    with pytest.raises(ConfigError, match="--max_samples must be a positive integer"):
+        scan_dataset(dataset, max_samples=bad)  # type: ignore[arg-type]
+
+
+def test_unusable_files_raise_one_line_naming_the_file(tmp_path: Path) -> None:
+    cases = {
+        tmp_path / "missing.jsonl": "dataset file not found",
+        tmp_path: "is a directory, not a dataset file",
+        write_lines(tmp_path / "empty.jsonl", []): "no valid row (the file is empty)",
+        write_lines(tmp_path / "blank.jsonl", ["", "  "]): "no valid row (the file is empty)",
+        write_lines(tmp_path / "bad.jsonl", ["[]", '{"prompt": ""}']): (
+            f"no valid row (2 invalid of 2 lines; first: {tmp_path / 'bad.jsonl'}:1: "
+            "not a JSON object (got array))"
+        ),
+    }
+    for path, reason in cases.items():
+        with pytest.raises(DatasetError) as info:
+            scan_dataset(path)
+        assert str(info.value) == f"{path}: {reason}"
+        assert "\n" not in str(info.value)
+
+
+def test_bytes_that_are_not_utf8_stop_the_run_with_the_line(dataset: Path) -> None:
+    dataset.write_bytes(b'{"prompt": "a"}\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(DatasetError) as info:
+        scan_dataset(dataset)
+    assert str(info.value) == f"{dataset}:2: not UTF-8 text (byte 0xe9 at column 16)"
+
+
+def test_only_the_first_thousand_errors_are_kept_but_all_are_counted(dataset: Path) -> None:
+    write_lines(dataset, ['{"prompt": "ok"}'] + ["not json"] * 1500)
+    scan = scan_dataset(dataset)
+    assert (len(scan.errors), scan.error_count, scan.valid) == (MAX_KEPT_ERRORS, 1500, 1)
+    assert scan.errors[-1].line_no == MAX_KEPT_ERRORS + 1
+
+
+def test_a_200k_line_file_is_streamed_not_loaded(dataset: Path) -> None:
+    """Rows come out before the reader reaches the end: a reader that loaded the file first
+    would fail on the last line before yielding anything."""
+    with dataset.open("wb") as out:
+        for i in range(200_000):
+            out.write(b'{"prompt": "task %d", "metadata": {"n": %d}}\n' % (i % 7, i))
+        out.write(b'{"prompt": "\xff"}\n')
+    rows = iter_rows(dataset)
+    first = next(rows)
+    assert (first.index, first.prompt, first.occurrence) == (0, "task 0", 0)
+    with pytest.raises(DatasetError, match=":200001: not UTF-8"):
+        for _row in rows:
+            pass
+    dataset.write_bytes(dataset.read_bytes()[: -len(b'{"prompt": "\xff"}\n')])
+    scan = scan_dataset(dataset)
+    assert (scan.total_lines, scan.valid, scan.error_count) == (200_000, 200_000, 0)
+
+
+def test_iterating_a_large_file_holds_memory_flat(dataset: Path) -> None:
+    """Only the prompt-hash counts grow; here there are 7 distinct prompts in ~25 MB."""
+    padding = "x" * 500
+    with dataset.open("w", encoding="utf-8") as out:
+        for i in range(50_000):
+            out.write(json.dumps({"prompt": f"task {i % 7}", "metadata": {"pad": padding, "n": i}}) + "\n")
+    assert dataset.stat().st_size > 25_000_000
+    tracemalloc.start()
+    try:
+        last: DatasetRow | None = None
+        for row in iter_rows(dataset):
+            last = row
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert last is not None and (last.index, last.occurrence) == (49_999, 49_999 // 7)
+    assert peak < 2_000_000
