@@ -1,0 +1,223 @@
+"""Host processes a sandbox starts: running a command in its own process group with a
+timeout and bounded output, and killing every process a sandbox left behind (the local
+backend's process control; the processes are recognised by their cwd or HOME).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Collection, Sequence
+from contextlib import suppress
+
+from agent.errors import SandboxError
+from agent.protocols import ExecResult
+
+OUTPUT_HEAD_BYTES = 1 << 20  # kept from the start of a command's output
+OUTPUT_TAIL_BYTES = 1 << 20  # kept from its end; the middle is dropped with a marker
+DRAIN_GRACE = 0.5  # seconds to keep reading after the command exits (background holders)
+POLL_INTERVAL = 0.05
+TIMEOUT_EXIT_CODE = 124
+
+
+class ProcessGroups:
+    """The process groups one sandbox started; `close` kills them all (thread-safe)."""
+
+    def __init__(self, sandbox_dir: str, home: str):
+        self._dir = sandbox_dir  # processes working under it or with HOME=home are the sandbox's
+        self._home = home
+        self._groups: set[int] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def run(self, argv: Sequence[str], *, cwd: str, env: dict[str, str], timeout: float) -> ExecResult:
+        """Run argv in a new session, stdout+stderr merged; on timeout SIGKILL its whole group."""
+        proc = self._spawn(argv, cwd, env)
+        assert proc.stdout is not None  # stdout=PIPE
+        output = OutputBuffer()
+        deadline = time.monotonic() + timeout
+        try:
+            # EOF comes a moment before the exit, or long before it (`exec >&-; sleep 99`).
+            finished = _pump(proc, output, deadline) and _wait(proc, deadline)
+            if not finished:
+                kill_groups([proc.pid])
+                proc.wait()
+                _pump(proc, output, time.monotonic() + DRAIN_GRACE)
+        except BaseException:  # interrupted (Ctrl-C) while waiting: leave no process behind
+            kill_groups([proc.pid])
+            raise
+        finally:
+            proc.wait()
+            proc.stdout.close()
+            self._forget_if_gone(proc.pid)
+        if not finished:
+            return ExecResult(output.render(), TIMEOUT_EXIT_CODE, timed_out=True)
+        code = proc.returncode
+        return ExecResult(output.render(), 128 - code if code < 0 else code)  # killed by N: 128+N
+
+    def close(self) -> None:
+        """Refuse new commands; SIGKILL every group started so far and every stray process."""
+        with self._lock:
+            self._closed = True
+            groups, self._groups = self._groups, set()
+        # A remembered group may have died on its own and its id been taken by an unrelated
+        # group (pid_max is often 32768): kill only groups that still hold one of our processes.
+        home_entry = f"HOME={self._home}".encode()
+        members = _group_members(groups)
+        kill_groups([g for g in groups if any(_belongs_to(p, self._dir, home_entry) for p in members[g])])
+        kill_strays(self._dir, self._home)  # descendants that left their group (setsid, double fork)
+
+    def _spawn(self, argv: Sequence[str], cwd: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._closed:
+                raise SandboxError(f"sandbox {self._dir} is closed")
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, so a timeout can kill all of it
+            )
+            self._groups.add(proc.pid)
+        return proc
+
+    def _forget_if_gone(self, pgid: int) -> None:
+        try:
+            os.killpg(pgid, 0)  # succeeds while background members still run: close() kills them
+        except (ProcessLookupError, PermissionError):  # gone (or the id is someone else's now)
+            with self._lock:
+                self._groups.discard(pgid)
+
+
+class OutputBuffer:
+    """A command's output, bounded: the first and last bytes are kept, the middle counted."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = OUTPUT_HEAD_BYTES - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        excess = len(self.tail) - OUTPUT_TAIL_BYTES
+        if excess > 0:
+            del self.tail[:excess]
+            self.dropped += excess
+
+    def render(self) -> str:
+        marker = f"\n[... {self.dropped} bytes of output dropped ...]\n".encode() if self.dropped else b""
+        return bytes(self.head + marker + self.tail).decode("utf-8", errors="replace")
+
+
+def _pump(proc: subprocess.Popen[bytes], output: OutputBuffer, deadline: float) -> bool:
+    """Read proc's output until EOF or shortly after it exits (True), or the deadline (False)."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    exited_at: float | None = None
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            now = time.monotonic()
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at >= DRAIN_GRACE:
+                return True  # a background child still holds the pipe; stop waiting for it
+            if now >= deadline:
+                return exited_at is not None
+            if selector.select(min(deadline - now, POLL_INTERVAL)):
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return True
+                output.add(chunk)
+
+
+def _wait(proc: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Wait for proc to exit until the deadline; False when it is still running then."""
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def kill_groups(pgids: Collection[int], patience: float = 2.0) -> None:
+    """SIGKILL every process in the groups and wait (up to `patience` s) until none runs."""
+    for pgid in pgids:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + patience
+    while pgids and _running_in(pgids) and time.monotonic() < deadline:
+        time.sleep(POLL_INTERVAL / 5)  # SIGKILL is delivered asynchronously
+
+
+def _running_in(pgids: Collection[int]) -> bool:
+    return any(_group_members(pgids).values())
+
+
+def _group_members(pgids: Collection[int]) -> dict[int, list[int]]:
+    """The live (non-zombie) processes of each process group."""
+    members: dict[int, list[int]] = {pgid: [] for pgid in pgids}
+    for pid in _pids():
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) in members:
+            members[int(fields[2])].append(pid)
+    return members
+
+
+def kill_strays(sandbox_dir: str, home: str, rounds: int = 5) -> None:
+    """SIGKILL processes working under `sandbox_dir` or whose environment has HOME=`home`
+    (descendants that left their process group), until none is left. Needs /proc."""
+    home_entry = f"HOME={home}".encode()
+    for _ in range(rounds):
+        found = [pid for pid in _pids() if _belongs_to(pid, sandbox_dir, home_entry)]
+        if not found:
+            return
+        for pid in found:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(POLL_INTERVAL)  # let the kernel tear them down before looking again
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks (tells a live process from a reused pid);
+    None when it does not exist or is a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[19] if len(fields) > 19 and fields[0] != "Z" else None
+
+
+def _pids() -> list[int]:
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []  # no procfs: process groups are all we can kill
+    own = os.getpid()
+    return [int(n) for n in names if n.isdigit() and int(n) != own]
+
+
+def _belongs_to(pid: int, sandbox_dir: str, home_entry: bytes) -> bool:
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        if cwd == sandbox_dir or cwd.startswith(sandbox_dir + "/"):
+            return True
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return home_entry in handle.read().split(b"\0")
+    except OSError:  # gone, a zombie, or not ours to inspect
+        return False
