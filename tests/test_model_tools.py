@@ -1,0 +1,276 @@
+"""The static tool registry: tool map, which tools are offered, validation and dispatch."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+import model_tools
+import toolsets
+from agent.errors import ConfigError
+from agent.protocols import Sandbox, ToolSpec
+from agent.tool_stats import tool_stats
+from model_tools import (
+    ALL_TOOLS,
+    TOOL_TO_TOOLSET_MAP,
+    get_tool_definitions,
+    handle_function_call,
+    resolve_tools,
+    validate_arguments,
+)
+from tools import browser, image_gen, moa, vision, web
+
+STUB_FAMILIES = (web, vision, image_gen, moa, browser)
+IMPLEMENTED = ["patch", "read_file", "search_files", "terminal", "write_file"]
+
+
+def call(name: str, args: Any, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]) -> Any:
+    raw = args if isinstance(args, str) else json.dumps(args)
+    return json.loads(handle_function_call(name, raw, sandbox, allowed))
+
+
+# ---------------------------------------------------------------- the static map
+
+
+def test_tool_map_is_static_and_agrees_with_the_toolsets() -> None:
+    assert {
+        tool: name for name, toolset in toolsets.TOOLSETS.items() for tool in toolset.tools
+    } == TOOL_TO_TOOLSET_MAP
+    assert len(TOOL_TO_TOOLSET_MAP) == 21
+    assert list(TOOL_TO_TOOLSET_MAP) == sorted(TOOL_TO_TOOLSET_MAP)
+    assert TOOL_TO_TOOLSET_MAP["web_search"] == "web"
+    assert all(spec.schema["name"] == name for name, spec in ALL_TOOLS.items())
+
+
+def test_declared_only_tools_have_schemas_but_no_handler_and_say_why() -> None:
+    stubs = [spec for family in STUB_FAMILIES for spec in family.TOOLS]
+    assert len(stubs) == 15
+    for spec in stubs:
+        assert spec.handler is None
+        assert "not" in (spec.available() or "") or "no " in (spec.available() or "")
+        params = spec.schema["parameters"]
+        assert params["type"] == "object" and set(params.get("required", ())) <= set(params["properties"])
+
+
+# ---------------------------------------------------------------- which tools are offered
+
+
+def test_unavailable_tools_are_never_offered() -> None:
+    resolved = resolve_tools(["web", "vision", "image_gen", "moa", "browser"])
+    assert resolved.specs == () and resolved.definitions == [] and resolved.toolsets_used == []
+    assert set(resolved.unavailable) == {spec.name for f in STUB_FAMILIES for spec in f.TOOLS}
+    assert all(resolved.unavailable.values())
+
+
+def test_all_toolsets_offer_exactly_the_usable_tools() -> None:
+    resolved = resolve_tools(None)
+    assert [spec.name for spec in resolved.specs] == IMPLEMENTED
+    assert [d["function"]["name"] for d in resolved.definitions] == IMPLEMENTED
+    assert all(d["type"] == "function" for d in resolved.definitions)
+    assert resolved.toolsets_used == ["terminal", "file"]
+    assert "process" in resolved.unavailable and "web_search" in resolved.unavailable
+    assert set(resolved.allowed) == set(IMPLEMENTED)
+    assert resolve_tools(["all"]) == resolved
+
+
+def test_disabled_toolsets_and_order_of_toolsets_used() -> None:
+    resolved = resolve_tools(["file", "web", "terminal"], ["terminal"])
+    assert [spec.name for spec in resolved.specs] == ["patch", "read_file", "search_files", "write_file"]
+    assert resolved.toolsets_used == ["file"]
+    assert get_tool_definitions("terminal") == get_tool_definitions(["terminal"])  # a bare name
+    assert resolve_tools([]).specs == ()
+
+
+def test_unknown_toolsets_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="unknown toolset 'web_tools'"):
+        resolve_tools(["terminal", "web_tools"])
+    with pytest.raises(ConfigError, match="unknown toolset 'nope'"):
+        resolve_tools(None, ["nope"])
+
+
+def test_definitions_are_copies() -> None:
+    get_tool_definitions(["file"])[0]["function"]["name"] = "changed"
+    assert ALL_TOOLS["patch"].schema["name"] == "patch"
+
+
+def test_unavailability_is_logged_once_per_tool(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(model_tools, "_reported", set())
+    with caplog.at_level(logging.INFO, logger="model_tools"):
+        resolve_tools(["web", "terminal"])
+        resolve_tools(["web"])
+    logged = sorted(r.getMessage().split()[1] for r in caplog.records)
+    assert logged == ["process", "web_extract", "web_search"]
+
+
+def test_toolset_availability() -> None:
+    availability = model_tools.toolset_availability()
+    assert availability["terminal"] is None and availability["file"] is None
+    assert availability["browser"] == browser.TOOLS[0].available()
+
+
+# ---------------------------------------------------------------- validation and dispatch
+
+SCHEMA = {
+    "name": "probe",
+    "description": "echoes its arguments",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string"},
+            "count": {"type": "integer"},
+            "ratio": {"type": "number"},
+            "mode": {"type": "string", "enum": ["a", "b"]},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "maybe": {"type": ["string", "null"]},
+        },
+        "required": ["text"],
+        "additionalProperties": False,
+    },
+}
+
+
+def echo(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+    return {"args": dict(args), "workdir": sandbox.workdir, "note": "é"}
+
+
+def raiser(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+    raise ValueError("disk on fire")
+
+
+def as_text(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+    return "already a string"
+
+
+def unserialisable(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+    return {"a set": {1, 2}}
+
+
+PROBES = {
+    "probe": ToolSpec("probe", "test", SCHEMA, echo),
+    "boom": ToolSpec("boom", "test", {**SCHEMA, "name": "boom"}, raiser),
+    "text": ToolSpec("text", "test", {"name": "text", "parameters": {"type": "object"}}, as_text),
+    "odd": ToolSpec("odd", "test", {"name": "odd"}, unserialisable),
+    "gone": ToolSpec("gone", "test", {"name": "gone"}, None, available=lambda: "no backend"),
+}
+
+
+def test_valid_call_reaches_the_handler(local_sandbox: Sandbox) -> None:
+    raw = handle_function_call(
+        "probe", '{"text": "hi", "count": 2, "ratio": 1, "tags": ["x"]}', local_sandbox, PROBES
+    )
+    assert '"é"' in raw  # ensure_ascii=False
+    assert json.loads(raw) == {
+        "args": {"text": "hi", "count": 2, "ratio": 1, "tags": ["x"]},
+        "workdir": local_sandbox.workdir,
+        "note": "é",
+    }
+
+
+def test_unknown_tool_is_not_renamed(local_sandbox: Sandbox) -> None:
+    assert call("prob", {"text": "x"}, local_sandbox, PROBES) == {
+        "error": "Unknown tool 'prob'. Available tools: boom, gone, odd, probe, text"
+    }
+    assert call("x", {}, local_sandbox, {}) == {"error": "Unknown tool 'x'. Available tools: none"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ('{"text": "x"', "not valid JSON: Expecting ',' delimiter at line 1 column 13"),
+        ("[1]", "must be a JSON object, got array"),
+        ('"text"', "must be a JSON object, got string"),
+    ],
+)
+def test_malformed_arguments(local_sandbox: Sandbox, raw: str, fragment: str) -> None:
+    error = call("probe", raw, local_sandbox, PROBES)["error"]
+    assert error.startswith("Arguments for 'probe'") and fragment in error
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        ({}, "missing required field 'text'"),
+        ({"text": 3}, "field 'text' must be string, got integer"),
+        ({"text": "x", "count": "42"}, "field 'count' must be integer, got string"),
+        ({"text": "x", "count": True}, "field 'count' must be integer, got boolean"),
+        ({"text": "x", "count": 1.5}, "field 'count' must be integer, got number"),
+        ({"text": "x", "mode": "c"}, 'field \'mode\' must be one of "a", "b", got "c"'),
+        ({"text": "x", "tags": ["ok", 7]}, "field 'tags[1]' must be string, got integer"),
+        ({"text": "x", "colour": "red"}, "unexpected field 'colour'"),
+        ({"text": None}, "field 'text' must be string, got null"),  # required: null is not omission
+    ],
+)
+def test_schema_violations_name_the_field(
+    local_sandbox: Sandbox, args: dict[str, Any], fragment: str
+) -> None:
+    error = call("probe", args, local_sandbox, PROBES)["error"]
+    assert error.startswith("Invalid arguments for 'probe': ") and fragment in error
+
+
+def test_null_optional_fields_count_as_omitted(local_sandbox: Sandbox) -> None:
+    out = call("probe", {"text": "x", "count": None, "maybe": None}, local_sandbox, PROBES)
+    assert out["args"] == {"text": "x"}
+
+
+def test_all_problems_are_reported_together() -> None:
+    problems = validate_arguments({"count": "1", "zzz": 0}, SCHEMA["parameters"])  # type: ignore[arg-type]
+    assert len(problems) == 3
+
+
+def test_handler_exception_becomes_a_result_and_is_logged(
+    local_sandbox: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="model_tools"):
+        out = call("boom", {"text": "x"}, local_sandbox, PROBES)
+    assert out == {"error": "Tool 'boom' failed: ValueError: disk on fire"}
+    assert caplog.records[-1].exc_info is not None
+
+
+def test_string_results_pass_through_and_unserialisable_ones_fail(local_sandbox: Sandbox) -> None:
+    assert handle_function_call("text", "", local_sandbox, PROBES) == "already a string"  # "" means {}
+    assert call("odd", "{}", local_sandbox, PROBES)["error"].startswith("Tool 'odd' failed: TypeError:")
+    assert call("gone", "{}", local_sandbox, PROBES) == {"error": "Tool 'gone' is not available: no backend"}
+
+
+# ---------------------------------------------------------------- the real tools
+
+
+def test_real_file_and_terminal_tools_through_dispatch(local_sandbox: Sandbox) -> None:
+    allowed = resolve_tools(["terminal", "file"]).allowed
+    written = call("write_file", {"path": "notes/a.txt", "content": "alpha\nbeta\n"}, local_sandbox, allowed)
+    assert written["bytes_written"] == 11
+    read = call("read_file", {"path": "notes/a.txt"}, local_sandbox, allowed)
+    assert "alpha" in read["content"] and read["total_lines"] == 2
+    ran = call("terminal", {"command": "wc -l < notes/a.txt"}, local_sandbox, allowed)
+    assert ran["output"].strip() == "2" and ran["exit_code"] == 0
+    bad = call("read_file", {"path": 5}, local_sandbox, allowed)
+    assert bad["error"] == "Invalid arguments for 'read_file': field 'path' must be string, got integer"
+    assert call("process", {}, local_sandbox, allowed)["error"].startswith("Unknown tool 'process'")
+
+
+def test_real_results_are_classified_by_tool_stats(local_sandbox: Sandbox) -> None:
+    allowed = resolve_tools(["terminal", "file"]).allowed
+    plan = [
+        ("terminal", {"command": "exit 3"}),  # ran; a non-zero exit is not a tool failure
+        ("read_file", {"path": "missing.txt"}),
+        ("patch", {"mode": "replace", "path": "missing.txt", "old_string": "a", "new_string": "b"}),
+    ]
+    calls = [
+        {"id": str(i), "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+        for i, (n, a) in enumerate(plan)
+    ]
+    messages: list[dict[str, Any]] = [{"role": "assistant", "content": "", "tool_calls": calls}]
+    for i, (name, args) in enumerate(plan):
+        content = handle_function_call(name, json.dumps(args), local_sandbox, allowed)
+        messages.append({"role": "tool", "tool_call_id": str(i), "content": content})
+    stats, _ = tool_stats(messages, TOOL_TO_TOOLSET_MAP)
+    assert stats["terminal"] == {"count": 1, "success": 1, "failure": 0}
+    assert stats["read_file"] == {"count": 1, "success": 0, "failure": 1}
+    assert stats["patch"] == {"count": 1, "success": 0, "failure": 1}
+    assert set(stats) == set(TOOL_TO_TOOLSET_MAP)
