@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent import worker
+from agent import worker_entry
 from agent.entry import failure_record
 from agent.run_config import RunConfig
 
@@ -58,7 +58,7 @@ class Scheduler:
     def run(self, jobs: Iterable[dict[str, Any]]) -> Tally:
         procs = [
             self.ctx.Process(
-                target=worker.main,
+                target=worker_entry.main,
                 args=(i, self.config, self.jobs, self.events, os.getpid()),
                 name=f"agent-worker-{i}",
             )

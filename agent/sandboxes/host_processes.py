@@ -67,7 +67,8 @@ class ProcessGroups:
         # A remembered group may have died on its own and its id been taken by an unrelated
         # group (pid_max is often 32768): kill only groups that still hold one of our processes.
         home_entry = f"HOME={self._home}".encode()
-        members = _group_members(groups)
+        groups = {g for g in groups if _group_alive(g)}  # most commands ended: skip the /proc walk
+        members = _group_members(groups) if groups else {}
         kill_groups([g for g in groups if any(_belongs_to(p, self._dir, home_entry) for p in members[g])])
         kill_strays(self._dir, self._home)  # descendants that left their group (setsid, double fork)
 
@@ -158,6 +159,17 @@ def kill_groups(pgids: Collection[int], patience: float = 2.0) -> None:
     deadline = time.monotonic() + patience
     while pgids and _running_in(pgids) and time.monotonic() < deadline:
         time.sleep(POLL_INTERVAL / 5)  # SIGKILL is delivered asynchronously
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process (zombies included) is left in the group: one syscall, no /proc walk."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's group now holds that id; _group_members will tell
+    return True
 
 
 def _running_in(pgids: Collection[int]) -> bool:

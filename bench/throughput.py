@@ -1,0 +1,193 @@
+"""Throughput benchmark: the real `batch_runner.py` against the simulated endpoint.
+
+    python bench/throughput.py            # the full set of cases (about 3 minutes)
+    python bench/throughput.py --quick    # smaller datasets
+
+Each prompt makes one tool call, then gives a final answer (2 model calls). The endpoint runs
+in this process (its CPU is not the runner's); the runner is a subprocess whose CPU time
+(parent + workers + their tool processes) and peak RSS (whole process tree) are measured.
+Efficiency = achieved prompts/s / ideal, ideal = in-flight limit / (calls per prompt × latency),
+measured from the endpoint's first request to the runner's exit (worker start-up excluded,
+reported separately).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.simulated_endpoint import SimulatedEndpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+CALLS_PER_PROMPT = 2
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    prompts: int
+    latency: float
+    max_inflight: int
+    num_workers: int
+    rate_429: float = 0.0
+
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _tree(pid: int) -> tuple[int, float]:
+    """(resident KiB, CPU seconds incl. reaped children) of `pid` and its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        ppid = int(fields.get("PPid", "0").strip())
+        children.setdefault(ppid, []).append(int(entry))
+        rss[int(entry)] = int(fields.get("VmRSS", "0 kB").split()[0])
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu[int(entry)] = sum(int(x) for x in stat[11:15]) / TICKS
+        except (OSError, IndexError, ValueError):
+            continue
+    total, seconds, stack = 0, 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        total += rss.get(current, 0)
+        seconds += cpu.get(current, 0.0)
+        stack += children.get(current, [])
+    return total, seconds
+
+
+class Sampler(threading.Thread):
+    """Samples the runner's tree RSS and notes when the endpoint sees its first request."""
+
+    def __init__(self, pid: int, endpoint: SimulatedEndpoint) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.endpoint = pid, endpoint
+        self.peak_kib = 0
+        self.first_request: float | None = None
+        self.cpu_at_first_request = 0.0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            kib, cpu = _tree(self.pid)
+            self.peak_kib = max(self.peak_kib, kib)
+            if self.first_request is None and self.endpoint.stats.requests_total > 0:
+                self.first_request, self.cpu_at_first_request = time.monotonic(), cpu
+            self.stop.wait(0.05)
+
+
+def _dataset(path: Path, n: int) -> None:
+    with path.open("w") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"prompt": f"Benchmark task number {i}: list the files."}) + "\n")
+
+
+def run_case(case: Case, workdir: Path) -> dict[str, Any]:
+    dataset = workdir / f"{case.name}.jsonl"
+    _dataset(dataset, case.prompts)
+    with SimulatedEndpoint(latency=case.latency, rate_429=case.rate_429, retry_after=0.5, record=False) as ep:
+        cmd = [
+            sys.executable, str(ROOT / "batch_runner.py"),
+            f"--dataset_file={dataset}", "--batch_size=100", f"--run_name={case.name}",
+            f"--output_dir={workdir / 'runs'}", f"--base_url={ep.base_url}", "--api_key=bench",
+            "--model=sim-model", f"--num_workers={case.num_workers}", f"--max_inflight={case.max_inflight}",
+            "--distribution=terminal_only",
+        ]  # fmt: skip
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=workdir)
+        sampler = Sampler(proc.pid, ep)
+        sampler.start()
+        _, err = proc.communicate()
+        ended = time.monotonic()
+        sampler.stop.set()
+        sampler.join()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        stats = ep.stats
+    if proc.returncode != 0:
+        raise SystemExit(f"{case.name}: runner exited {proc.returncode}:\n{err.decode()[-3000:]}")
+    run_stats = json.loads((workdir / "runs" / case.name / "statistics.json").read_text())
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    window = ended - (sampler.first_request or started)
+    achieved = case.prompts / window
+    ideal = case.max_inflight / (CALLS_PER_PROMPT * case.latency) if case.latency else float("nan")
+    inv = run_stats["this_invocation"]
+    return {
+        "case": case.name,
+        "prompts": case.prompts,
+        "latency_s": case.latency,
+        "max_inflight": case.max_inflight,
+        "workers": case.num_workers,
+        "rate_429": case.rate_429,
+        "wall_s": round(ended - started, 2),
+        "startup_s": round((sampler.first_request or started) - started, 2),
+        "prompts_per_s": round(achieved, 1),
+        "efficiency": round(achieved / ideal, 3) if case.latency else None,
+        "peak_inflight_at_endpoint": stats.peak_inflight,
+        "model_calls": stats.requests_total,
+        "cpu_ms_per_call": round(1000 * cpu / max(stats.requests_total, 1), 3),
+        "steady_cpu_ms_per_call": round(
+            1000 * (cpu - sampler.cpu_at_first_request) / max(stats.requests_total, 1), 3
+        ),
+        "peak_rss_mb": round(sampler.peak_kib / 1024, 1),
+        "completed": inv["completed"],
+        "failed": inv["failed"],
+        "failures": run_stats["failures"],
+        "rate_limited": run_stats["rate_limiting"]["rate_limited"],
+    }
+
+
+def cases(quick: bool) -> list[Case]:
+    n = 500 if quick else 2000
+    return [
+        Case("ours_256", n, 0.5, 256, 2),
+        Case("reference_sched", 100 if quick else 200, 0.5, 4, 4),
+        Case("cpu_latency0", n, 0.0, 256, 2),
+        Case("throttled_429", n, 0.5, 256, 2, rate_429=0.2),
+        Case("ours_256_x10", n * 10, 0.5, 256, 2),
+    ]
+
+
+def main() -> None:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", help="comma-separated case names")
+    args = parser.parse_args()
+    selected = [c for c in cases(args.quick) if not args.only or c.name in args.only.split(",")]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
+        for case in selected:
+            result = run_case(case, Path(tmp))
+            results.append(result)
+            print(json.dumps(result), flush=True)
+    by_name = {r["case"]: r for r in results}
+    if "ours_256" in by_name and "reference_sched" in by_name:
+        ratio = by_name["ours_256"]["prompts_per_s"] / by_name["reference_sched"]["prompts_per_s"]
+        print(f"throughput ratio ours_256 / reference scheduling (4 workers, 1 each): {ratio:.1f}x")
+    if "ours_256" in by_name and "ours_256_x10" in by_name:
+        a, b = by_name["ours_256"]["peak_rss_mb"], by_name["ours_256_x10"]["peak_rss_mb"]
+        print(f"peak RSS {by_name['ours_256']['prompts']} prompts: {a} MB; ×10 prompts: {b} MB")
+
+
+if __name__ == "__main__":
+    main()
