@@ -175,7 +175,8 @@ class AIAgent:
             try:
                 reply = await model.complete(request)
             except ModelAPIError as exc:
-                log.warning("%sAPI failure (%s): %s", cfg.log_prefix, exc.error_class, exc)
+                # INFO, not WARNING: the outcome is returned, and the caller reports it once.
+                log.info("%sAPI failure (%s): %s", cfg.log_prefix, exc.error_class, exc)
                 return convo.result(Outcome.API_FAILURE, error=str(exc), error_class=exc.error_class)
             convo.usage += reply.usage
             convo.messages.append(assistant_message(reply))

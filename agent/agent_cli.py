@@ -102,8 +102,12 @@ def run(
         error_class, error = result["error_class"], result["error"]
         print(f"error: the model endpoint at {url} failed ({error_class}): {error}", file=sys.stderr)
         sys.exit(1)
-    print(result["final_response"] or f"[no final answer: {result['outcome']}: {result['error']}]")
-    sys.exit(0 if result["completed"] else 4)
+    if not result["completed"]:
+        outcome, error = result["outcome"], result["error"]
+        print(f"error: the conversation ended without a final answer ({outcome}): {error}", file=sys.stderr)
+        sys.exit(4)
+    print(result["final_response"])
+    sys.exit(0)
 
 
 def _is_loopback(url: str) -> bool:

@@ -19,6 +19,9 @@ _BLOCK = re.compile(
 )
 # A block opened but never closed (output cut at max_tokens): the rest is reasoning.
 _UNCLOSED = re.compile(r"<(?P<tag>" + "|".join(_TAGS) + r")>(?P<body>.*)\Z", re.DOTALL | re.IGNORECASE)
+# A close tag with no opener: the opener was in the chat template (the model's output starts
+# inside the block), so everything before it is reasoning.
+_STRAY_CLOSE = re.compile(r"\A(?P<body>.*?)</(?:" + "|".join(_TAGS) + r")>\s*", re.DOTALL | re.IGNORECASE)
 _DETAIL_KEYS = ("summary", "thinking", "content", "text")
 
 
@@ -49,6 +52,10 @@ def split_inline(content: str) -> tuple[list[str], str]:
     """Inline reasoning blocks found in `content`, and the content without them."""
     found = [m.group("body").strip() for m in _BLOCK.finditer(content)]
     cleaned = _BLOCK.sub("", content)
+    stray = _STRAY_CLOSE.match(cleaned)
+    if stray:
+        found.insert(0, stray.group("body").strip())
+        cleaned = cleaned[stray.end() :]
     tail = _UNCLOSED.search(cleaned)
     if tail:
         found.append(tail.group("body").strip())

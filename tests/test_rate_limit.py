@@ -1,0 +1,233 @@
+"""`AdaptiveLimiter` on a real event loop: AIMD (one cut per window of 429s, additive recovery),
+Retry-After pauses, errors that must not cut, in-flight, rpm and tpm limits; and the limiter in
+front of the real client against the simulated endpoint. Assertions are on limits, counters
+and the order of events, never on elapsed time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+
+from agent import llm_client
+from agent.endpoint_server import EndpointFault
+from agent.llm_client import OpenAIChatModel
+from agent.protocols import ChatRequest
+from agent.rate_limit import AdaptiveLimiter
+from agent.simulated_endpoint import SimulatedEndpoint, Turn
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(test())  # type: ignore[arg-type]
+
+
+async def ticks(n: int = 20) -> None:
+    """Let every ready task run (a few loop passes and a tiny sleep)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
+
+
+async def once(limiter: AdaptiveLimiter, outcome: str, retry_after: float | None = None) -> None:
+    async with limiter.slot() as ticket:
+        if outcome == "ok":
+            ticket.succeeded(10)
+        else:
+            ticket.failed(outcome, retry_after)
+
+
+def limits(limiter: AdaptiveLimiter) -> list[float]:
+    return [limit for _, limit in limiter.stats.history]
+
+
+# ---------------------------------------------------------------- AIMD
+
+
+def test_a_burst_of_429s_cuts_the_limit_once_per_window() -> None:
+    async def go() -> None:
+        limiter = AdaptiveLimiter(8)
+        async with AsyncExitStack() as stack:
+            tickets = [await stack.enter_async_context(limiter.slot()) for _ in range(8)]
+            assert limiter.inflight == 8
+            for ticket in tickets:  # all sent under the old limit: one cut, not eight
+                ticket.failed("rate_limit", None)
+            assert (limiter.limit, limiter.generation, limiter.stats.rate_limited) == (4, 1, 8)
+        await once(limiter, "rate_limit")  # sent under the new limit: news, cut again
+        assert (limiter.limit, limiter.generation) == (2, 2)
+        for _ in range(4):
+            await once(limiter, "rate_limit")
+        assert limiter.limit == limiter.minimum == 1
+        assert limits(limiter)[:4] == [8, 4, 2, 1]
+        assert limiter.stats.rate_limited == 13
+
+    run(go)
+
+
+def test_successes_grow_the_limit_back_additively_up_to_the_maximum() -> None:
+    async def go() -> None:
+        limiter = AdaptiveLimiter(4, initial=2)
+        await once(limiter, "ok")
+        assert 2 < limiter.limit < 3  # additive: no jump
+        grown = 1
+        while int(limiter.limit) < 3:
+            await once(limiter, "ok")
+            grown += 1
+        assert grown in (2, 3)  # about one slot per window of `limit` successes
+        for _ in range(100):
+            await once(limiter, "ok")
+        assert limiter.limit == 4  # capped
+        assert [int(limit) for limit in limits(limiter)] == [2, 3, 4]
+
+    run(go)
+
+
+@pytest.mark.parametrize(
+    ("error_class", "counter"),
+    [("server_error", "server_errors"), ("timeout", "timeouts"), ("connection", "connection_errors")],
+)
+def test_server_errors_and_timeouts_never_cut_or_pause(error_class: str, counter: str) -> None:
+    async def go() -> None:
+        limiter = AdaptiveLimiter(8)
+        for _ in range(5):
+            await once(limiter, error_class, retry_after=60.0)
+        assert (limiter.limit, limiter.generation, limiter.paused_until) == (8, 0, 0.0)
+        assert getattr(limiter.stats, counter) == 5 and limiter.stats.rate_limited == 0
+        await asyncio.wait_for(once(limiter, "ok"), 5)  # no pause: the next call starts
+
+    run(go)
+
+
+# ---------------------------------------------------------------- waiting for a slot
+
+
+def test_retry_after_pauses_new_calls_until_it_has_passed() -> None:
+    async def go() -> None:
+        limiter = AdaptiveLimiter(4)
+        await once(limiter, "rate_limit", retry_after=60.0)
+        blocked = asyncio.create_task(once(limiter, "ok"))
+        await ticks()
+        assert not blocked.done() and limiter.inflight == 0
+        blocked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await blocked
+        assert limiter.inflight == 0  # a cancelled waiter holds nothing
+
+        short = AdaptiveLimiter(4)
+        await once(short, "rate_limit", retry_after=0.05)
+        resume = short.paused_until
+        async with short.slot():
+            started = time.monotonic()
+        assert started >= resume  # it waited for the pause, however long that took
+
+    run(go)
+
+
+def test_the_in_flight_limit_makes_calls_wait_for_a_free_slot() -> None:
+    async def go() -> None:
+        limiter = AdaptiveLimiter(2)
+        events: list[str] = []
+        release = {name: asyncio.Event() for name in "abc"}
+
+        async def call(name: str) -> None:
+            async with limiter.slot():
+                events.append(f"{name} started")
+                await release[name].wait()
+            events.append(f"{name} done")
+
+        tasks = [asyncio.create_task(call(name)) for name in "abc"]
+        await ticks()
+        assert events == ["a started", "b started"] and limiter.inflight == 2
+        release["b"].set()
+        await ticks()
+        assert events == ["a started", "b started", "b done", "c started"]
+        release["a"].set()
+        release["c"].set()
+        await asyncio.gather(*tasks)
+        assert limiter.stats.peak_inflight == 2 and limiter.stats.calls == 3
+
+    run(go)
+
+
+def test_rpm_paces_the_starts_of_calls() -> None:
+    async def go() -> None:
+        paced = AdaptiveLimiter(10, rpm=1)  # one start a minute
+        await once(paced, "ok")
+        second = asyncio.create_task(once(paced, "ok"))
+        await ticks()
+        assert not second.done() and paced.stats.calls == 1
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+
+        unpaced = AdaptiveLimiter(10)
+        for _ in range(3):
+            await asyncio.wait_for(once(unpaced, "ok"), 5)
+        assert unpaced.stats.calls == 3
+
+    run(go)
+
+
+def test_tpm_waits_once_the_minute_budget_is_spent() -> None:
+    async def go() -> None:
+        limiter = AdaptiveLimiter(10, tpm=100)
+        async with limiter.slot() as ticket:
+            ticket.succeeded(60)
+        await asyncio.wait_for(once(limiter, "ok"), 5)  # 60 + 10 < 100: still within budget
+        async with limiter.slot() as ticket:
+            ticket.succeeded(40)  # 110 spent in this minute
+        blocked = asyncio.create_task(once(limiter, "ok"))
+        await ticks()
+        assert not blocked.done() and limiter.stats.calls == 3
+        blocked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await blocked
+
+    run(go)
+
+
+# ---------------------------------------------------------------- in front of the real client
+
+
+def _complete_all(endpoint: SimulatedEndpoint, limiter_options: dict[str, Any], prompts: list[str]) -> Any:
+    async def go() -> AdaptiveLimiter:
+        limiter = AdaptiveLimiter(**limiter_options)
+        model = OpenAIChatModel(
+            base_url=endpoint.base_url, api_key="k", model="sim-model", limiter=limiter, max_retries=3, seed=0
+        )
+        try:
+            requests = [ChatRequest(messages=[{"role": "user", "content": p}], tools=[]) for p in prompts]
+            replies = await asyncio.gather(*(model.complete(r) for r in requests))
+        finally:
+            await model.aclose()
+        assert [r.content for r in replies] == [f"answer {p}" for p in prompts]
+        return limiter
+
+    return asyncio.run(go())
+
+
+def test_the_client_reports_a_429_burst_and_the_limiter_cuts_once(
+    sim_endpoint: SimulatedEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(llm_client, "BACKOFF_BASE", 0.01)
+    prompts = [f"p{i}" for i in range(6)]
+    limited = EndpointFault(429, "slow down", headers={"Retry-After": "0.05"})
+    for prompt in prompts:
+        sim_endpoint.script(prompt, [Turn(fault=limited), Turn(content=f"answer {prompt}")])
+    limiter = _complete_all(sim_endpoint, {"maximum": 6}, prompts)
+    assert (limiter.stats.rate_limited, limiter.stats.calls, limiter.generation) == (6, 12, 1)
+    assert min(limits(limiter)) == 3  # six 429s from one window: halved once
+    assert limiter.limit > 3  # and the six successful retries grew it back a little
+    assert len(sim_endpoint.requests) == 12 and sim_endpoint.stats.faults == {"429": 6}
+
+
+def test_the_limiter_bounds_the_calls_in_flight(sim_endpoint: SimulatedEndpoint) -> None:
+    prompts = [f"q{i}" for i in range(6)]
+    for prompt in prompts:
+        sim_endpoint.script(prompt, [Turn(content=f"answer {prompt}", delay=0.05)])
+    limiter = _complete_all(sim_endpoint, {"maximum": 2}, prompts)
+    assert limiter.stats.peak_inflight == 2 and limiter.stats.calls == 6
+    assert sim_endpoint.stats.peak_inflight <= 2
