@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.endpoint",
     "tests.fixtures.sandbox",
+    "tests.fixtures.containers",
 ]

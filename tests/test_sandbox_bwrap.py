@@ -1,0 +1,207 @@
+"""The bubblewrap backend with real namespaces: isolation, read-only root, private /tmp,
+limits, timeouts, file access that cannot escape, cleanup."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.errors import SandboxError, SandboxPathError
+from agent.protocols import Sandbox, SandboxSpec
+from agent.sandboxes import SandboxOptions, sandbox_factory
+from agent.sandboxes.bwrap import BwrapSandbox, open_sandbox, reap_stale, unavailable_reason
+from tests.fixtures.containers import exercise_tools
+
+pytestmark = pytest.mark.bwrap
+SPEC = SandboxSpec(run_name="run-b", prompt_key="prompt-0")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _host_processes(marker: str) -> list[int]:
+    """Host pids whose command line contains `marker`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" "):
+                found.append(int(name))
+    return found
+
+
+def test_commands_run_in_fresh_namespaces(bwrap_options: SandboxOptions) -> None:
+    with open_sandbox(SPEC, bwrap_options) as sandbox:
+        result = sandbox.exec(
+            "echo pid=$$; ls -d /proc/[0-9]* | wc -l; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; "
+            "hostname; id -u",
+            timeout=30,
+        )
+        lines = result.output.split()
+        assert lines[0] in ("pid=1", "pid=2")
+        assert int(lines[1]) <= 4  # bwrap, the shell, ls and wc: nothing of the host
+        assert lines[2:] == ["lo", "sandbox", "0"]
+
+
+def test_the_root_is_read_only_and_only_the_sandbox_places_are_writable(
+    bwrap_options: SandboxOptions,
+) -> None:
+    with open_sandbox(SPEC, bwrap_options) as sandbox:
+        for path in ("/usr/x", "/etc/x", "/x", "/proc/x"):
+            assert sandbox.exec(f"touch {path}", timeout=30).exit_code != 0, path
+        result = sandbox.exec("touch /workspace/w /tmp/t && echo ok", timeout=30)
+        assert result.output == "ok\n"
+        assert sandbox.host_dir is not None
+        assert os.path.exists(os.path.join(sandbox.host_dir, "workspace", "w"))
+        with pytest.raises(SandboxPathError):
+            sandbox.write_file("/usr/local/evil", b"x")
+
+
+def test_tmp_is_private_and_lasts_for_the_prompt(bwrap_options: SandboxOptions) -> None:
+    marker = f"private-{os.getpid()}"
+    with open_sandbox(SPEC, bwrap_options) as first:
+        first.exec(f"echo kept > /tmp/{marker}", timeout=30)
+        assert first.exec(f"cat /tmp/{marker}", timeout=30).output == "kept\n"  # a later command sees it
+        assert not os.path.exists(f"/tmp/{marker}")  # not the host's /tmp
+        with open_sandbox(SandboxSpec("run-b", "prompt-1"), bwrap_options) as second:
+            assert second.exec(f"cat /tmp/{marker}", timeout=30).exit_code != 0
+
+
+def test_the_environment_is_cleared(bwrap_options: SandboxOptions, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret-4711")
+    with open_sandbox(SPEC, bwrap_options) as sandbox:
+        environment = sandbox.exec("env", timeout=30).output
+        assert "sk-test-secret-4711" not in environment and "OPENAI_API_KEY" not in environment
+        assert "HOME=/workspace" in environment.splitlines()
+
+
+def test_a_timeout_kills_everything_the_command_started(bwrap_options: SandboxOptions) -> None:
+    marker = f"sleep 3{os.getpid() % 1000:03d}"
+    with open_sandbox(SPEC, bwrap_options) as sandbox:
+        result = sandbox.exec(f"echo started; ({marker} &); setsid {marker} & {marker}", timeout=2)
+        assert result.timed_out and result.exit_code == 124 and "started" in result.output
+        assert _host_processes(marker) == []
+
+
+def test_limits_hold_memory_and_process_count(bwrap_options: SandboxOptions) -> None:
+    with open_sandbox(SPEC, bwrap_options) as sandbox:
+        hog = sandbox.exec("python3 -c 'b = bytearray(1024 * 1024 * 1024)'", timeout=60)
+        assert hog.exit_code != 0 and "MemoryError" in hog.output
+        bomb = sandbox.exec(
+            "bomb() { bomb | bomb & }; bomb 2>/dev/null; SECONDS=0; while [ $SECONDS -lt 2 ]; do :; done; "
+            'n=0; for d in /proc/[0-9]*; do n=$((n + 1)); done; echo "count=$n"',
+            timeout=30,
+        )
+        count = int(bomb.output.rsplit("count=", 1)[1].split()[0])
+        assert bwrap_options.pids_limit // 2 <= count <= bwrap_options.pids_limit + 1  # + bwrap's pid 1
+        assert subprocess.run(["true"], check=False).returncode == 0
+        assert sandbox.exec("echo alive", timeout=30).output == "alive\n"  # the bomb died with its command
+
+
+def test_files_map_to_the_workspace_and_symlinks_cannot_escape(bwrap_options: SandboxOptions) -> None:
+    with open_sandbox(SandboxSpec("run-b", "prompt-0", cwd="src"), bwrap_options) as sandbox:
+        assert sandbox.workdir == "/workspace/src"
+        sandbox.write_file("pkg/mod.py", b"print('hi')")
+        assert sandbox.exec("python3 pkg/mod.py", timeout=30).output == "hi\n"
+        assert sandbox.read_file("/workspace/src/pkg/mod.py") == b"print('hi')"
+        sandbox.exec("ln -s /etc/shadow shadow; ln -s /root/.bashrc rc; ln -s pkg/mod.py mine", timeout=30)
+        for escaping in ("shadow", "rc"):  # host paths the sandbox cannot see
+            with pytest.raises(FileNotFoundError):
+                sandbox.read_file(escaping)
+        assert sandbox.read_file("mine") == b"print('hi')"
+        assert sandbox.read_file("/etc/os-release").startswith(b"PRETTY_NAME")  # read inside
+        with pytest.raises(IsADirectoryError):
+            sandbox.read_file("pkg")
+        with pytest.raises(OSError, match="not a regular file"):
+            sandbox.read_file("/dev/zero")
+
+
+def test_a_cwd_outside_the_workspace_becomes_writable(bwrap_options: SandboxOptions) -> None:
+    with open_sandbox(SandboxSpec("run-b", "p", cwd="/app"), bwrap_options) as sandbox:
+        assert sandbox.exec("pwd && touch made && echo ok", timeout=30).output == "/app\nok\n"
+        assert sandbox.read_file("made") == b""
+    with (
+        pytest.raises(SandboxPathError),
+        open_sandbox(SandboxSpec("run-b", "p", cwd="/usr/nowhere"), bwrap_options),
+    ):
+        pytest.fail("the sandbox must not open")
+
+
+def test_an_unpacked_image_root_is_used(bwrap_options: SandboxOptions, image_root: str) -> None:
+    with open_sandbox(SandboxSpec("run-b", "p", image=image_root), bwrap_options) as sandbox:
+        assert sandbox.exec("test -d /var/lib/dpkg && echo image", timeout=30).output == "image\n"
+        assert sandbox.exec("touch /usr/x", timeout=30).exit_code != 0
+    with open_sandbox(SPEC, bwrap_options) as sandbox:  # the host root has no /var
+        assert sandbox.exec("test -d /var/lib/dpkg || echo host", timeout=30).output == "host\n"
+    with (
+        pytest.raises(SandboxError, match="not an unpacked root"),
+        open_sandbox(SandboxSpec("run-b", "p", image="/nonexistent-root"), bwrap_options),
+    ):
+        pytest.fail("the sandbox must not open")
+
+
+@pytest.mark.parametrize("failure", [None, RuntimeError, KeyboardInterrupt])
+def test_the_sandbox_directory_is_removed(
+    bwrap_options: SandboxOptions, failure: type[BaseException] | None
+) -> None:
+    expectation = pytest.raises(failure) if failure else contextlib.nullcontext()
+    with expectation, open_sandbox(SPEC, bwrap_options) as sandbox:
+        sandbox.exec(
+            "mkdir -p locked/inner && touch locked/inner/f && chmod 000 locked/inner locked", timeout=30
+        )
+        host_dir = sandbox.host_dir
+        if failure:
+            raise failure()
+    assert host_dir is not None and not os.path.exists(host_dir)
+
+
+def test_the_registry_reports_and_opens_bwrap(bwrap_options: SandboxOptions) -> None:
+    assert unavailable_reason(bwrap_options) is None
+    with sandbox_factory(bwrap_options)(SPEC) as sandbox:
+        assert isinstance(sandbox, Sandbox) and isinstance(sandbox, BwrapSandbox)
+        assert sandbox.exec("echo $((6 * 7))", timeout=30).output == "42\n"
+
+
+def test_the_terminal_and_file_tools_work_in_bwrap(bwrap_options: SandboxOptions) -> None:
+    with open_sandbox(SPEC, bwrap_options) as sandbox:
+        exercise_tools(sandbox)
+
+
+ORPHAN = """
+import sys, time
+from agent.protocols import SandboxSpec
+from agent.sandboxes import SandboxOptions
+from agent.sandboxes.bwrap import open_sandbox
+options = SandboxOptions(backend="bwrap", root=sys.argv[1])
+with open_sandbox(SandboxSpec("run-b", "orphan"), options) as sandbox:
+    sandbox.exec("touch /workspace/left", timeout=60)
+    print("ready", flush=True)
+    sandbox.exec("sleep 600", timeout=900)
+"""
+
+
+def test_reap_stale_removes_what_a_killed_runner_left(bwrap_options: SandboxOptions, bwrap_root: str) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN, bwrap_root],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert child.stdout is not None
+    try:
+        assert child.stdout.readline() == b"ready\n"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+    [orphan] = os.listdir(bwrap_root)
+    assert os.path.exists(os.path.join(bwrap_root, orphan, "workspace", "left"))
+    assert _host_processes("sleep 600") == []  # its sandboxed processes died with it
+    with open_sandbox(SPEC, bwrap_options) as alive:
+        assert reap_stale(bwrap_root) == [os.path.join(bwrap_root, orphan)]
+        assert alive.host_dir is not None and os.path.isdir(alive.host_dir)
+    assert os.listdir(bwrap_root) == []
