@@ -44,6 +44,11 @@ from model_tools import toolset_availability
 console = Console(stderr=True)
 
 
+def _say(line: str) -> None:
+    """One operator line, never wrapped at the console width (logs and tests read it whole)."""
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def _required(value: Any, flag: str) -> Any:
     if value is None or value == "":
         raise ConfigError(f"--{flag} is required (see --help)")
@@ -193,9 +198,9 @@ def main(
     _check_ready(config)
     scan = scan_dataset(config.dataset_file, config.max_samples)
     for error in scan.errors:
-        console.print(f"[yellow]skipped[/yellow] {error}", highlight=False)
+        _say(f"skipped {error}")
     if scan.error_count > len(scan.errors):
-        console.print(f"… and {scan.error_count - len(scan.errors)} more invalid lines", highlight=False)
+        _say(f"… and {scan.error_count - len(scan.errors)} more invalid lines")
     with _embedded_endpoint(config) as config:
         sys.exit(BatchRun(config, console).run(scan))
 
@@ -231,15 +236,23 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # SIGTERM stops the run like Ctrl-C: sandboxes destroyed, checkpoint written
 
 
+def _log_handler() -> logging.Handler:
+    """Rich output above the live progress bar on a terminal; elsewhere plain whole lines, since
+    a RichHandler wraps each record at the console width and shreds `[B<n>:P<i>]` log lines."""
+    if console.is_terminal:
+        return RichHandler(console=console, show_path=False)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    return handler
+
+
 def run_cli() -> None:
-    logging.basicConfig(
-        level=logging.WARNING, format="%(message)s", handlers=[RichHandler(console=console, show_path=False)]
-    )
+    logging.basicConfig(level=logging.WARNING, handlers=[_log_handler()])
     signal.signal(signal.SIGTERM, _terminate)
     try:
         fire.Fire(main)
     except AgentError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        _say(f"error: {exc}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -61,17 +61,31 @@ class BatchRun:
             self.store.close()
         failed = sum(self.stats.to_dict(**self._summary(scan, 0.0))["failures"].values())
         if failed:
-            self.console.print(f"[red]{failed} prompt(s) failed[/red]: rerun with --resume to retry them.")
+            self.console.print(
+                f"[red]{failed} prompt(s) failed[/red]: rerun with --resume to retry them.", soft_wrap=True
+            )
             return EXIT_FAILURES
         return EXIT_OK
 
     def _open_run(self) -> RunIndex:
         for note in self.store.repair():
             log.warning("%s", note)
+        self._reap_sandboxes()
         index = self.store.scan()
         self.attempts = dict(index.failures)
         self.store.write_json("run_config.json", self.config.public())
         return index
+
+    def _reap_sandboxes(self) -> None:
+        """Remove local sandboxes whose owner died (a worker killed by OOM or kill -9 cannot
+        clean up). Only the local backend has a reaper callable without a client; the docker
+        one (`container_lifecycle.reap_stale`) needs a backend-neutral hook in agent.sandboxes."""
+        if self.config.sandbox.backend != "local":
+            return
+        from agent.sandboxes.local import reap_stale
+
+        for path in reap_stale(self.config.sandbox.root):
+            log.warning("removed a sandbox left by a dead process: %s", path)
 
     def _plan(self, index: RunIndex) -> int:
         """How many prompts remain; records which dataset indices are already done."""
@@ -205,4 +219,5 @@ class BatchRun:
         self.store.write_json("statistics.json", stats)
         render_statistics(stats, self.console)
         if merge:
-            self.console.print(f"Trajectories: {self.config.run_dir / 'trajectories.jsonl'}")
+            path = self.config.run_dir / "trajectories.jsonl"
+            self.console.print(f"Trajectories: {path}", markup=False, highlight=False, soft_wrap=True)

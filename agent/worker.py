@@ -79,9 +79,17 @@ class Worker:
             tpm=config.tpm / share if config.tpm else None,
         )
         self.stopping = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def _stop(self) -> None:
+        """SIGTERM: take no new job and cancel every conversation now (destroying its sandbox),
+        also when the job queue already ran dry and we are only waiting for the last ones."""
+        self.stopping.set()
+        for task in self.tasks:
+            task.cancel()
 
     async def serve(self) -> None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.stopping.set)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._stop)
         cfg = self.config.agent
         self.model = OpenAIChatModel(
             base_url=cfg.base_url,
@@ -112,19 +120,16 @@ class Worker:
 
     async def _pull_and_run(self) -> None:
         slots = asyncio.Semaphore(self.config.inflight_per_worker)
-        tasks: set[asyncio.Task[None]] = set()
+        tasks = self.tasks
         while True:
-            await slots.acquire()
+            await slots.acquire()  # cancelled conversations free their slots on SIGTERM
             job = await self._next_job()
-            if job is None:
+            if job is None or self.stopping.is_set():  # a job got as SIGTERM came is not started
                 break
             task = asyncio.create_task(self._run_job(job))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             task.add_done_callback(lambda _: slots.release())
-        if self.stopping.is_set():
-            for task in tasks:
-                task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run_job(self, job: dict[str, Any]) -> None:

@@ -1,0 +1,124 @@
+"""Resume runs every prompt exactly once: repeated prompts run once per copy, a partial run is
+finished whatever the new order or length of the dataset, failures are recorded and retried,
+discards are recorded and never paid for again."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from agent.endpoint_server import EndpointFault
+from agent.simulated_endpoint import SimulatedEndpoint, Turn
+from tests.test_batch_support import (
+    BatchCLI,
+    batch_prompts,
+    human_prompt,
+    prompts_dataset,
+    read_json,
+    read_jsonl,
+    requested_prompts,
+    tool_then_answer,
+    trajectory_prompts,
+)
+
+
+@pytest.fixture
+def cli(tmp_path: Path, sim_endpoint: SimulatedEndpoint) -> BatchCLI:
+    return BatchCLI(tmp_path, sim_endpoint)
+
+
+def test_repeats_run_per_copy_and_resume_survives_reorder_and_extension(
+    cli: BatchCLI, sim_endpoint: SimulatedEndpoint
+) -> None:
+    dataset = cli.workdir / "prompts.jsonl"
+    prompts_dataset(dataset, ["alpha", "beta", "alpha", "gamma", "delta", "epsilon"])
+    first = cli.run(
+        f"--dataset_file={dataset}", "--batch_size=2", "--run_name=re", "--max_samples=3", "--num_workers=2"
+    )
+    assert first.returncode == 0, first
+    run_dir = cli.run_dir("re")
+    assert trajectory_prompts(run_dir) == Counter({"alpha": 2, "beta": 1})
+    assert requested_prompts(sim_endpoint) == Counter({"alpha": 2, "beta": 1})
+
+    # The dataset is reordered and extended; the stale checkpoint's indices mean nothing now.
+    prompts_dataset(dataset, ["epsilon", "delta", "gamma", "alpha", "beta", "alpha", "zeta"])
+    sim_endpoint.clear_requests()
+    second = cli.run(
+        f"--dataset_file={dataset}", "--batch_size=2", "--run_name=re", "--resume", "--num_workers=2"
+    )
+    assert second.returncode == 0, second
+    assert requested_prompts(sim_endpoint) == Counter(["epsilon", "delta", "gamma", "zeta"])
+    expected = Counter({"alpha": 2, "beta": 1, "gamma": 1, "delta": 1, "epsilon": 1, "zeta": 1})
+    assert trajectory_prompts(run_dir) == expected
+    assert batch_prompts(run_dir) == expected
+    checkpoint = read_json(run_dir / "checkpoint.json")
+    assert checkpoint["completed_prompts"] == list(range(7))
+
+
+def test_failures_are_recorded_and_retried_discards_recorded_and_not_rerun(
+    cli: BatchCLI, sim_endpoint: SimulatedEndpoint
+) -> None:
+    sim_endpoint.script("will fail", [Turn(fault=EndpointFault(401, "invalid api key (simulated)"))])
+    sim_endpoint.script("no thoughts", tool_then_answer(reasoning=False))
+    dataset = prompts_dataset(cli.workdir / "p.jsonl", ["fine one", "will fail", "no thoughts", "fine two"])
+    flags = (f"--dataset_file={dataset}", "--batch_size=2", "--run_name=ff", "--num_workers=2")
+    first = cli.run(*flags)
+    assert first.returncode == 1, first  # a failed prompt: the run is not done
+    assert "--resume" in first.stderr
+    run_dir = cli.run_dir("ff")
+    assert trajectory_prompts(run_dir) == Counter(["fine one", "fine two"])
+    failures = read_jsonl(run_dir / "failures.jsonl")
+    assert [(f["prompt_index"], f["error_class"], f["attempt"]) for f in failures] == [(1, "auth", 1)]
+    assert "invalid api key" in failures[0]["message"]
+    discarded = read_jsonl(run_dir / "discarded.jsonl")
+    assert [(d["prompt_index"], d["reason"]) for d in discarded] == [(2, "no_reasoning")]
+    assert human_prompt(discarded[0]["entry"]) == "no thoughts"
+    stats = read_json(run_dir / "statistics.json")
+    assert stats["failures"] == {"auth": 1}
+    assert stats["discarded"] == {"no_reasoning": 1} and stats["discarded_no_reasoning"] == 1
+
+    sim_endpoint.clear_requests()
+    second = cli.run(*flags, "--resume")
+    assert second.returncode == 1, second
+    assert requested_prompts(sim_endpoint) == Counter(["will fail"])  # not the discarded one
+    failures = read_jsonl(run_dir / "failures.jsonl")
+    assert [(f["error_class"], f["attempt"]) for f in failures] == [("auth", 1), ("auth", 2)]
+
+    sim_endpoint.clear()  # the endpoint recovers
+    sim_endpoint.clear_requests()
+    third = cli.run(*flags, "--resume")
+    assert third.returncode == 0, third
+    assert requested_prompts(sim_endpoint) == Counter(["will fail"])
+    assert trajectory_prompts(run_dir) == Counter(["fine one", "fine two", "will fail"])
+    assert len(read_jsonl(run_dir / "discarded.jsonl")) == 1
+    assert read_json(run_dir / "statistics.json")["failures"] == {}
+
+
+def test_no_reasoning_endpoint_is_discarded_unless_kept(tmp_path: Path) -> None:
+    prompts = ["plain a", "plain b", "plain c"]
+    with SimulatedEndpoint(reasoning="none") as sim:
+        cli = BatchCLI(tmp_path, sim)
+        dataset = prompts_dataset(tmp_path / "p.jsonl", prompts)
+        flags = (f"--dataset_file={dataset}", "--batch_size=2", "--num_workers=2")
+        dropped = cli.run(*flags, "--run_name=dropped")
+        assert dropped.returncode == 0, dropped
+        run_dir = cli.run_dir("dropped")
+        assert read_jsonl(run_dir / "trajectories.jsonl") == []
+        assert sorted(human_prompt(d["entry"]) for d in read_jsonl(run_dir / "discarded.jsonl")) == prompts
+        assert read_json(run_dir / "statistics.json")["discarded"] == {"no_reasoning": 3}
+
+        sim.clear_requests()
+        (run_dir / "statistics.json").unlink()
+        resumed = cli.run(*flags, "--run_name=dropped", "--resume")
+        assert resumed.returncode == 0, resumed
+        assert sim.requests == []  # discarded prompts are not paid for again
+        assert (run_dir / "statistics.json").exists()
+
+        kept = cli.run(*flags, "--run_name=kept", "--keep_no_reasoning")
+        assert kept.returncode == 0, kept
+        assert trajectory_prompts(cli.run_dir("kept")) == Counter(prompts)
+        assert not read_jsonl(cli.run_dir("kept") / "discarded.jsonl")
+        reasoning = read_json(cli.run_dir("kept") / "statistics.json")["reasoning_statistics"]
+        assert reasoning["turns_with_reasoning"] == 0 and reasoning["total_assistant_turns"] > 0
