@@ -35,7 +35,7 @@ from agent.config import (
     reasoning_config,
     resolve_api_key,
 )
-from agent.dataset import scan_dataset
+from agent.dataset import require_valid_rows, scan_dataset
 from agent.errors import AgentError, ConfigError
 from agent.run_config import RunConfig, check_run_name
 from agent.sandboxes import SandboxOptions, available_backends, resolve_backend, unavailable_reason
@@ -133,7 +133,8 @@ def _check_ready(config: RunConfig) -> None:
     reason = unavailable_reason(config.sandbox)
     if reason is not None:
         raise ConfigError(f"--sandbox={config.sandbox.backend} is unavailable here: {reason}")
-    if not config.agent.api_key and not _is_loopback(config.agent.base_url):
+    needs_key = not is_embedded(config.agent.model) and not _is_loopback(config.agent.base_url)
+    if needs_key and not config.agent.api_key:
         raise ConfigError(
             f"no API key for {config.agent.base_url}: "
             "pass --api_key or set OPENROUTER_API_KEY / OPENAI_API_KEY"
@@ -196,11 +197,12 @@ def main(
         sys.exit(0)
     config = build_config(flags)
     _check_ready(config)
-    scan = scan_dataset(config.dataset_file, config.max_samples)
+    scan = scan_dataset(config.dataset_file, config.max_samples, require_valid=False)
     for error in scan.errors:
         _say(f"skipped {error}")
     if scan.error_count > len(scan.errors):
         _say(f"… and {scan.error_count - len(scan.errors)} more invalid lines")
+    require_valid_rows(scan)  # after every bad line was named
     with _embedded_endpoint(config) as config:
         sys.exit(BatchRun(config, console).run(scan))
 
@@ -215,12 +217,12 @@ class _embedded_endpoint:
     def __enter__(self) -> RunConfig:
         if not is_embedded(self.config.agent.model):
             return self.config
-        from agent.embedded_model import EmbeddedEndpoint, resolve_embedded
+        from agent.embedded_model import EmbeddedEndpoint, EmbeddedSettings, resolve_embedded
 
         spec = resolve_embedded(self.config.agent.model)
         if spec is None:
             return self.config
-        self.server = EmbeddedEndpoint(spec, threads=self.config.embedded_threads)
+        self.server = EmbeddedEndpoint(spec, EmbeddedSettings(threads=self.config.embedded_threads))
         self.server.start()
         agent = dataclasses.replace(
             self.config.agent, base_url=self.server.base_url, model=self.server.model_id, api_key="local"

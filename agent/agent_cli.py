@@ -124,12 +124,12 @@ class _endpoint:
     def __enter__(self) -> tuple[str, str]:
         if not is_embedded(self.model):
             return self.url, self.model
-        from agent.embedded_model import EmbeddedEndpoint, resolve_embedded
+        from agent.embedded_model import EmbeddedEndpoint, EmbeddedSettings, resolve_embedded
 
         spec = resolve_embedded(self.model)
         if spec is None:
             return self.url, self.model
-        self.server = EmbeddedEndpoint(spec, threads=self.threads)
+        self.server = EmbeddedEndpoint(spec, EmbeddedSettings(threads=self.threads))
         self.server.start()
         return self.server.base_url, self.server.model_id
 

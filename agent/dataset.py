@@ -191,9 +191,12 @@ def _classify(path: Path, line_no: int, text: str) -> _Fields | LineError | None
         return LineError(str(path), line_no, exc.field_name, exc.reason)
 
 
-def scan_dataset(path: str | Path, max_samples: int | None = None) -> DatasetScan:
+def scan_dataset(
+    path: str | Path, max_samples: int | None = None, *, require_valid: bool = True
+) -> DatasetScan:
     """Validate every line of the dataset (first pass). Raises DatasetError when the file
-    cannot be read, is not UTF-8, or has no valid row."""
+    cannot be read, is not UTF-8, or (with `require_valid`) has no valid row. A caller that
+    reports the bad lines itself passes `require_valid=False` and calls `require_valid_rows`."""
     _check_max_samples(max_samples)
     path = Path(path)
     scan = DatasetScan(path=str(path), total_lines=0, valid=0, errors=[])
@@ -209,9 +212,15 @@ def scan_dataset(path: str | Path, max_samples: int | None = None) -> DatasetSca
             valid_total += 1
     scan.valid = valid_total if max_samples is None else min(valid_total, max_samples)
     scan.truncated = valid_total - scan.valid
+    if require_valid:
+        require_valid_rows(scan)
+    return scan
+
+
+def require_valid_rows(scan: DatasetScan) -> None:
+    """DatasetError when the scan found no usable row."""
     if scan.valid == 0:
         raise DatasetError(_no_valid_row_message(scan))
-    return scan
 
 
 def _no_valid_row_message(scan: DatasetScan) -> str:

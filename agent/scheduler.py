@@ -69,10 +69,19 @@ class Scheduler:
         feeder = threading.Thread(target=self._feed, args=(jobs,), name="job-feeder", daemon=True)
         feeder.start()
         try:
-            self._drain(procs)
+            dead = self._drain(procs)
+            if dead is not None:
+                log.error(
+                    "worker %d exited unexpectedly (exit code %s; the OOM killer?): stopping the run; "
+                    "its prompts are recorded as worker_lost, rerun with --resume",
+                    dead,
+                    procs[dead].exitcode,
+                )
+                self._stop_workers(procs)
         except KeyboardInterrupt:
             self.tally.interrupted = True
-            self._shutdown(procs)
+            log.warning("interrupted: stopping workers and destroying sandboxes…")
+            self._stop_workers(procs)
         finally:
             self._stop.set()
             self._reap(procs)
@@ -98,13 +107,15 @@ class Scheduler:
         except queue.Full:
             return False
 
-    def _drain(self, procs: list[Any], deadline: float | None = None) -> None:
-        """Handle events until every worker has exited (or `deadline` passes)."""
+    def _drain(self, procs: list[Any], deadline: float | None = None) -> int | None:
+        """Handle events until every worker has exited (or `deadline` passes). Returns the
+        index of a worker that died without saying so: it may have died holding a lock of the
+        shared job queue, so the others cannot be trusted to finish."""
         exited: set[int] = set()
         next_tick = time.monotonic() + SYNC_EVERY
         while len(exited) < len(procs):
             if deadline is not None and time.monotonic() > deadline:
-                return
+                return None
             try:
                 event = self.events.get(timeout=0.2)
             except queue.Empty:
@@ -113,10 +124,19 @@ class Scheduler:
                 self._handle(event, exited)
             elif all(not p.is_alive() for p in procs):
                 self._drain_leftovers(exited)
-                return
+                return None
             if time.monotonic() >= next_tick:
                 self.on_tick()
                 next_tick = time.monotonic() + SYNC_EVERY
+                if deadline is None and (dead := self._unannounced_death(procs, exited)) is not None:
+                    return dead
+        return None
+
+    def _unannounced_death(self, procs: list[Any], exited: set[int]) -> int | None:
+        if all(p.exitcode is None for i, p in enumerate(procs) if i not in exited):
+            return None
+        self._drain_leftovers(exited)  # its goodbye may still be in the queue
+        return next((i for i, p in enumerate(procs) if i not in exited and p.exitcode is not None), None)
 
     def _handle(self, event: Any, exited: set[int]) -> None:
         if isinstance(event, logging.LogRecord):
@@ -139,10 +159,9 @@ class Scheduler:
             except queue.Empty:
                 return
 
-    def _shutdown(self, procs: list[Any]) -> None:
-        """Ctrl-C: stop feeding, ask workers to cancel (destroying sandboxes), keep their results."""
+    def _stop_workers(self, procs: list[Any]) -> None:
+        """Stop feeding, ask workers to cancel (destroying sandboxes), keep the results they send."""
         self._stop.set()
-        log.warning("interrupted: stopping workers and destroying sandboxes…")
         for proc in procs:
             if proc.is_alive() and proc.pid is not None:
                 os.kill(proc.pid, signal.SIGTERM)

@@ -274,11 +274,6 @@ def test_dataset_without_a_valid_line_exits_non_zero(
     assert requested_prompts(sim_endpoint) == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent/dataset.py: scan_dataset raises DatasetError on 'no valid row' before the caller "
-    "can report the lines, so only the first bad line is named",
-)
 def test_dataset_without_a_valid_line_still_reports_every_bad_line(no_valid_line: Finished) -> None:
     for line_no in (1, 2, 3):
         assert [line for line in error_lines(no_valid_line) if f"bad.jsonl:{line_no}: " in line], (
