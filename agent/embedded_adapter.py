@@ -95,11 +95,14 @@ def arguments_schema(function: dict[str, Any], policy: AdapterPolicy) -> dict[st
 
 
 def _reasoning_schema(policy: AdapterPolicy, tool: str | None = None) -> dict[str, Any]:
-    """A short reasoning string. In a tool branch it must begin "I will use <tool> to", so
-    the tool is chosen while the model states its plan, and cannot disagree with it."""
+    """A short reasoning string. In a tool branch it must begin "I will use the <tool> tool
+    to", so the tool is chosen while the model states its plan and cannot disagree with it.
+    The "the" matters (measured, 10/12 right tools against 7/12 without it): after a bare
+    "I will use " the model wants a command name ("pwd"), and the grammar then forces its
+    first letter into whichever tool shares it ("patch")."""
     schema: dict[str, Any] = {"type": "string", "minLength": 8, "maxLength": policy.reasoning_max_chars}
     if tool is not None:
-        schema["pattern"] = f"^I will use {re.escape(tool)} to .+$"
+        schema["pattern"] = f"^I will use the {re.escape(tool)} tool to .+$"
     return schema
 
 

@@ -42,6 +42,22 @@ _EXAMPLES: dict[str, tuple[str, str, dict[str, str], str, str]] = {
 }
 
 
+# The one worked example of answering from a tool result (see `render_messages`).
+_ANSWER_EXAMPLE: tuple[_Message, ...] = (
+    {"role": "user", "content": "How big is data.csv?"},
+    {
+        "role": "user",
+        "content": 'Called terminal with {"command": "wc -c data.csv"}\n\nResult of terminal:\n'
+        '{"output": "1532 data.csv\\n", "exit_code": 0, "error": null}\n\n'
+        "Now answer the question: How big is data.csv?",
+    },
+    {
+        "role": "assistant",
+        "content": '{"reasoning": "The output says 1532 data.csv.", "answer": "data.csv is 1532 bytes."}',
+    },
+)
+
+
 def _first_sentence(text: str, limit: int = 120) -> str:
     sentence = text.strip().split("\n", 1)[0].split(". ", 1)[0].rstrip(".")
     return sentence[:limit]
@@ -85,7 +101,8 @@ def examples(offered: list[_Function], arguments_schema: Callable[[_Function], A
     for name, (question, purpose, arguments, output, answer) in _EXAMPLES.items():
         if not _example_fits(name, offered, arguments_schema):
             continue
-        call = {"reasoning": f"I will use {name} to {purpose}.", "tool": name, "arguments": arguments}
+        why = f"I will use the {name} tool to {purpose}."
+        call = {"reasoning": why, "tool": name, "arguments": arguments}
         final = {"reasoning": f"The {name} result answers the question.", "answer": answer}
         turns += [
             {"role": "user", "content": question},
@@ -111,7 +128,7 @@ def _assistant_turns(message: _Message) -> str:
             arguments = json.loads(function.get("arguments") or "{}")
         except ValueError:
             arguments = function.get("arguments")
-        why = reasoning or f"I will use {function.get('name')} to find out."
+        why = reasoning or f"I will use the {function.get('name')} tool to find out."
         rendered.append(json.dumps({"reasoning": why, "tool": function.get("name"), "arguments": arguments}))
     return "\n".join(rendered)
 
@@ -127,8 +144,17 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more characters]"
 
 
-def history(messages: list[_Message], tool_result_max_chars: int) -> tuple[str, list[_Message]]:
-    """(system text, the conversation) with tool results folded into user messages."""
+def _calls_as_text(message: _Message) -> str:
+    calls = message.get("tool_calls") or []
+    return "\n".join(f"Called {c['function']['name']} with {c['function']['arguments']}" for c in calls)
+
+
+def history(
+    messages: list[_Message], tool_result_max_chars: int, *, fold_calls: bool = False
+) -> tuple[str, list[_Message]]:
+    """(system text, the conversation) with tool results folded into user messages. With
+    `fold_calls`, tool calls are told in that user message too, not as assistant turns:
+    measured, an answer written after our stand-in reasoning tends to repeat it."""
     system: list[str] = []
     turns: list[_Message] = []
     names = {c["id"]: c["function"]["name"] for m in messages for c in m.get("tool_calls") or [] if "id" in c}
@@ -136,6 +162,8 @@ def history(messages: list[_Message], tool_result_max_chars: int) -> tuple[str, 
         role = message.get("role")
         if role in ("system", "developer"):
             system.append(_text(message.get("content")))
+        elif role == "assistant" and fold_calls and message.get("tool_calls"):
+            turns.append({"role": "user", "content": _calls_as_text(message), "_results": True})
         elif role == "assistant":
             turns.append({"role": "assistant", "content": _assistant_turns(message)})
         elif role == "tool":
@@ -166,11 +194,11 @@ def render_messages(
     arguments_schema: Callable[[_Function], dict[str, Any]],
 ) -> list[_Message]:
     """The full message list for llama.cpp."""
-    operator_system, turns = history(messages, tool_result_max_chars)
+    operator_system, turns = history(messages, tool_result_max_chars, fold_calls=answer_only)
     if answer_only:
-        # No worked examples here: measured, the model copies their answers instead of
-        # reading the tool result in front of it.
-        system, shots = instructions([], arguments_schema), []
+        # Only one neutral worked example here: measured, with the tool examples the model
+        # copies their answers instead of reading the tool result in front of it.
+        system, shots = instructions([], arguments_schema), list(_ANSWER_EXAMPLE)
         if turns and turns[-1].get("_results"):
             turns[-1]["content"] += f"\n\nNow answer the question: {_question(messages)}"
     else:

@@ -172,9 +172,10 @@ def test_tool_branch_reasoning_must_name_its_tool() -> None:
     plan = plan_turn(body(QUESTION, offered=tools(TERMINAL, READ_FILE)), POLICY)
     terminal, read = branches(turn_schema(plan, POLICY))
     pattern = terminal["properties"]["reasoning"]["pattern"]
-    assert re.search(pattern, "I will use terminal to count the lines.")
-    assert not re.search(pattern, "I will use read_file to count the lines.")
-    assert re.search(read["properties"]["reasoning"]["pattern"], "I will use read_file to look.")
+    assert re.search(pattern, "I will use the terminal tool to count the lines.")
+    assert not re.search(pattern, "I will use the read_file tool to count the lines.")
+    assert not re.search(pattern, "I will use terminal to count the lines.")
+    assert re.search(read["properties"]["reasoning"]["pattern"], "I will use the read_file tool to look.")
 
 
 def test_request_carries_the_schema_and_no_tools_field() -> None:
@@ -203,17 +204,32 @@ def test_max_tokens_fits_the_longest_allowed_turn_unless_the_caller_asks_for_les
 
 
 def test_tool_results_become_user_messages_and_calls_become_the_models_json() -> None:
-    messages = build_llama_request(body(*AFTER_ONE_CALL, offered=tools(TERMINAL)), POLICY)["messages"]
+    mixed = AdapterPolicy(max_tool_rounds=2)  # tools still offered after one round
+    messages = build_llama_request(body(*AFTER_ONE_CALL, offered=tools(TERMINAL)), mixed)["messages"]
     assert {m["role"] for m in messages} <= {"system", "user", "assistant"}
     call, result = messages[-2], messages[-1]
     assert json.loads(call["content"]) == {
-        "reasoning": "I will use terminal to find out.",
+        "reasoning": "I will use the terminal tool to find out.",
         "tool": "terminal",
         "arguments": {"command": "wc -l notes.txt"},
     }
-    assert result["role"] == "user" and result["content"].startswith("Result of terminal:\n")
-    assert "3 notes.txt" in result["content"]
-    assert result["content"].endswith("Now answer the question: How many lines are in notes.txt?")
+    assert result == {
+        "role": "user",
+        "content": 'Result of terminal:\n{"output": "3 notes.txt\\n", "exit_code": 0}',
+    }
+    assert "You work in a sandbox." in messages[0]["content"]
+
+
+def test_answer_only_turn_tells_call_and_result_then_asks_the_question_again() -> None:
+    messages = build_llama_request(body(*AFTER_ONE_CALL, offered=tools(TERMINAL)), POLICY)["messages"]
+    assert messages[-2] == QUESTION
+    last = messages[-1]
+    assert last["role"] == "user"
+    assert last["content"].startswith(
+        'Called terminal with {"command": "wc -l notes.txt"}\n\nResult of terminal:\n'
+    )
+    assert "3 notes.txt" in last["content"]
+    assert last["content"].endswith("Now answer the question: How many lines are in notes.txt?")
     assert "You work in a sandbox." in messages[0]["content"]
 
 
@@ -230,7 +246,9 @@ def test_results_of_one_turn_share_one_user_message_and_are_clipped() -> None:
     convo = body(
         QUESTION, two_calls, result_turn("a", "X" * 5000), result_turn("b", "why"), offered=tools(READ_FILE)
     )
-    messages = build_llama_request(convo, AdapterPolicy(tool_result_max_chars=100))["messages"]
+    messages = build_llama_request(convo, AdapterPolicy(max_tool_rounds=2, tool_result_max_chars=100))[
+        "messages"
+    ]
     assert len(messages[-2]["content"].splitlines()) == 2  # one JSON line per call
     assert all(
         json.loads(line)["reasoning"] == "Both files." for line in messages[-2]["content"].splitlines()
@@ -247,10 +265,10 @@ def test_worked_examples_only_for_offered_tools_whose_arguments_match() -> None:
     assert messages[-1] == QUESTION
 
 
-def test_answer_only_turns_show_no_examples() -> None:
+def test_answer_only_turns_show_only_the_answer_example() -> None:
     messages = build_llama_request(body(*AFTER_ONE_CALL, offered=tools(TERMINAL)), POLICY)["messages"]
-    assistant = [m for m in messages if m["role"] == "assistant"]
-    assert len(assistant) == 1  # only the conversation's own call
+    (assistant,) = [json.loads(m["content"]) for m in messages if m["role"] == "assistant"]
+    assert set(assistant) == {"reasoning", "answer"}
 
 
 def test_prompt_prefix_is_the_same_for_every_question() -> None:

@@ -144,7 +144,7 @@ def test_first_turn_is_a_tool_call_with_valid_arguments_and_reasoning(client: op
     arguments = json.loads(call.function.arguments)
     assert isinstance(arguments["command"], str) and arguments["command"].strip()
     reasoning = choice.message.model_dump()["reasoning"]
-    assert reasoning.startswith("I will use terminal to ")
+    assert reasoning.startswith("I will use the terminal tool to ")
     assert completion.usage.prompt_tokens > 0 and completion.usage.completion_tokens > 0
 
 
