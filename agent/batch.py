@@ -39,6 +39,7 @@ class BatchRun:
         self.done_indices: set[int] = set()
         self.batch_stats: dict[int, dict[str, int]] = {}
         self.attempts: dict[str, int] = {}
+        self.done_keys: set[str] = set()
         self.progress: RunProgress | None = None
 
     def run(self, scan: DatasetScan) -> int:
@@ -206,7 +207,7 @@ class BatchRun:
                 "file": scan.path,
                 "lines": scan.total_lines,
                 "valid": scan.valid,
-                "invalid": len(scan.errors) if not hasattr(scan, "error_count") else scan.error_count,
+                "invalid": scan.error_count,
             },
         }
 
