@@ -22,6 +22,7 @@ from agent.progress import RunProgress
 from agent.run_config import RunConfig
 from agent.run_stats import RunStatistics, render_statistics
 from agent.run_store import RunDirectory, RunIndex
+from agent.sandboxes import reap_stale
 from agent.scheduler import Scheduler
 from model_tools import TOOL_TO_TOOLSET_MAP
 
@@ -78,15 +79,9 @@ class BatchRun:
         return index
 
     def _reap_sandboxes(self) -> None:
-        """Remove local sandboxes whose owner died (a worker killed by OOM or kill -9 cannot
-        clean up). Only the local backend has a reaper callable without a client; the docker
-        one (`container_lifecycle.reap_stale`) needs a backend-neutral hook in agent.sandboxes."""
-        if self.config.sandbox.backend != "local":
-            return
-        from agent.sandboxes.local import reap_stale
-
-        for path in reap_stale(self.config.sandbox.root):
-            log.warning("removed a sandbox left by a dead process: %s", path)
+        """Remove sandboxes whose owner died (a worker killed by OOM or kill -9 cannot clean up)."""
+        for name in reap_stale(self.config.sandbox):
+            log.warning("removed a sandbox left by a dead process: %s", name)
 
     def _plan(self, index: RunIndex) -> int:
         """How many prompts remain; records which dataset indices are already done."""

@@ -77,6 +77,18 @@ def available_backends(options: SandboxOptions | None = None) -> dict[str, str |
     }
 
 
+def reap_stale(options: SandboxOptions) -> list[str]:
+    """Remove what dead processes (kill -9, the OOM killer) left behind for this backend:
+    directories for local/bwrap, containers for docker. Returns what was removed."""
+    if options.backend == "docker":
+        from agent.sandboxes.docker import reap_stale as reap_containers
+        from agent.sandboxes.docker_engine import engine_client
+
+        return reap_containers(engine_client())
+    removed: list[str] = _module(options.backend).reap_stale(options.root)
+    return removed
+
+
 def sandbox_factory(options: SandboxOptions) -> SandboxFactory:
     """A factory for `options.backend`; raises SandboxUnavailable when it cannot run here."""
     reason = unavailable_reason(options)
