@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,16 +24,27 @@ SPEC = SandboxSpec(run_name="run-b", prompt_key="prompt-0")
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _host_processes(marker: str) -> list[int]:
-    """Host pids whose command line contains `marker`."""
+def _host_processes(marker: str, *, exact: bool = False) -> list[int]:
+    """Host pids whose command line contains `marker` (or is exactly `marker`)."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         with contextlib.suppress(OSError):
-            if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" "):
+            line = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").strip()
+            if line == marker.encode() if exact else marker.encode() in line:
                 found.append(int(name))
     return found
+
+
+def _eventually_none(marker: str) -> bool:
+    """True once no host process matches `marker` (the kernel delivers death signals
+    asynchronously); False if some still run after 10 s."""
+    for _ in range(200):
+        if not _host_processes(marker):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_commands_run_in_fresh_namespaces(bwrap_options: SandboxOptions) -> None:
@@ -175,33 +187,53 @@ def test_the_terminal_and_file_tools_work_in_bwrap(bwrap_options: SandboxOptions
 ORPHAN = """
 import sys, time
 from agent.protocols import SandboxSpec
-from agent.sandboxes import SandboxOptions
+from agent.sandboxes import SandboxOptions, bwrap_command
 from agent.sandboxes.bwrap import open_sandbox
+if sys.argv[3] == "escape":  # as if the runner died while bwrap started (a race bwrap cannot close):
+    # bwrap's parent becomes a shell that outlives the runner
+    bwrap_command.DIE_WITH_RUNNER[:] = ["/bin/sh", "-c", '"$@"; exit $?']
 options = SandboxOptions(backend="bwrap", root=sys.argv[1])
 with open_sandbox(SandboxSpec("run-b", "orphan"), options) as sandbox:
     sandbox.exec("touch /workspace/left", timeout=60)
     print("ready", flush=True)
-    sandbox.exec("sleep 600", timeout=900)
+    sandbox.exec(sys.argv[2], timeout=900)
 """
 
 
-def test_reap_stale_removes_what_a_killed_runner_left(bwrap_options: SandboxOptions, bwrap_root: str) -> None:
+def _orphan(bwrap_root: str, command: str, mode: str) -> str:
+    """Runs ORPHAN until `command` runs in its sandbox, SIGKILLs it, returns its sandbox dir."""
     child = subprocess.Popen(
-        [sys.executable, "-c", ORPHAN, bwrap_root],
+        [sys.executable, "-c", ORPHAN, bwrap_root, command, mode],
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert child.stdout is not None
     try:
         assert child.stdout.readline() == b"ready\n"
+        for _ in range(200):  # until the command itself runs: bwrap has set itself up
+            if _host_processes(command, exact=True):
+                break
+            time.sleep(0.05)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
         child.stdout.close()
     [orphan] = os.listdir(bwrap_root)
     assert os.path.exists(os.path.join(bwrap_root, orphan, "workspace", "left"))
-    assert _host_processes("sleep 600") == []  # its sandboxed processes died with it
+    return os.path.join(bwrap_root, orphan)
+
+
+def test_reap_stale_removes_what_a_killed_runner_left(bwrap_options: SandboxOptions, bwrap_root: str) -> None:
+    orphan = _orphan(bwrap_root, "sleep 3601", "normal")
+    assert _eventually_none("sleep 3601")  # the sandbox died with its runner (PDEATHSIG)
     with open_sandbox(SPEC, bwrap_options) as alive:
-        assert reap_stale(bwrap_root) == [os.path.join(bwrap_root, orphan)]
+        assert reap_stale(bwrap_root) == [orphan]
         assert alive.host_dir is not None and os.path.isdir(alive.host_dir)
     assert os.listdir(bwrap_root) == []
+
+
+def test_reap_stale_kills_a_sandbox_that_outlived_its_runner(bwrap_root: str) -> None:
+    orphan = _orphan(bwrap_root, "sleep 3602", "escape")
+    assert _host_processes("sleep 3602")
+    assert reap_stale(bwrap_root) == [orphan]
+    assert _host_processes("sleep 3602") == [] and os.listdir(bwrap_root) == []

@@ -5,7 +5,9 @@ bwrap_command). Starts take milliseconds and need no daemon.
 A prompt's sandbox is a host directory holding its `/workspace` and `/tmp` (and its cwd when
 that lies outside both); files persist across the prompt's commands, processes do not: when a
 command ends its pid namespace ends with it. A timeout kills the whole namespace. Leaving the
-`with` block deletes the directory; `reap_stale` deletes those of runners that were killed.
+`with` block deletes the directory. Sandboxes die with a runner killed by SIGKILL (parent
+death signals); `reap_stale` deletes what such a runner left, first killing any process that
+still uses it (bwrap cannot close the race of its parent dying while it sets itself up).
 
 A dataset row's image is used when it names an unpacked root filesystem directory (an
 absolute path); otherwise (e.g. a registry name) the host's `/usr` is the root.
@@ -46,7 +48,7 @@ def _sandbox_uid(sandbox_id: str) -> int | None:
 
 
 def unavailable_reason(options: SandboxOptions) -> str | None:
-    for tool, package in (("bwrap", "bubblewrap"), ("prlimit", "util-linux")):
+    for tool, package in (("bwrap", "bubblewrap"), ("prlimit", "util-linux"), ("setpriv", "util-linux")):
         if shutil.which(tool) is None:
             return (
                 f"`{tool}` is not installed; install the `{package}` package (e.g. apt-get install {package})"

@@ -85,11 +85,26 @@ def root_mounts(image_root: str | None) -> list[str]:
     return args
 
 
+# The launcher dies with the runner (SIGKILL once the thread that started it ends), without
+# the race of a runner that dies between fork and prctl: then $PPID is no longer the runner.
+DIE_WITH_RUNNER = [
+    "setpriv",
+    "--pdeathsig",
+    "KILL",
+    "--",
+    "/bin/sh",
+    "-c",
+    '[ "$PPID" = "$0" ] || exit 125; exec "$@"',
+]
+
+
 def bwrap_argv(
     layout: Layout, options: SandboxOptions, nproc: int, script: str, args: list[str]
 ) -> list[str]:
-    """`prlimit ... -- bwrap ... -- /bin/sh -c script sh args...`."""
+    """`setpriv --pdeathsig KILL ... prlimit ... -- bwrap ... -- /bin/sh -c script sh args...`."""
     limits = [
+        *DIE_WITH_RUNNER,
+        str(os.getpid()),
         "prlimit",
         f"--as={options.memory_mb * 1024 * 1024}",
         f"--nproc={nproc}",

@@ -80,6 +80,7 @@ class DockerSandbox:
             spec=spec,
         )
         self._created: Future[str] = Future()
+        self._started = False
 
     @property
     def workdir(self) -> str:
@@ -91,6 +92,7 @@ class DockerSandbox:
 
     def __enter__(self) -> DockerSandbox:
         ensure_image(self._client, self._plan.image)
+        self._started = True
         threading.Thread(target=self._create, name=f"create-{self.name}", daemon=True).start()
         return self
 
@@ -117,7 +119,9 @@ class DockerSandbox:
     def close(self, *, quiet: bool = False) -> None:
         """Removes the container. With `quiet` (an exception is already propagating) a failure
         is logged instead of raised, so the original exception is not replaced."""
-        container_id = None if self._created.exception() else self._created.result()
+        if not self._started:
+            return
+        container_id = None if self._created.exception() else self._created.result()  # waits for creation
         try:
             remove_sandbox(self._client, self._plan.sandbox_id, container_id)
         except ENGINE_ERRORS as exc:

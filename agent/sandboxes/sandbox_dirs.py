@@ -1,5 +1,6 @@
 """Per-sandbox host directories (bwrap): made with an owner record beside the sandbox's own
-places, removed even when the sandbox took permissions away, reaped when their owner died.
+places, removed even when the sandbox took permissions away, reaped (with any process still
+using them) when their owner died.
 """
 
 from __future__ import annotations
@@ -7,7 +8,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import tempfile
+import time
+from contextlib import suppress
 from typing import Any
 
 from agent.sandboxes.owner import current_owner, owner_is_dead
@@ -46,6 +50,34 @@ def reap_dirs(root: str, prefix: str) -> list[str]:
         except (OSError, ValueError):
             continue  # not one of ours, or being made right now
         if isinstance(owner, dict) and owner_is_dead(owner):
+            kill_processes_using(entry.path)
             remove_tree(entry.path)
             removed.append(entry.path)
     return removed
+
+
+def kill_processes_using(directory: str, rounds: int = 10) -> None:
+    """SIGKILLs every process with a mount from `directory` (a sandbox that outlived its
+    runner: bwrap cannot close the race of its parent dying while it starts)."""
+    needle = f"/{os.path.basename(directory)}/".encode()
+    for _ in range(rounds):
+        found = [pid for pid in _pids() if needle in _mountinfo(pid)]
+        if not found:
+            return
+        for pid in found:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)  # SIGKILL is delivered asynchronously
+
+
+def _pids() -> list[int]:
+    own = os.getpid()
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != own]
+
+
+def _mountinfo(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/mountinfo", "rb") as handle:
+            return handle.read()
+    except OSError:  # gone, or not ours to inspect
+        return b""
