@@ -123,7 +123,7 @@ def test_huge_output_keeps_head_and_tail_only(local_sandbox: LocalSandbox) -> No
     assert len(result.output) < 2 * 1024 * 1024 + 200
     assert result.output.startswith("START\naaa")
     assert result.output.endswith("aaa\nEND\n")
-    assert "bytes of output dropped" in result.output
+    assert "bytes of output omitted" in result.output
 
 
 def test_exec_after_close_is_refused(local_sandbox_factory: SandboxFactory) -> None:

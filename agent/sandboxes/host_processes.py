@@ -16,9 +16,9 @@ from contextlib import suppress
 
 from agent.errors import SandboxError
 from agent.protocols import ExecResult
+from agent.sandboxes.output_buffer import OutputBuffer
 
-OUTPUT_HEAD_BYTES = 1 << 20  # kept from the start of a command's output
-OUTPUT_TAIL_BYTES = 1 << 20  # kept from its end; the middle is dropped with a marker
+OUTPUT_BYTES = 2 << 20  # kept of a command's output: its first and last MiB; the middle is dropped
 DRAIN_GRACE = 0.5  # seconds to keep reading after the command exits (background holders)
 POLL_INTERVAL = 0.05
 TIMEOUT_EXIT_CODE = 124
@@ -38,7 +38,7 @@ class ProcessGroups:
         """Run argv in a new session, stdout+stderr merged; on timeout SIGKILL its whole group."""
         proc = self._spawn(argv, cwd, env)
         assert proc.stdout is not None  # stdout=PIPE
-        output = OutputBuffer()
+        output = OutputBuffer(OUTPUT_BYTES)
         deadline = time.monotonic() + timeout
         try:
             # EOF comes a moment before the exit, or long before it (`exec >&-; sleep 99`).
@@ -55,9 +55,9 @@ class ProcessGroups:
             proc.stdout.close()
             self._forget_if_gone(proc.pid)
         if not finished:
-            return ExecResult(output.render(), TIMEOUT_EXIT_CODE, timed_out=True)
+            return ExecResult(output.text(), TIMEOUT_EXIT_CODE, timed_out=True)
         code = proc.returncode
-        return ExecResult(output.render(), 128 - code if code < 0 else code)  # killed by N: 128+N
+        return ExecResult(output.text(), 128 - code if code < 0 else code)  # killed by N: 128+N
 
     def close(self) -> None:
         """Refuse new commands; SIGKILL every group started so far and every stray process."""
@@ -96,30 +96,6 @@ class ProcessGroups:
                 self._groups.discard(pgid)
 
 
-class OutputBuffer:
-    """A command's output, bounded: the first and last bytes are kept, the middle counted."""
-
-    def __init__(self) -> None:
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.dropped = 0
-
-    def add(self, chunk: bytes) -> None:
-        room = OUTPUT_HEAD_BYTES - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        self.tail += chunk
-        excess = len(self.tail) - OUTPUT_TAIL_BYTES
-        if excess > 0:
-            del self.tail[:excess]
-            self.dropped += excess
-
-    def render(self) -> str:
-        marker = f"\n[... {self.dropped} bytes of output dropped ...]\n".encode() if self.dropped else b""
-        return bytes(self.head + marker + self.tail).decode("utf-8", errors="replace")
-
-
 def _pump(proc: subprocess.Popen[bytes], output: OutputBuffer, deadline: float) -> bool:
     """Read proc's output until EOF or shortly after it exits (True), or the deadline (False)."""
     assert proc.stdout is not None
@@ -139,7 +115,7 @@ def _pump(proc: subprocess.Popen[bytes], output: OutputBuffer, deadline: float) 
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     return True
-                output.add(chunk)
+                output.append(chunk)
 
 
 def _wait(proc: subprocess.Popen[bytes], deadline: float) -> bool:
