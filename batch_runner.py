@@ -31,9 +31,11 @@ from agent.config import (
     as_str,
     as_str_list,
     is_embedded,
+    is_loopback,
     load_prefill,
     reasoning_config,
     resolve_api_key,
+    served_endpoint,
 )
 from agent.dataset import require_valid_rows, scan_dataset
 from agent.errors import AgentError, ConfigError
@@ -133,7 +135,7 @@ def _check_ready(config: RunConfig) -> None:
     reason = unavailable_reason(config.sandbox)
     if reason is not None:
         raise ConfigError(f"--sandbox={config.sandbox.backend} is unavailable here: {reason}")
-    needs_key = not is_embedded(config.agent.model) and not _is_loopback(config.agent.base_url)
+    needs_key = not is_embedded(config.agent.model) and not is_loopback(config.agent.base_url)
     if needs_key and not config.agent.api_key:
         raise ConfigError(
             f"no API key for {config.agent.base_url}: "
@@ -145,10 +147,6 @@ def _check_ready(config: RunConfig) -> None:
             f"{run_dir} already holds results: "
             "pass --resume to continue that run, or choose another --run_name"
         )
-
-
-def _is_loopback(url: str) -> bool:
-    return any(host in url for host in ("://127.", "://localhost", "://[::1]"))
 
 
 def main(
@@ -203,35 +201,11 @@ def main(
     if scan.error_count > len(scan.errors):
         _say(f"… and {scan.error_count - len(scan.errors)} more invalid lines")
     require_valid_rows(scan)  # after every bad line was named
-    with _embedded_endpoint(config) as config:
-        sys.exit(BatchRun(config, console).run(scan))
-
-
-class _embedded_endpoint:
-    """Serve the embedded model for the whole run when --model=embedded[:path]; workers share it."""
-
-    def __init__(self, config: RunConfig) -> None:
-        self.config = config
-        self.server: Any = None
-
-    def __enter__(self) -> RunConfig:
-        if not is_embedded(self.config.agent.model):
-            return self.config
-        from agent.embedded_model import EmbeddedEndpoint, EmbeddedSettings, resolve_embedded
-
-        spec = resolve_embedded(self.config.agent.model)
-        if spec is None:
-            return self.config
-        self.server = EmbeddedEndpoint(spec, EmbeddedSettings(threads=self.config.embedded_threads))
-        self.server.start()
-        agent = dataclasses.replace(
-            self.config.agent, base_url=self.server.base_url, model=self.server.model_id, api_key="local"
-        )
-        return dataclasses.replace(self.config, agent=agent)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.server is not None:
-            self.server.stop()
+    agent = config.agent
+    with served_endpoint(agent.model, agent.base_url, config.embedded_threads) as (url, model):
+        if is_embedded(agent.model):  # served for this run; no real key is sent, not even to loopback
+            agent = dataclasses.replace(agent, base_url=url, model=model, api_key="local")
+        sys.exit(BatchRun(dataclasses.replace(config, agent=agent), console).run(scan))
 
 
 def _terminate(signum: int, frame: Any) -> None:

@@ -17,9 +17,11 @@ from agent.config import (
     as_str,
     as_str_list,
     is_embedded,
+    is_loopback,
     load_prefill,
     reasoning_config,
     resolve_api_key,
+    served_endpoint,
 )
 from agent.errors import AgentError, ConfigError
 from agent.sandboxes import SandboxOptions, resolve_backend
@@ -70,11 +72,11 @@ def run(
         raise ConfigError("--query is required")
     model_name = as_str(model, "model") or DEFAULT_MODEL
     url = as_str(base_url, "base_url") or DEFAULT_BASE_URL
-    with _endpoint(model_name, url, as_int(embedded_threads, "embedded_threads", minimum=1) or 1) as (
-        url,
-        name,
-    ):
-        key = resolve_api_key(api_key, url) or ("local" if _is_loopback(url) else None)
+    threads = as_int(embedded_threads, "embedded_threads", minimum=1) or 1
+    with served_endpoint(model_name, url, threads) as (url, name):
+        key = resolve_api_key(api_key, url) or ("local" if is_loopback(url) else None)
+        if is_embedded(model_name):
+            key = "local"  # our own loopback server: no real key is sent, not even there
         agent = AIAgent(
             base_url=url,
             api_key=key,
@@ -108,34 +110,6 @@ def run(
         sys.exit(4)
     print(result["final_response"])
     sys.exit(0)
-
-
-def _is_loopback(url: str) -> bool:
-    return any(host in url for host in ("://127.", "://localhost", "://[::1]"))
-
-
-class _endpoint:
-    """The endpoint to talk to: the given URL, or the embedded model served for this run."""
-
-    def __init__(self, model: str, url: str, threads: int) -> None:
-        self.model, self.url, self.threads = model, url, threads
-        self.server: Any = None
-
-    def __enter__(self) -> tuple[str, str]:
-        if not is_embedded(self.model):
-            return self.url, self.model
-        from agent.embedded_model import EmbeddedEndpoint, EmbeddedSettings, resolve_embedded
-
-        spec = resolve_embedded(self.model)
-        if spec is None:
-            return self.url, self.model
-        self.server = EmbeddedEndpoint(spec, EmbeddedSettings(threads=self.threads))
-        self.server.start()
-        return self.server.base_url, self.server.model_id
-
-    def __exit__(self, *exc: object) -> None:
-        if self.server is not None:
-            self.server.stop()
 
 
 def main() -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,3 +154,27 @@ class AgentConfig:
 def is_embedded(model: str) -> bool:
     """`embedded` or `embedded:/path/to/model.gguf`: served locally for the run."""
     return model == "embedded" or model.startswith("embedded:")
+
+
+def is_loopback(url: str) -> bool:
+    """An endpoint on this machine (no API key needed)."""
+    return any(host in url for host in ("://127.", "://localhost", "://[::1]"))
+
+
+@contextmanager
+def served_endpoint(model: str, base_url: str, threads: int) -> Iterator[tuple[str, str]]:
+    """(base_url, model) to talk to for the block: the given ones, or — for `--model=embedded[:path]` —
+    the embedded model served on loopback until the block ends (one server, shared by all workers)."""
+    if not is_embedded(model):
+        yield base_url, model
+        return
+    from agent.embedded_model import EmbeddedEndpoint, EmbeddedSettings, resolve_embedded
+
+    spec = resolve_embedded(model)
+    assert spec is not None  # is_embedded said so
+    server = EmbeddedEndpoint(spec, EmbeddedSettings(threads=threads))
+    server.start()
+    try:
+        yield server.base_url, server.model_id
+    finally:
+        server.stop()
