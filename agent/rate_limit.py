@@ -1,8 +1,11 @@
 """Adaptive concurrency against one endpoint: AIMD on the in-flight limit, plus budgets.
 
-Each model call holds a slot. A rate-limit answer cuts the limit multiplicatively, at most
-once per window (calls already in flight when the cut happened were sent under the old
-limit, so their 429s say nothing new), and pauses new calls for the server's Retry-After.
+Each model call holds a slot. A burst of rate-limit answers — most recent calls answered 429,
+tracked as a moving share — cuts the limit multiplicatively and pauses new calls for the
+server's Retry-After, at most once per window (calls already in flight when the cut happened
+were sent under the old limit, so their 429s say nothing new). A scattering of 429s does not
+cut: under random throttling, AIMD would otherwise collapse to its minimum; each throttled call
+still waits its own Retry-After before its retry (the client's backoff).
 Successes grow the limit back by about one slot per window. Server errors and timeouts are
 retried by the client with backoff but never collapse the limit. Optional requests-per-minute
 and tokens-per-minute budgets pace calls on top.
@@ -18,6 +21,8 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 
 DECREASE = 0.5
+BURST_WEIGHT = 0.1  # weight of the latest call in the moving share of 429s (memory ~10 calls)
+BURST_SHARE = 0.6  # a burst: 9+ consecutive 429s; random 20 % throttling crosses it on ~0.01 % of calls
 HISTORY_LIMIT = 2000
 
 
@@ -65,6 +70,7 @@ class AdaptiveLimiter:
         self.inflight = 0
         self.generation = 0
         self.paused_until = 0.0
+        self.limited_share = 0.0  # moving share of recent calls answered 429
         self.rpm = rpm
         self.tpm = tpm
         self.stats = LimiterStats()
@@ -115,7 +121,11 @@ class AdaptiveLimiter:
             self.inflight -= 1
             self._wake()
 
+    def _observe(self, limited: bool) -> None:
+        self.limited_share += BURST_WEIGHT * (float(limited) - self.limited_share)
+
     def _on_success(self, tokens: int) -> None:
+        self._observe(False)
         if self.tpm and tokens:
             self._tokens.append((time.monotonic(), tokens))
         if self.limit < self.maximum:
@@ -124,13 +134,14 @@ class AdaptiveLimiter:
                 self._note()
 
     def _on_failure(self, ticket: Ticket, error_class: str, retry_after: float | None) -> None:
+        self._observe(error_class == "rate_limit")
         if error_class == "rate_limit":
             self.stats.rate_limited += 1
-            if retry_after:
-                self.paused_until = max(self.paused_until, time.monotonic() + retry_after)
-            if ticket.generation == self.generation:
+            if ticket.generation == self.generation and self.limited_share >= BURST_SHARE:
                 self.generation += 1
                 self.limit = max(float(self.minimum), self.limit * DECREASE)
+                if retry_after:
+                    self.paused_until = max(self.paused_until, time.monotonic() + retry_after)
                 self._note()
         elif error_class == "server_error":
             self.stats.server_errors += 1

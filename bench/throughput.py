@@ -45,10 +45,13 @@ class Case:
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _tree(pid: int) -> tuple[int, float]:
-    """(resident KiB, CPU seconds incl. reaped children) of `pid` and its descendants, from /proc."""
+def _tree(pid: int) -> tuple[int, int, float]:
+    """(resident KiB of the whole tree, of its Python processes only, CPU seconds incl. reaped
+    children) of `pid` and its descendants, from /proc. The tree also holds the tool calls'
+    shells, alive only while a command runs."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
+    python: set[int] = set()
     cpu: dict[int, float] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -61,18 +64,21 @@ def _tree(pid: int) -> tuple[int, float]:
         ppid = int(fields.get("PPid", "0").strip())
         children.setdefault(ppid, []).append(int(entry))
         rss[int(entry)] = int(fields.get("VmRSS", "0 kB").split()[0])
+        if fields.get("Name", "").strip().startswith("python"):
+            python.add(int(entry))
         try:
             stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             cpu[int(entry)] = sum(int(x) for x in stat[11:15]) / TICKS
         except (OSError, IndexError, ValueError):
             continue
-    total, seconds, stack = 0, 0.0, [pid]
+    total, runner, seconds, stack = 0, 0, 0.0, [pid]
     while stack:
         current = stack.pop()
         total += rss.get(current, 0)
+        runner += rss.get(current, 0) if current in python else 0
         seconds += cpu.get(current, 0.0)
         stack += children.get(current, [])
-    return total, seconds
+    return total, runner, seconds
 
 
 class Sampler(threading.Thread):
@@ -82,14 +88,16 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.endpoint = pid, endpoint
         self.peak_kib = 0
+        self.peak_runner_kib = 0
         self.first_request: float | None = None
         self.cpu_at_first_request = 0.0
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            kib, cpu = _tree(self.pid)
+            kib, runner_kib, cpu = _tree(self.pid)
             self.peak_kib = max(self.peak_kib, kib)
+            self.peak_runner_kib = max(self.peak_runner_kib, runner_kib)
             if self.first_request is None and self.endpoint.stats.requests_total > 0:
                 self.first_request, self.cpu_at_first_request = time.monotonic(), cpu
             self.stop.wait(0.05)
@@ -149,6 +157,7 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
             1000 * (cpu - sampler.cpu_at_first_request) / max(stats.requests_total, 1), 3
         ),
         "peak_rss_mb": round(sampler.peak_kib / 1024, 1),
+        "peak_runner_rss_mb": round(sampler.peak_runner_kib / 1024, 1),
         "completed": inv["completed"],
         "failed": inv["failed"],
         "failures": run_stats["failures"],
@@ -185,8 +194,9 @@ def main() -> None:
         ratio = by_name["ours_256"]["prompts_per_s"] / by_name["reference_sched"]["prompts_per_s"]
         print(f"throughput ratio ours_256 / reference scheduling (4 workers, 1 each): {ratio:.1f}x")
     if "ours_256" in by_name and "ours_256_x10" in by_name:
-        a, b = by_name["ours_256"]["peak_rss_mb"], by_name["ours_256_x10"]["peak_rss_mb"]
-        print(f"peak RSS {by_name['ours_256']['prompts']} prompts: {a} MB; ×10 prompts: {b} MB")
+        for key in ("peak_runner_rss_mb", "peak_rss_mb"):
+            a, b = by_name["ours_256"][key], by_name["ours_256_x10"][key]
+            print(f"{key}: {by_name['ours_256']['prompts']} prompts {a} MB; ×10 prompts {b} MB")
 
 
 if __name__ == "__main__":

@@ -49,20 +49,34 @@ def limits(limiter: AdaptiveLimiter) -> list[float]:
 
 def test_a_burst_of_429s_cuts_the_limit_once_per_window() -> None:
     async def go() -> None:
-        limiter = AdaptiveLimiter(8)
+        limiter = AdaptiveLimiter(16)
         async with AsyncExitStack() as stack:
-            tickets = [await stack.enter_async_context(limiter.slot()) for _ in range(8)]
-            assert limiter.inflight == 8
-            for ticket in tickets:  # all sent under the old limit: one cut, not eight
+            tickets = [await stack.enter_async_context(limiter.slot()) for _ in range(16)]
+            assert limiter.inflight == 16
+            for ticket in tickets[:8]:  # not yet a burst: 8 in a row stay under the share
                 ticket.failed("rate_limit", None)
-            assert (limiter.limit, limiter.generation, limiter.stats.rate_limited) == (4, 1, 8)
-        await once(limiter, "rate_limit")  # sent under the new limit: news, cut again
-        assert (limiter.limit, limiter.generation) == (2, 2)
+            assert (limiter.limit, limiter.generation) == (16, 0)
+            for ticket in tickets[8:]:  # all sent under the old limit: one cut, not eight
+                ticket.failed("rate_limit", None)
+            assert (limiter.limit, limiter.generation, limiter.stats.rate_limited) == (8, 1, 16)
+        await once(limiter, "rate_limit")  # sent under the new limit, still a burst: cut again
+        assert (limiter.limit, limiter.generation) == (4, 2)
         for _ in range(4):
             await once(limiter, "rate_limit")
         assert limiter.limit == limiter.minimum == 1
-        assert limits(limiter)[:4] == [8, 4, 2, 1]
-        assert limiter.stats.rate_limited == 13
+        assert limits(limiter)[:5] == [16, 8, 4, 2, 1]
+        assert limiter.stats.rate_limited == 21
+
+
+def test_scattered_429s_do_not_cut_the_limit() -> None:
+    async def go() -> None:
+        limiter = AdaptiveLimiter(8)
+        for i in range(200):  # one call in five throttled, evenly: not a burst
+            await once(limiter, "rate_limit" if i % 5 == 0 else "ok", retry_after=60.0)
+        assert (limiter.limit, limiter.generation, limiter.stats.rate_limited) == (8, 0, 40)
+        assert limiter.paused_until == 0.0  # each throttled call waits on its own, not everyone
+
+    run(go)
 
     run(go)
 
@@ -107,7 +121,8 @@ def test_server_errors_and_timeouts_never_cut_or_pause(error_class: str, counter
 def test_retry_after_pauses_new_calls_until_it_has_passed() -> None:
     async def go() -> None:
         limiter = AdaptiveLimiter(4)
-        await once(limiter, "rate_limit", retry_after=60.0)
+        for _ in range(9):  # a burst
+            await once(limiter, "rate_limit", retry_after=60.0)
         blocked = asyncio.create_task(once(limiter, "ok"))
         await ticks()
         assert not blocked.done() and limiter.inflight == 0
@@ -117,7 +132,8 @@ def test_retry_after_pauses_new_calls_until_it_has_passed() -> None:
         assert limiter.inflight == 0  # a cancelled waiter holds nothing
 
         short = AdaptiveLimiter(4)
-        await once(short, "rate_limit", retry_after=0.05)
+        for _ in range(9):
+            await once(short, "rate_limit", retry_after=0.05)
         resume = short.paused_until
         async with short.slot():
             started = time.monotonic()
@@ -213,15 +229,15 @@ def test_the_client_reports_a_429_burst_and_the_limiter_cuts_once(
     sim_endpoint: SimulatedEndpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(llm_client, "BACKOFF_BASE", 0.01)
-    prompts = [f"p{i}" for i in range(6)]
+    prompts = [f"p{i}" for i in range(10)]
     limited = EndpointFault(429, "slow down", headers={"Retry-After": "0.05"})
     for prompt in prompts:
         sim_endpoint.script(prompt, [Turn(fault=limited), Turn(content=f"answer {prompt}")])
-    limiter = _complete_all(sim_endpoint, {"maximum": 6}, prompts)
-    assert (limiter.stats.rate_limited, limiter.stats.calls, limiter.generation) == (6, 12, 1)
-    assert min(limits(limiter)) == 3  # six 429s from one window: halved once
-    assert limiter.limit > 3  # and the six successful retries grew it back a little
-    assert len(sim_endpoint.requests) == 12 and sim_endpoint.stats.faults == {"429": 6}
+    limiter = _complete_all(sim_endpoint, {"maximum": 10}, prompts)
+    assert (limiter.stats.rate_limited, limiter.stats.calls, limiter.generation) == (10, 20, 1)
+    assert min(limits(limiter)) == 5  # ten 429s from one window: halved once
+    assert limiter.limit > 5  # and the ten successful retries grew it back a little
+    assert len(sim_endpoint.requests) == 20 and sim_endpoint.stats.faults == {"429": 10}
 
 
 def test_the_limiter_bounds_the_calls_in_flight(sim_endpoint: SimulatedEndpoint) -> None:
