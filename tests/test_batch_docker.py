@@ -286,14 +286,10 @@ def test_containers_of_sigkilled_workers_are_reaped_by_the_next_run(
     # kill -9 of the runner and its workers at once (the OOM killer, `kill -9 -<pgid>`): no
     # process of ours can remove the containers, so the next run must.
     prompts, proc = start_two_sleeping_prompts(docker_run, sleeper)
-    victims = session_pids(proc.pid)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    # Until init reaps them, the killed workers are zombies, which still count as live owners
-    # (owner.py); a run started later finds them gone.
-    wait_until(
-        lambda: not any(Path(f"/proc/{pid}").exists() for pid in victims), "the killed workers to be reaped"
-    )
+    # The killed workers may still be zombies (init reaps them within ~2 s): a dead owner all
+    # the same, so the run started right away must remove their containers.
     stale = sorted(container.name for container in docker_run.containers())
     assert len(stale) == 2 and running_sleepers(sleeper) == 2  # left behind, still running
     finished = resume_to_the_end(docker_run, prompts)

@@ -42,13 +42,20 @@ def current_owner() -> dict[str, str]:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Running, not merely not yet reaped: kill(pid, 0) succeeds on a zombie, and a killed
+    runner's processes stay zombies until init reaps them (seen: 1.6 s)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no procfs: trust kill()
+    return state != "Z"
 
 
 def owner_is_dead(owner: Mapping[str, str]) -> bool:
