@@ -5,7 +5,7 @@
 
 Each prompt makes one tool call, then gives a final answer (2 model calls). The endpoint runs
 in this process (its CPU is not the runner's); the runner is a subprocess whose CPU time
-(parent + workers + their tool processes) and peak RSS (whole process tree) are measured.
+(parent + workers + their tool processes) and peak memory (PSS of the whole process tree) are measured.
 Efficiency = achieved prompts/s / ideal, ideal = in-flight limit / (calls per prompt × latency),
 measured from the endpoint's first request to the runner's exit (worker start-up excluded,
 reported separately).
@@ -45,44 +45,51 @@ class Case:
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _pss_kib(pid: str) -> int:
+    """Proportional set size: shared pages divided among their sharers. RSS would count a
+    worker twice while a fork for a tool command has not exec'd yet (copy-on-write pages)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        return 0
+    return 0
+
+
 def _tree(pid: int) -> tuple[int, int, float]:
-    """(resident KiB of the whole tree, of its Python processes only, CPU seconds incl. reaped
+    """(PSS KiB of the whole tree, of its Python processes only, CPU seconds incl. reaped
     children) of `pid` and its descendants, from /proc. The tree also holds the tool calls'
-    shells, alive only while a command runs."""
+    shells, alive only while a command runs. Only the tree's own smaps are read: they are
+    costly, and the sampler must not slow the run it measures."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    python: set[int] = set()
-    cpu: dict[int, float] = {}
+    stats: dict[int, list[str]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            status = Path(f"/proc/{entry}/status").read_text()
+            stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        ppid = int(fields.get("PPid", "0").strip())
-        children.setdefault(ppid, []).append(int(entry))
-        rss[int(entry)] = int(fields.get("VmRSS", "0 kB").split()[0])
-        if fields.get("Name", "").strip().startswith("python"):
-            python.add(int(entry))
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            cpu[int(entry)] = sum(int(x) for x in stat[11:15]) / TICKS
-        except (OSError, IndexError, ValueError):
-            continue
+        name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+        fields = [name, *rest.split()]  # fields[1] state, [2] ppid, [12:16] utime..cstime
+        stats[int(entry)] = fields
+        children.setdefault(int(fields[2]), []).append(int(entry))
     total, runner, seconds, stack = 0, 0, 0.0, [pid]
     while stack:
         current = stack.pop()
-        total += rss.get(current, 0)
-        runner += rss.get(current, 0) if current in python else 0
-        seconds += cpu.get(current, 0.0)
+        known = stats.get(current)
+        if known is not None:
+            pss = _pss_kib(str(current))
+            total += pss
+            runner += pss if known[0].startswith("python") else 0
+            seconds += sum(int(x) for x in known[12:16]) / TICKS
         stack += children.get(current, [])
     return total, runner, seconds
 
 
 class Sampler(threading.Thread):
-    """Samples the runner's tree RSS and notes when the endpoint sees its first request."""
+    """Samples the runner's tree memory (PSS) and notes when the endpoint sees its first request."""
 
     def __init__(self, pid: int, endpoint: SimulatedEndpoint) -> None:
         super().__init__(daemon=True)
@@ -156,8 +163,8 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
         "steady_cpu_ms_per_call": round(
             1000 * (cpu - sampler.cpu_at_first_request) / max(stats.requests_total, 1), 3
         ),
-        "peak_rss_mb": round(sampler.peak_kib / 1024, 1),
-        "peak_runner_rss_mb": round(sampler.peak_runner_kib / 1024, 1),
+        "peak_pss_mb": round(sampler.peak_kib / 1024, 1),
+        "peak_runner_pss_mb": round(sampler.peak_runner_kib / 1024, 1),
         "completed": inv["completed"],
         "failed": inv["failed"],
         "failures": run_stats["failures"],
@@ -194,7 +201,7 @@ def main() -> None:
         ratio = by_name["ours_256"]["prompts_per_s"] / by_name["reference_sched"]["prompts_per_s"]
         print(f"throughput ratio ours_256 / reference scheduling (4 workers, 1 each): {ratio:.1f}x")
     if "ours_256" in by_name and "ours_256_x10" in by_name:
-        for key in ("peak_runner_rss_mb", "peak_rss_mb"):
+        for key in ("peak_runner_pss_mb", "peak_pss_mb"):
             a, b = by_name["ours_256"][key], by_name["ours_256_x10"][key]
             print(f"{key}: {by_name['ours_256']['prompts']} prompts {a} MB; ×10 prompts {b} MB")
 
