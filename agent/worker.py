@@ -124,7 +124,9 @@ class Worker:
         while True:
             await slots.acquire()  # cancelled conversations free their slots on SIGTERM
             job = await self._next_job()
-            if job is None or self.stopping.is_set():  # a job got as SIGTERM came is not started
+            if job is not None and self.stopping.is_set():  # got as SIGTERM came: not started
+                self.events.put({"kind": "cancelled", "key": job["key"]})
+            if job is None or self.stopping.is_set():
                 break
             task = asyncio.create_task(self._run_job(job))
             tasks.add(task)
