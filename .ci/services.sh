@@ -66,9 +66,10 @@ _svc_dockerd() {
     local s=$AGENT_CI_STATE host="unix://$AGENT_CI_STATE/docker.sock"
     if ! _svc_alive "$s/dockerd.pid"; then
         rm -f "$s/docker.sock"
-        # No bridge, no iptables, no forwarding: containers only ever get `lo`.
-        dockerd --data-root "$s/data" --exec-root "$s/exec" --pidfile "$s/dockerd.pid" -H "$host" \
-            --bridge=none --iptables=false --ip-forward=false --ip-masq=false \
+        # No bridge, no iptables, no forwarding: containers only ever get `lo`. Started from the
+        # state dir: the runtime drops files such as `oom` (after an OOM kill) into its cwd.
+        (cd "$s" && exec dockerd --data-root "$s/data" --exec-root "$s/exec" --pidfile "$s/dockerd.pid" \
+            -H "$host" --bridge=none --iptables=false --ip-forward=false --ip-masq=false) \
             >"$s/dockerd.log" 2>&1 </dev/null &
     fi
     _svc_wait_docker "$host" || { _svc_fail "dockerd did not answer on $host, see $s/dockerd.log"; return 1; }
@@ -101,7 +102,7 @@ _svc_podman() {
     local -a pm=(env CONTAINERS_CONF="$s/containers.conf" podman --root "$s/proot" --runroot "$s/prun")
     if ! _svc_alive "$s/podman.pid"; then
         rm -f "$s/podman.sock"
-        "${pm[@]}" system service --time=0 "$sock" >"$s/podman.log" 2>&1 </dev/null &
+        (cd "$s" && exec "${pm[@]}" system service --time=0 "$sock") >"$s/podman.log" 2>&1 </dev/null &
         echo $! >"$s/podman.pid"
     fi
     _svc_wait_docker "$sock" || { _svc_fail "podman service did not answer on $sock, see $s/podman.log"; return 1; }
