@@ -16,10 +16,9 @@ from agent.config import (
     as_int,
     as_str,
     as_str_list,
+    call_settings,
     is_embedded,
     is_loopback,
-    load_prefill,
-    reasoning_config,
     resolve_api_key,
     served_endpoint,
 )
@@ -67,9 +66,11 @@ def run(
     """Run one conversation and print the final answer; the exit code says how it ended."""
     from run_agent import AIAgent  # imported here: run_agent imports this module's package
 
+    flags = dict(locals())
     text = as_str(query, "query")
     if not text:
         raise ConfigError("--query is required")
+    settings = call_settings(flags)  # converted before the embedded model starts
     model_name = as_str(model, "model") or DEFAULT_MODEL
     url = as_str(base_url, "base_url") or DEFAULT_BASE_URL
     threads = as_int(embedded_threads, "embedded_threads", minimum=1) or 1
@@ -81,23 +82,13 @@ def run(
             base_url=url,
             api_key=key,
             model=name,
-            max_iterations=as_int(max_turns, "max_turns", minimum=1) or 10,
             enabled_toolsets=as_str_list(enabled_toolsets, "enabled_toolsets") or None,
             disabled_toolsets=as_str_list(disabled_toolsets, "disabled_toolsets") or None,
             save_trajectories=bool(save_trajectories) or _config_file_saves(),
             verbose_logging=bool(verbose),
             quiet_mode=bool(quiet),
-            ephemeral_system_prompt=as_str(ephemeral_system_prompt, "ephemeral_system_prompt"),
-            providers_allowed=as_str_list(providers_allowed, "providers_allowed"),
-            providers_ignored=as_str_list(providers_ignored, "providers_ignored"),
-            providers_order=as_str_list(providers_order, "providers_order"),
-            provider_sort=as_str(provider_sort, "provider_sort"),
-            max_tokens=as_int(max_tokens, "max_tokens", minimum=1),
-            reasoning_config=reasoning_config(reasoning_effort, reasoning_disabled),
-            prefill_messages=load_prefill(prefill_messages_file),
-            api_dialect=as_str(api_dialect, "api_dialect") or "auto",
-            max_retries=as_int(max_retries, "max_retries", minimum=0) or 0,
             sandbox=SandboxOptions(backend=resolve_backend(as_str(sandbox, "sandbox"))),
+            **settings,
         )
         result = agent.run_conversation(text)
     if result["failed"]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +88,24 @@ def load_prefill(path: Any) -> tuple[dict[str, Any], ...]:
         if not ok or not isinstance(item.get("content"), str):
             raise ConfigError(f"{name}: item {i}: each message needs a role and a string content")
     return tuple(data)
+
+
+def call_settings(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The flags both CLIs share for how each model call is made, converted once. The keys are
+    both `AgentConfig` fields and `AIAgent` keywords."""
+    return {
+        "max_iterations": as_int(flags["max_turns"], "max_turns", minimum=1) or 10,
+        "ephemeral_system_prompt": as_str(flags["ephemeral_system_prompt"], "ephemeral_system_prompt"),
+        "prefill_messages": load_prefill(flags["prefill_messages_file"]),
+        "max_tokens": as_int(flags["max_tokens"], "max_tokens", minimum=1),
+        "reasoning_config": reasoning_config(flags["reasoning_effort"], flags["reasoning_disabled"]),
+        "providers_allowed": as_str_list(flags["providers_allowed"], "providers_allowed"),
+        "providers_ignored": as_str_list(flags["providers_ignored"], "providers_ignored"),
+        "providers_order": as_str_list(flags["providers_order"], "providers_order"),
+        "provider_sort": as_str(flags["provider_sort"], "provider_sort"),
+        "api_dialect": as_str(flags["api_dialect"], "api_dialect") or "auto",
+        "max_retries": as_int(flags["max_retries"], "max_retries", minimum=0) or 0,
+    }
 
 
 def resolve_api_key(api_key: Any, base_url: str) -> str | None:
