@@ -40,7 +40,8 @@ def _details_text(details: Any) -> list[str]:
     return texts
 
 
-def _dedupe(parts: Iterable[str]) -> list[str]:
+def merge_parts(parts: Iterable[str]) -> list[str]:
+    """Reasoning parts in order, each once: a part inside another is dropped."""
     seen: list[str] = []
     for part in parts:
         if part and not any(part == s or part in s for s in seen):
@@ -70,5 +71,5 @@ def extract(fields: dict[str, Any], content: str | None) -> tuple[str | None, st
     ]
     native += _details_text(fields.get("reasoning_details"))
     inline, cleaned = split_inline(content or "")
-    parts = _dedupe([p for p in native + inline if p])
+    parts = merge_parts([p for p in native + inline if p])
     return ("\n\n".join(parts) if parts else None), cleaned

@@ -19,12 +19,13 @@ import fcntl
 import json
 import logging
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from agent import reasoning
 
 __all__ = [
     "ReasoningStats",
@@ -33,7 +34,6 @@ __all__ = [
     "hermes_system_message",
     "reasoning_stats",
     "save_trajectory",
-    "split_reasoning",
     "to_sharegpt",
 ]
 
@@ -56,12 +56,6 @@ _SYSTEM_TAIL = (
     "<args-dict>}\n</tool_call>"
 )
 
-_TAGS = r"think|REASONING_SCRATCHPAD"
-_BLOCK = re.compile(rf"<({_TAGS})>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
-_UNCLOSED = re.compile(rf"<({_TAGS})>(.*)\Z", re.DOTALL | re.IGNORECASE)
-# A close tag with no opener: the opener was in the chat template, so what precedes it is reasoning.
-_STRAY_CLOSE = re.compile(rf"\A(.*?)</(?:{_TAGS})>", re.DOTALL | re.IGNORECASE)
-
 
 def hermes_system_message(tool_schemas: Sequence[Mapping[str, Any]]) -> str:
     """The spec's function-calling system turn for these tools, in the given order.
@@ -82,29 +76,12 @@ def hermes_system_message(tool_schemas: Sequence[Mapping[str, Any]]) -> str:
     return _SYSTEM_HEAD + json.dumps(tools, ensure_ascii=False) + _SYSTEM_TAIL
 
 
-def split_reasoning(content: str) -> tuple[list[str], str]:
-    """Inline reasoning blocks in `content` (think or scratchpad), and the content without them."""
-    found = [m.group(2).strip() for m in _BLOCK.finditer(content)]
-    rest = _BLOCK.sub("", content)
-    stray = _STRAY_CLOSE.match(rest)
-    if stray:
-        found.insert(0, stray.group(1).strip())
-        rest = rest[stray.end() :]
-    unclosed = _UNCLOSED.search(rest)
-    if unclosed:
-        found.append(unclosed.group(2).strip())
-        rest = rest[: unclosed.start()]
-    return [f for f in found if f], rest
-
-
 def _turn_reasoning(message: Mapping[str, Any]) -> tuple[str, str]:
-    """(merged reasoning, content without inline blocks) for one assistant message."""
+    """(merged reasoning, content without inline blocks) for one assistant message; the loop
+    has usually separated them already, but a history from elsewhere may not have."""
     native = message.get("reasoning")
-    parts = [native.strip()] if isinstance(native, str) and native.strip() else []
-    inline, content = split_reasoning(message.get("content") or "")
-    for part in inline:
-        if not any(part in seen for seen in parts):  # the loop may have copied it already
-            parts = [seen for seen in parts if seen not in part] + [part]
+    inline, content = reasoning.split_inline(message.get("content") or "")
+    parts = reasoning.merge_parts([native.strip() if isinstance(native, str) else "", *inline])
     return "\n\n".join(parts), content.strip()
 
 
