@@ -58,10 +58,10 @@ class BatchRun:
             if tally is not None and tally.interrupted:
                 self._finish(scan, started, merge=False)
                 return EXIT_INTERRUPTED
-            self._finish(scan, started, merge=True)
+            stats = self._finish(scan, started, merge=True)
         finally:
             self.store.close()
-        failed = sum(self.stats.to_dict(**self._summary(scan, 0.0))["failures"].values())
+        failed = sum(stats["failures"].values())
         if failed:
             self.console.print(
                 f"[red]{failed} prompt(s) failed[/red]: rerun with --resume to retry them.", soft_wrap=True
@@ -123,7 +123,7 @@ class BatchRun:
     def _schedule(self, todo: int, already_done: int) -> Any:
         with RunProgress(todo + already_done, already_done, console=self.console) as progress:
             self.progress = progress
-            scheduler = Scheduler(self.config, self._on_event, self._tick)
+            scheduler = Scheduler(self.config, self._on_event, self._checkpoint)
             return scheduler.run(self._jobs())
 
     def _on_event(self, event: dict[str, Any]) -> None:
@@ -171,13 +171,8 @@ class BatchRun:
         batch["processed"] += 1
         batch["discarded"] += discarded
 
-    def _tick(self) -> None:
-        """Group commit: make appended lines durable, then describe them in the checkpoint."""
-        self.store.sync()
-        self._checkpoint()
-
     def _checkpoint(self) -> None:
-        self.store.sync()
+        """Group commit: write_json makes the appended lines durable before describing them."""
         self.store.write_json(
             "checkpoint.json",
             {
@@ -206,7 +201,7 @@ class BatchRun:
             },
         }
 
-    def _finish(self, scan: DatasetScan, started: float, *, merge: bool) -> None:
+    def _finish(self, scan: DatasetScan, started: float, *, merge: bool) -> dict[str, Any]:
         summary = self._summary(scan, time.monotonic() - started)
         if merge:
             report = self.store.merge(set(TOOL_TO_TOOLSET_MAP), on_entry=self.stats.add_entry)
@@ -217,3 +212,4 @@ class BatchRun:
         if merge:
             path = self.config.run_dir / "trajectories.jsonl"
             self.console.print(f"Trajectories: {path}", markup=False, highlight=False, soft_wrap=True)
+        return stats
