@@ -139,13 +139,18 @@ class ToolSpec:
 
 
 class RunStore(Protocol):
-    """Where a run's results go. Writes survive kill -9 once the call returns."""
+    """Where a run's results go. Appended lines survive kill -9 once the call returns and an
+    OS crash once `sync` returns; `write_json` replaces a file atomically after syncing."""
 
-    def append_result(self, entry: Mapping[str, Any]) -> None: ...
+    def append_result(self, batch_num: int, entry: Mapping[str, Any]) -> None: ...
 
     def append_discard(self, record: Mapping[str, Any]) -> None: ...
 
     def append_failure(self, record: Mapping[str, Any]) -> None: ...
+
+    def sync(self) -> None: ...
+
+    def write_json(self, name: str, data: Any) -> None: ...
 
 
 # An async function that answers one chat-completions request body (server side of the seam).

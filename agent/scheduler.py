@@ -32,7 +32,6 @@ STOP_GRACE = 30.0  # seconds workers get to destroy their sandboxes after SIGTER
 @dataclass
 class Tally:
     dispatched: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> job, until answered
-    finished: int = 0
     interrupted: bool = False
 
 
@@ -149,7 +148,6 @@ class Scheduler:
         if kind in ("result", "discard", "failure", "cancelled"):
             with self._lock:
                 self.tally.dispatched.pop(event["key"], None)
-            self.tally.finished += kind != "cancelled"
         self.on_event(event)
 
     def _drain_leftovers(self, exited: set[int]) -> None:
