@@ -8,13 +8,13 @@ honours `Retry-After`; everything else fails at once as a `ModelAPIError`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 from typing import Any
 
 import httpx2
 import openai
-from openai.types.chat import ChatCompletion
 
 from agent import reasoning
 from agent.errors import ModelAPIError
@@ -77,37 +77,49 @@ def backoff_delay(attempt: int, server_hint: float | None, rng: random.Random) -
     return max(jittered, server_hint) if server_hint is not None else jittered
 
 
-def _tool_calls(message: Any) -> tuple[ToolCall, ...]:
+def _tool_calls(message: dict[str, Any]) -> tuple[ToolCall, ...]:
     calls = []
-    for i, call in enumerate(message.tool_calls or []):
-        function = getattr(call, "function", None)
-        if function is None:
+    for i, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
             continue
-        calls.append(ToolCall(call.id or f"call_{i}", function.name or "", function.arguments or ""))
+        name, arguments = function.get("name") or "", function.get("arguments") or ""
+        calls.append(ToolCall(call.get("id") or f"call_{i}", str(name), str(arguments)))
     return tuple(calls)
 
 
-def parse_reply(completion: Any) -> ModelReply:
-    """Our `ModelReply` from an SDK ChatCompletion; no choices is an invalid response."""
-    if not completion.choices:
-        raise ModelAPIError("invalid_response", "the endpoint returned no choices")
-    choice = completion.choices[0]
-    message = choice.message
-    extra = dict(message.model_extra or {})
-    text, content = reasoning.extract(extra, message.content if isinstance(message.content, str) else "")
-    usage = completion.usage
-    details = getattr(usage, "completion_tokens_details", None) if usage else None
+def _count(usage: dict[str, Any], key: str) -> int:
+    value = usage.get(key)
+    return value if isinstance(value, int) else 0
+
+
+def parse_reply(raw: bytes) -> ModelReply:
+    """Our `ModelReply` from a chat-completions response body; anything that is not a
+    completion with at least one choice is an invalid response."""
+    try:
+        completion = json.loads(raw)
+        choice = completion["choices"][0]
+        message = choice["message"]
+        if not isinstance(message, dict):
+            raise TypeError("message is not an object")
+    except (ValueError, LookupError, TypeError) as exc:
+        shown = raw[:200].decode("utf-8", "replace")
+        raise ModelAPIError("invalid_response", f"not a chat completion ({exc}): {shown}") from exc
+    content = message.get("content")
+    text, content = reasoning.extract(message, content if isinstance(content, str) else "")
+    usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
+    details = usage.get("completion_tokens_details")
     return ModelReply(
         content=content,
         reasoning=text,
         tool_calls=_tool_calls(message),
-        finish_reason=choice.finish_reason or "stop",
+        finish_reason=choice.get("finish_reason") or "stop",
         usage=Usage(
-            prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
-            completion_tokens=(usage.completion_tokens or 0) if usage else 0,
-            reasoning_tokens=(getattr(details, "reasoning_tokens", 0) or 0) if details else 0,
+            prompt_tokens=_count(usage, "prompt_tokens"),
+            completion_tokens=_count(usage, "completion_tokens"),
+            reasoning_tokens=_count(details, "reasoning_tokens") if isinstance(details, dict) else 0,
         ),
-        reasoning_details=extra.get("reasoning_details") or None,
+        reasoning_details=message.get("reasoning_details") or None,
     )
 
 
@@ -142,10 +154,12 @@ class OpenAIChatModel:
     async def aclose(self) -> None:
         await self._client.close()
 
-    async def _call_once(self, request: ChatRequest) -> ChatCompletion:
+    async def _call_once(self, request: ChatRequest) -> bytes:
         # The body is already in wire shape, so it goes through the SDK's `post` rather than
         # `create`: `create` re-walks every message and tool schema to transform typed params,
-        # which cost ~10 ms of CPU per call at agent-sized histories.
+        # which cost ~10 ms of CPU per call at agent-sized histories. The SDK still sends the
+        # request and raises its errors; the body arrives as bytes because building its
+        # pydantic models cost more CPU than the rest of the call, for fields we never read.
         body: dict[str, Any] = {"model": self.model, "messages": request.messages, **request.extra_params}
         if request.tools:
             body["tools"] = request.tools
@@ -153,7 +167,8 @@ class OpenAIChatModel:
             key = "max_completion_tokens" if "reasoning_effort" in request.extra_params else "max_tokens"
             body[key] = request.max_tokens
         body.update(request.extra_body)
-        return await self._client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+        wire = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        return await self._client.post("/chat/completions", content=wire, cast_to=bytes)
 
     async def _attempt(self, request: ChatRequest) -> ModelReply:
         if self.limiter is None:

@@ -228,3 +228,49 @@ def test_retry_after_is_a_floor_under_jittered_exponential_backoff() -> None:
 )
 def test_classify(error: Exception, expected: tuple[str, bool]) -> None:
     assert classify(error) == expected
+
+
+# ---------------------------------------------------------------- malformed replies
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"<html>gateway</html>", "Expecting value"),
+        (b'{"choices": []}', "list index out of range"),
+        (b'{"choices": [{"message": "text"}]}', "message is not an object"),
+        (b'{"object": "error"}', "'choices'"),
+    ],
+)
+def test_a_200_that_is_not_a_completion_is_an_invalid_response_not_retried(body: bytes, reason: str) -> None:
+    """Served by a bare aiohttp app on loopback: the simulated endpoint only answers well-formed."""
+    from aiohttp import web
+
+    seen: list[web.Request] = []
+
+    async def reply(request: web.Request) -> web.Response:
+        seen.append(request)
+        assert request.content_type == "application/json"
+        assert (await request.json())["messages"][0]["content"] == "hi"
+        return web.Response(body=body, content_type="application/json")
+
+    async def go() -> ModelAPIError:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", reply)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        model = OpenAIChatModel(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", model="m")
+        try:
+            with pytest.raises(ModelAPIError) as caught:
+                await model.complete(ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=[]))
+            return caught.value
+        finally:
+            await model.aclose()
+            await runner.cleanup()
+
+    error = asyncio.run(go())
+    assert error.error_class == "invalid_response" and reason in str(error)
+    assert len(seen) == 1
