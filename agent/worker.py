@@ -27,7 +27,7 @@ from agent.llm_client import OpenAIChatModel
 from agent.protocols import Sandbox, SandboxFactory, SandboxSpec
 from agent.rate_limit import AdaptiveLimiter
 from agent.run_config import RunConfig
-from agent.sandboxes import sandbox_factory
+from agent.sandboxes import orphans, sandbox_pool
 from run_agent import AIAgent
 
 log = logging.getLogger("agent.worker")
@@ -61,6 +61,8 @@ def throttled(factory: SandboxFactory, starts: int) -> SandboxFactory:
 def main(worker_id: int, config: RunConfig, jobs: Any, events: Any, parent_pid: int) -> None:
     """Process entry point (multiprocessing spawn target)."""
     _die_with_parent(parent_pid)
+    if config.sandbox.backend == "local":  # every child of ours is then a command or its orphan
+        orphans.adopt_orphans()  # so closing a sandbox looks at our children, not all of /proc
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how Ctrl-C ends the run
     root = logging.getLogger()
     root.handlers[:] = [logging.handlers.QueueHandler(events)]
@@ -100,9 +102,10 @@ class Worker:
             limiter=self.limiter,
             max_connections=self.config.inflight_per_worker + 8,
         )
-        self.factory = throttled(sandbox_factory(self.config.sandbox), self.config.sandbox_starts)
         try:
-            await self._pull_and_run()
+            with sandbox_pool(self.config.sandbox, self.config.run_name) as factory:
+                self.factory = throttled(factory, self.config.sandbox_starts)
+                await self._pull_and_run()
         finally:
             await self.model.aclose()
             stats = self.limiter.stats

@@ -165,7 +165,9 @@ def test_names_are_sanitised_into_the_root(local_sandbox_root: Path) -> None:
     spec = SandboxSpec(run_name="../../evil run", prompt_key="a/b\\c")
     with _open(local_sandbox_root, spec) as sandbox:
         assert Path(sandbox.root).is_relative_to(local_sandbox_root.resolve())
-        assert Path(sandbox.root).parent.parent == local_sandbox_root.resolve()
+        pool = Path(sandbox.root).parent  # <root>/<run>/<pool>/<slot>
+        assert pool.parent == local_sandbox_root.resolve() / "evil_run"
+        assert pool.name.startswith("a_b_c-")
 
 
 @pytest.mark.parametrize(("cwd", "relative"), [(None, "workspace"), ("/app", "app"), ("src/pkg", "src/pkg")])
@@ -270,22 +272,24 @@ def test_reap_stale_removes_dead_owners_sandboxes_only(local_sandbox_root: Path)
     orphan.mkdir()
     foreign = local_sandbox_root / "run-1" / "notes"  # not ours: never touched
     foreign.mkdir()
+    dead_pool = str(Path(dead_root).parent)
     with _open(local_sandbox_root) as live:
         removed = reap_stale(str(local_sandbox_root))
-        assert sorted(removed) == sorted([dead_root, str(orphan)])
+        assert sorted(removed) == sorted([dead_pool, str(orphan)])
         assert Path(live.root).is_dir()
-    assert not Path(dead_root).exists() and not Path(dead_root + ".owner").exists()
+    assert not Path(dead_pool).exists() and not Path(dead_pool + ".owner").exists()
     assert not _alive(int(sleeper))
     assert foreign.is_dir()
 
 
 def test_reap_stale_treats_a_reused_pid_as_dead(local_sandbox_root: Path) -> None:
     with _open(local_sandbox_root) as sandbox:
-        marker = Path(sandbox.root + ".owner")
+        pool = str(Path(sandbox.root).parent)
+        marker = Path(pool + ".owner")
         owner = json.loads(marker.read_text())
-        assert owner["pid"] == os.getpid()
+        assert owner["pid"] == str(os.getpid())
         marker.write_text(json.dumps({**owner, "start": "1"}))  # our pid, another process's start
-        assert reap_stale(str(local_sandbox_root)) == [sandbox.root]
+        assert reap_stale(str(local_sandbox_root)) == [pool]
 
 
 # ---------------------------------------------------------------- registry

@@ -5,6 +5,9 @@ Each backend module (`local`, `bwrap`, `docker`) exposes:
     def open_sandbox(spec: SandboxSpec, options: SandboxOptions) -> AbstractContextManager[Sandbox]
     def unavailable_reason(options: SandboxOptions) -> str | None   # None when usable here
 
+and may expose `open_pool(options, run_name) -> AbstractContextManager[SandboxFactory]`, a
+factory for a whole run in one process that reuses what it can between prompts.
+
 Backends are imported lazily so that a missing optional dependency of one backend never
 breaks another.
 """
@@ -14,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-from collections.abc import AsyncIterator
-from contextlib import AbstractContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -101,6 +104,19 @@ def sandbox_factory(options: SandboxOptions) -> SandboxFactory:
         return cm
 
     return open_sandbox
+
+
+@contextmanager
+def sandbox_pool(options: SandboxOptions, run_name: str) -> Iterator[SandboxFactory]:
+    """A factory for all of a run's sandboxes in this process, valid inside the block: the
+    backend's own pool when it has one, else `sandbox_factory`'s fresh sandbox per prompt."""
+    factory = sandbox_factory(options)  # raises SandboxUnavailable before anything is made
+    open_pool = getattr(_module(options.backend), "open_pool", None)
+    if open_pool is None:
+        yield factory
+        return
+    with open_pool(options, run_name) as pooled:
+        yield pooled
 
 
 @asynccontextmanager

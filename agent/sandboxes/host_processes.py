@@ -1,6 +1,6 @@
 """Host processes a sandbox starts: running a command in its own process group with a
 timeout and bounded output, and killing every process a sandbox left behind (the local
-backend's process control; the processes are recognised by their cwd or HOME).
+backend's process control; the processes are recognised by a cwd or HOME inside the sandbox).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from contextlib import suppress
 
 from agent.errors import SandboxError
 from agent.protocols import ExecResult
+from agent.sandboxes import orphans
+from agent.sandboxes.orphans import belongs_to
 from agent.sandboxes.output_buffer import OutputBuffer
 
 OUTPUT_BYTES = 2 << 20  # kept of a command's output: its first and last MiB; the middle is dropped
@@ -27,9 +29,8 @@ TIMEOUT_EXIT_CODE = 124
 class ProcessGroups:
     """The process groups one sandbox started; `close` kills them all (thread-safe)."""
 
-    def __init__(self, sandbox_dir: str, home: str):
-        self._dir = sandbox_dir  # processes working under it or with HOME=home are the sandbox's
-        self._home = home
+    def __init__(self, sandbox_dir: str):
+        self._dir = sandbox_dir  # processes working or with HOME under it are the sandbox's
         self._groups: set[int] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -52,6 +53,7 @@ class ProcessGroups:
             raise
         finally:
             proc.wait()
+            orphans.waited(proc.pid)
             proc.stdout.close()
             self._forget_if_gone(proc.pid)
         if not finished:
@@ -66,14 +68,13 @@ class ProcessGroups:
             groups, self._groups = self._groups, set()
         # A remembered group may have died on its own and its id been taken by an unrelated
         # group (pid_max is often 32768): kill only groups that still hold one of our processes.
-        home_entry = f"HOME={self._home}".encode()
         groups = {g for g in groups if _group_alive(g)}  # most commands ended: skip the /proc walk
         members = _group_members(groups) if groups else {}
-        kill_groups([g for g in groups if any(_belongs_to(p, self._dir, home_entry) for p in members[g])])
-        kill_strays(self._dir, self._home)  # descendants that left their group (setsid, double fork)
+        kill_groups([g for g in groups if any(belongs_to(p, self._dir) for p in members[g])])
+        kill_strays(self._dir)  # descendants that left their group (setsid, double fork)
 
     def _spawn(self, argv: Sequence[str], cwd: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        with self._lock:
+        with self._lock, orphans.spawning() as commands:
             if self._closed:
                 raise SandboxError(f"sandbox {self._dir} is closed")
             proc = subprocess.Popen(
@@ -86,6 +87,7 @@ class ProcessGroups:
                 start_new_session=True,  # its own process group, so a timeout can kill all of it
             )
             self._groups.add(proc.pid)
+            commands.add(proc.pid)
         return proc
 
     def _forget_if_gone(self, pgid: int) -> None:
@@ -166,29 +168,20 @@ def _group_members(pgids: Collection[int]) -> dict[int, list[int]]:
     return members
 
 
-def kill_strays(sandbox_dir: str, home: str, rounds: int = 5) -> None:
-    """SIGKILL processes working under `sandbox_dir` or whose environment has HOME=`home`
-    (descendants that left their process group), until none is left. Needs /proc."""
-    home_entry = f"HOME={home}".encode()
+def kill_strays(sandbox_dir: str, rounds: int = 5) -> None:
+    """SIGKILL processes working under `sandbox_dir` or whose HOME is under it (descendants
+    that left their process group), until none is left. Needs /proc."""
+    if orphans.adopting():  # they are all our children: no need to look at every process
+        orphans.kill_adopted(sandbox_dir)
+        return
     for _ in range(rounds):
-        found = [pid for pid in _pids() if _belongs_to(pid, sandbox_dir, home_entry)]
+        found = [pid for pid in _pids() if belongs_to(pid, sandbox_dir)]
         if not found:
             return
         for pid in found:
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(POLL_INTERVAL)  # let the kernel tear them down before looking again
-
-
-def start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks (tells a live process from a reused pid);
-    None when it does not exist or is a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[19] if len(fields) > 19 and fields[0] != "Z" else None
 
 
 def _pids() -> list[int]:
@@ -198,14 +191,3 @@ def _pids() -> list[int]:
         return []  # no procfs: process groups are all we can kill
     own = os.getpid()
     return [int(n) for n in names if n.isdigit() and int(n) != own]
-
-
-def _belongs_to(pid: int, sandbox_dir: str, home_entry: bytes) -> bool:
-    try:
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-        if cwd == sandbox_dir or cwd.startswith(sandbox_dir + "/"):
-            return True
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            return home_entry in handle.read().split(b"\0")
-    except OSError:  # gone, a zombie, or not ours to inspect
-        return False

@@ -1,0 +1,143 @@
+"""The local backend's slot pool: a reused slot is as clean as a new one, and nothing outlives the pool."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.errors import SandboxError
+from agent.protocols import SandboxSpec
+from agent.sandboxes import SandboxOptions, sandbox_pool
+from agent.sandboxes.local import open_pool
+
+SPEC = SandboxSpec(run_name="pool-run", prompt_key="p")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_reused_slot_is_empty_whatever_the_last_prompt_did(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("host file")
+    options = SandboxOptions(root=str(tmp_path / "sandboxes"))
+    with open_pool(options, "pool-run") as factory:
+        with factory(SandboxSpec("pool-run", "first", cwd="/app")) as first:
+            slot = first.root
+            first.write_file("notes.txt", b"secret of the first prompt")
+            script = (
+                f"mkdir -p deep/er && touch deep/er/f ~/.history $TMPDIR/t && rm -rf ../home && "
+                f"ln -s {outside} ../home && ln -s {outside} ../link && chmod 000 deep ../workspace"
+            )
+            assert first.exec(script, timeout=30).exit_code == 0
+            pid = int(first.exec("sleep 300 > /dev/null 2>&1 & echo $!", timeout=30).output)
+        assert not _alive(pid)
+        with factory(SPEC) as second:
+            assert second.root == slot  # the same slot, handed out again
+            assert sorted(os.listdir(slot)) == ["home", "tmp", "workspace"]
+            for name in ("home", "tmp", "workspace"):
+                info = os.lstat(os.path.join(slot, name))
+                assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
+                assert os.listdir(os.path.join(slot, name)) == []
+            with pytest.raises(FileNotFoundError):
+                second.read_file("notes.txt")
+    assert (outside / "keep.txt").read_text() == "host file"  # the symlink was removed, not followed
+    assert list((tmp_path / "sandboxes").iterdir()) == []  # pool, marker and run dir are gone
+
+
+def test_sandboxes_open_at_once_get_their_own_slots(tmp_path: Path) -> None:
+    pool = open_pool(SandboxOptions(root=str(tmp_path)), "pool-run")
+    with pool as factory, factory(SPEC) as a, factory(SPEC) as b:
+        a.write_file("mine.txt", b"a")
+        assert a.root != b.root
+        with pytest.raises(FileNotFoundError):
+            b.read_file("mine.txt")
+
+
+def test_a_closed_sandbox_cannot_touch_its_old_slot(tmp_path: Path) -> None:
+    with open_pool(SandboxOptions(root=str(tmp_path)), "pool-run") as factory:
+        with factory(SPEC) as old:
+            pass
+        with factory(SPEC) as new:
+            new.write_file("data.txt", b"the new prompt's")
+            assert new.root == old.root
+            with pytest.raises(SandboxError, match="closed"):
+                old.read_file("data.txt")
+            with pytest.raises(SandboxError, match="closed"):
+                old.write_file("data.txt", b"overwritten")
+            with pytest.raises(SandboxError, match="closed"):
+                old.exec("true", timeout=5)
+            assert new.read_file("data.txt") == b"the new prompt's"
+
+
+def test_leaving_the_pool_kills_what_a_sandbox_left_running(tmp_path: Path) -> None:
+    options = SandboxOptions(root=str(tmp_path / "sandboxes"))
+    with open_pool(options, "pool-run") as factory:
+        context = factory(SPEC)
+        sandbox = context.__enter__()  # never closed: the pool must still clean up after it
+        pid = int(sandbox.exec("setsid sleep 300 > /dev/null 2>&1 & echo $!", timeout=30).output)
+        assert _alive(pid)
+    assert not _alive(pid)
+    assert list((tmp_path / "sandboxes").iterdir()) == []
+
+
+def test_the_registry_pools_local_sandboxes_only(tmp_path: Path) -> None:
+    with sandbox_pool(SandboxOptions(root=str(tmp_path)), "pool-run") as factory:
+        with factory(SPEC) as first:
+            slot = first.root
+        with factory(SPEC) as second:
+            assert second.root == slot
+
+
+_ADOPTER = """
+import json, os, sys, threading, time
+from agent.protocols import SandboxSpec
+from agent.sandboxes import SandboxOptions, orphans
+from agent.sandboxes.local import open_pool
+
+assert orphans.adopt_orphans()
+seen = {}
+with open_pool(SandboxOptions(root=sys.argv[1]), "adopt") as factory:
+    with factory(SandboxSpec("adopt", "b")) as b:
+        escaped_b = int(b.exec("setsid sleep 303 > /dev/null 2>&1 & echo $!", timeout=30).output)
+        with factory(SandboxSpec("adopt", "a")) as a:
+            script = "setsid sleep 301 >/dev/null 2>&1 & echo $!; (setsid sleep 302 >/dev/null & echo $!)"
+            escaped_a = [int(p) for p in a.exec(script, timeout=30).output.split()]
+            a.exec("(sleep 0.05 &)", timeout=30)  # an orphan that ends on its own: our zombie
+            time.sleep(0.3)
+            late = lambda: seen.update(code=b.exec("sleep 0.5; exit 7", timeout=30).exit_code)
+            running = threading.Thread(target=late)
+            running.start()
+            time.sleep(0.1)
+        stat = lambda pid: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        states = {pid: stat(pid) for pid in orphans._children()}
+        seen.update(escaped_a=escaped_a, escaped_b=escaped_b, children_after_a=states)
+        running.join()
+print(json.dumps(seen))
+"""
+
+
+def test_an_adopting_process_finds_strays_among_its_children_and_reaps_only_orphans(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _ADOPTER, str(tmp_path)], capture_output=True, text=True, check=False, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert all(not _alive(pid) for pid in seen["escaped_a"])
+    assert not _alive(seen["escaped_b"])  # killed when b closed
+    children = {int(pid): state for pid, state in seen["children_after_a"].items()}
+    assert seen["escaped_b"] in children and children[seen["escaped_b"]] != "Z"  # b's stray lived on
+    assert "Z" not in children.values()  # a's ended orphan was reaped, not left a zombie
+    assert seen["code"] == 7  # b's command, running while a closed, was not reaped by a's close
+    assert list(tmp_path.iterdir()) == []
