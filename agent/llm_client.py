@@ -143,13 +143,17 @@ class OpenAIChatModel:
         self.limiter = limiter
         self._rng = random.Random(seed)
         transport = AiohttpTransport(max_connections=max_connections)
-        self._client = openai.AsyncOpenAI(
+        client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key,
             timeout=timeout,
             max_retries=0,
             http_client=openai.DefaultAsyncHttpxClient(transport=transport, timeout=timeout),
         )
+        # The SDK's telemetry headers (X-Stainless-OS, -Arch, -Runtime…) are left out: no
+        # endpoint needs them, and merging them into every request cost ~0.17 ms of CPU per call.
+        telemetry = {name: openai.Omit() for name in client.platform_headers()}
+        self._client = client.with_options(default_headers=telemetry)
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -56,6 +56,17 @@ def assert_sdk_never_retried(endpoint: SimulatedEndpoint) -> None:
     assert {r.headers["x-stainless-retry-count"] for r in endpoint.requests} == {"0"}
 
 
+def test_requests_are_json_with_the_key_and_without_sdk_telemetry(sim_endpoint: SimulatedEndpoint) -> None:
+    sim_endpoint.script("hello", [Turn(content="hi")])
+    assert ask(sim_endpoint, "hello").content == "hi"
+    (request,) = sim_endpoint.requests
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    assert headers["content-type"] == "application/json" and headers["authorization"] == "Bearer k"
+    assert request.body["model"] == "sim-model"
+    telemetry = ("lang", "package-version", "os", "arch", "runtime", "runtime-version")
+    assert not [name for name in telemetry if f"x-stainless-{name}" in headers]
+
+
 # ---------------------------------------------------------------- transient failures are retried
 
 
