@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 import logging
 import logging.handlers
 import os
@@ -68,6 +69,9 @@ def main(worker_id: int, config: RunConfig, jobs: Any, events: Any, parent_pid: 
     root.handlers[:] = [logging.handlers.QueueHandler(events)]
     root.setLevel(logging.DEBUG if config.verbose else logging.WARNING)
     logging.getLogger("agent").setLevel(logging.DEBUG if config.verbose else logging.WARNING)
+    # The SDK's imports leave ~10^5 long-lived objects (pydantic models of every API type) that
+    # every full collection would walk again; frozen, collections only see what the run makes.
+    gc.freeze()
     asyncio.run(Worker(worker_id, config, jobs, events).serve())
 
 
