@@ -99,25 +99,47 @@ class ProcessGroups:
 
 
 def _pump(proc: subprocess.Popen[bytes], output: OutputBuffer, deadline: float) -> bool:
-    """Read proc's output until EOF or shortly after it exits (True), or the deadline (False)."""
+    """Read proc's output until EOF and its exit, or until DRAIN_GRACE after its exit when a
+    background child still holds the pipe (True); False at the deadline if it still runs.
+    The exit is watched through a pidfd, so a quick command costs two or three wake-ups."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
-    exited_at: float | None = None
+    exit_fd = _pidfd(proc.pid)
+    eof, exited_at = False, None
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
-        while True:
-            now = time.monotonic()
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-            if exited_at is not None and now - exited_at >= DRAIN_GRACE:
-                return True  # a background child still holds the pipe; stop waiting for it
-            if now >= deadline:
-                return exited_at is not None
-            if selector.select(min(deadline - now, POLL_INTERVAL)):
-                chunk = os.read(fd, 65536)
-                if not chunk:
+        if exit_fd is not None:
+            selector.register(exit_fd, selectors.EVENT_READ)
+        try:
+            while True:
+                now = time.monotonic()
+                if exited_at is None and exit_fd is None and proc.poll() is not None:
+                    exited_at = now
+                if exited_at is not None and (eof or now - exited_at >= DRAIN_GRACE):
                     return True
-                output.append(chunk)
+                if now >= deadline:
+                    return exited_at is not None
+                wait = deadline - now if exited_at is None else min(deadline, exited_at + DRAIN_GRACE) - now
+                for key, _ in selector.select(wait if exit_fd is not None else min(wait, POLL_INTERVAL)):
+                    if key.fd == exit_fd:
+                        exited_at = time.monotonic()
+                        selector.unregister(exit_fd)
+                    elif chunk := os.read(fd, 65536):
+                        output.append(chunk)
+                    else:
+                        eof = True
+                        selector.unregister(fd)
+        finally:
+            if exit_fd is not None:
+                os.close(exit_fd)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when `pid` exits (Linux 5.3+), else None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def _wait(proc: subprocess.Popen[bytes], deadline: float) -> bool:
