@@ -57,11 +57,12 @@ def _pss_kib(pid: str) -> int:
     return 0
 
 
-def _tree(pid: int) -> tuple[int, int, float]:
+def _tree(pid: int, tools: dict[int, float]) -> tuple[int, int, float]:
     """(PSS KiB of the whole tree, of its Python processes only, CPU seconds incl. reaped
     children) of `pid` and its descendants, from /proc. The tree also holds the tool calls'
     shells, alive only while a command runs. Only the tree's own smaps are read: they are
-    costly, and the sampler must not slow the run it measures."""
+    costly, and the sampler must not slow the run it measures. `tools` gets, per worker, the
+    CPU of the children it reaped: the tool calls' processes."""
     children: dict[int, list[int]] = {}
     stats: dict[int, list[str]] = {}
     for entry in os.listdir("/proc"):
@@ -84,6 +85,8 @@ def _tree(pid: int) -> tuple[int, int, float]:
             total += pss
             runner += pss if known[0].startswith("python") else 0
             seconds += sum(int(x) for x in known[12:16]) / TICKS
+            if current != pid and known[0].startswith("python"):
+                tools[current] = sum(int(x) for x in known[14:16]) / TICKS
         stack += children.get(current, [])
     return total, runner, seconds
 
@@ -98,11 +101,12 @@ class Sampler(threading.Thread):
         self.peak_runner_kib = 0
         self.first_request: float | None = None
         self.cpu_at_first_request = 0.0
+        self.tool_cpu: dict[int, float] = {}  # worker pid -> CPU s of the tool processes it reaped
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            kib, runner_kib, cpu = _tree(self.pid)
+            kib, runner_kib, cpu = _tree(self.pid, self.tool_cpu)
             self.peak_kib = max(self.peak_kib, kib)
             self.peak_runner_kib = max(self.peak_runner_kib, runner_kib)
             if self.first_request is None and self.endpoint.stats.requests_total > 0:
@@ -128,6 +132,7 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
             "--distribution=terminal_only",
         ]  # fmt: skip
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        own_before = resource.getrusage(resource.RUSAGE_SELF)
         started = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=workdir)
         sampler = Sampler(proc.pid, ep)
@@ -137,11 +142,13 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
         sampler.stop.set()
         sampler.join()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        own_after = resource.getrusage(resource.RUSAGE_SELF)
         stats = ep.stats
     if proc.returncode != 0:
         raise SystemExit(f"{case.name}: runner exited {proc.returncode}:\n{err.decode()[-3000:]}")
     run_stats = json.loads((workdir / "runs" / case.name / "statistics.json").read_text())
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    endpoint_cpu = (own_after.ru_utime - own_before.ru_utime) + (own_after.ru_stime - own_before.ru_stime)
     window = ended - (sampler.first_request or started)
     achieved = case.prompts / window
     ideal = case.max_inflight / (CALLS_PER_PROMPT * case.latency) if case.latency else float("nan")
@@ -163,6 +170,12 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
         "steady_cpu_ms_per_call": round(
             1000 * (cpu - sampler.cpu_at_first_request) / max(stats.requests_total, 1), 3
         ),
+        # Of which the tool calls' own processes (bash and what it runs), not the runner's code.
+        "tool_process_cpu_ms_per_call": round(
+            1000 * sum(sampler.tool_cpu.values()) / max(stats.requests_total, 1), 3
+        ),
+        # The simulated endpoint (and the sampler) share this machine's two cores with the runner.
+        "endpoint_cpu_ms_per_call": round(1000 * endpoint_cpu / max(stats.requests_total, 1), 3),
         "peak_pss_mb": round(sampler.peak_kib / 1024, 1),
         "peak_runner_pss_mb": round(sampler.peak_runner_kib / 1024, 1),
         "completed": inv["completed"],
