@@ -1,6 +1,6 @@
 """Throughput benchmark: the real `batch_runner.py` against the simulated endpoint.
 
-    python bench/throughput.py            # the full set of cases (about 3 minutes)
+    python bench/throughput.py            # the full set of cases (about 10 minutes)
     python bench/throughput.py --quick    # smaller datasets
 
 Each prompt makes one tool call, then gives a final answer (2 model calls). The endpoint runs
