@@ -10,6 +10,7 @@ become tool results (`{"error": ...}`), never exceptions.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import logging
@@ -220,6 +221,40 @@ def handle_function_call(
     name: str, raw_arguments: str, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]
 ) -> str:
     """Run one tool call; returns the tool message content (errors as `{"error": ...}`)."""
+    prepared = _prepare(name, raw_arguments, allowed)
+    if isinstance(prepared, str):
+        return prepared
+    spec, args = prepared
+    assert spec.handler is not None  # _prepare checked
+    try:
+        return _content(spec.handler(args, sandbox))
+    except Exception as exc:  # any handler failure is a tool result the model reads
+        log.debug("tool %s raised", name, exc_info=True)
+        return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
+
+
+async def ahandle_function_call(
+    name: str, raw_arguments: str, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]
+) -> str:
+    """`handle_function_call` from the event loop: a tool's `async_handler` runs on the loop,
+    a tool without one runs in a thread."""
+    spec = allowed.get(name)
+    if spec is None or spec.async_handler is None:
+        return await asyncio.to_thread(handle_function_call, name, raw_arguments, sandbox, allowed)
+    prepared = _prepare(name, raw_arguments, allowed)
+    if isinstance(prepared, str):
+        return prepared
+    try:
+        return _content(await spec.async_handler(prepared[1], sandbox))
+    except Exception as exc:  # any handler failure is a tool result the model reads
+        log.debug("tool %s raised", name, exc_info=True)
+        return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
+
+
+def _prepare(
+    name: str, raw_arguments: str, allowed: Mapping[str, ToolSpec]
+) -> tuple[ToolSpec, dict[str, Any]] | str:
+    """The tool and its checked arguments, or the tool result that says what is wrong."""
     spec = allowed.get(name)
     if spec is None:
         return unknown_tool_result(name, allowed)
@@ -233,9 +268,8 @@ def handle_function_call(
     problems = validate_arguments(args, parameters)
     if problems:
         return _error(f"Invalid arguments for '{name}': {'; '.join(problems)}")
-    try:
-        result: JSON = spec.handler(args, sandbox)
-        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
-    except Exception as exc:  # any handler failure is a tool result the model reads
-        log.debug("tool %s raised", name, exc_info=True)
-        return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
+    return spec, args
+
+
+def _content(result: JSON) -> str:
+    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)

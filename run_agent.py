@@ -59,6 +59,7 @@ class AIAgent:
         run_name: str = "adhoc",
         chat_model: ChatModel | None = None,
         sandbox_factory_: SandboxFactory | None = None,
+        tools_: model_tools.ResolvedTools | None = None,
         limiter: AdaptiveLimiter | None = None,
         trajectory_dir: str = ".",
     ) -> None:
@@ -86,7 +87,8 @@ class AIAgent:
         self.save_trajectories = save_trajectories
         self.trajectory_dir = trajectory_dir
         self.run_name = run_name
-        self.tools = model_tools.resolve_tools(
+        # A batch worker resolves each toolset combination once and passes it in.
+        self.tools = tools_ or model_tools.resolve_tools(
             self.config.enabled_toolsets or None, self.config.disabled_toolsets
         )
         options = sandbox if isinstance(sandbox, SandboxOptions) else SandboxOptions(backend=sandbox)
@@ -181,7 +183,7 @@ class AIAgent:
             convo.usage += reply.usage
             convo.messages.append(assistant_message(reply))
             if reply.tool_calls:
-                convo.messages += await asyncio.to_thread(self._run_tools, reply.tool_calls, sandbox)
+                convo.messages += await self._run_tools(reply.tool_calls, sandbox)
                 continue
             if reply.finish_reason == "length":
                 return convo.result(Outcome.TRUNCATED, error="final answer cut at max_tokens")
@@ -192,7 +194,7 @@ class AIAgent:
             Outcome.MAX_ITERATIONS, error=f"no final answer within {cfg.max_iterations} calls"
         )
 
-    def _run_tools(self, calls: Sequence[ToolCall], sandbox: Sandbox | None) -> list[dict[str, Any]]:
+    async def _run_tools(self, calls: Sequence[ToolCall], sandbox: Sandbox | None) -> list[dict[str, Any]]:
         """Every tool call of a turn, in order; failures become tool results the model reads."""
         n, prefix = self.config.log_prefix_chars, self.config.log_prefix
         allowed = {spec.name: spec for spec in self.tools.specs}
@@ -202,7 +204,7 @@ class AIAgent:
             if sandbox is None:
                 content = model_tools.unknown_tool_result(call.name, allowed)
             else:
-                content = model_tools.handle_function_call(call.name, call.arguments, sandbox, allowed)
+                content = await model_tools.ahandle_function_call(call.name, call.arguments, sandbox, allowed)
             log.debug("%s↳ %s", prefix, content[:n])
             results.append(tool_message(call, content))
         return results

@@ -114,12 +114,21 @@ class Sandbox(Protocol):
     def write_file(self, path: str, data: bytes) -> None: ...
 
 
+@runtime_checkable
+class AsyncSandbox(Sandbox, Protocol):
+    """A sandbox that can also run a command from the event loop without taking a thread."""
+
+    async def aexec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult: ...
+
+
 # Opening a sandbox: `with factory(spec) as sandbox: ...`; leaving the block destroys it.
+# The manager may also support `async with` (opening and closing on the event loop).
 SandboxFactory = Callable[[SandboxSpec], AbstractContextManager[Sandbox]]
 
 # ---------------------------------------------------------------- tools
 
 ToolHandler = Callable[[Mapping[str, Any], Sandbox], JSON]
+AsyncToolHandler = Callable[[Mapping[str, Any], Sandbox], Awaitable[JSON]]
 
 
 @dataclass(frozen=True)
@@ -133,6 +142,8 @@ class ToolSpec:
     schema: dict[str, Any]
     handler: ToolHandler | None  # None: no backend implemented here
     available: Callable[[], str | None] = lambda: None  # returns why unavailable, None when usable
+    # The same tool for the event loop (no thread per call); without it, `handler` runs in a thread.
+    async_handler: AsyncToolHandler | None = None
 
 
 # ---------------------------------------------------------------- run store

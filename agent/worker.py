@@ -20,8 +20,10 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
+import model_tools
 from agent.entry import build_entry, discard_record, failure_record
 from agent.errors import AgentError, SandboxError
 from agent.llm_client import OpenAIChatModel
@@ -43,13 +45,17 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def throttled(factory: SandboxFactory, starts: int) -> SandboxFactory:
-    """At most `starts` sandbox creations at once, so a burst of starts cannot starve the machine."""
+    """At most `starts` sandbox creations at once, so a burst of starts cannot starve the
+    machine. Sandboxes that open on the event loop (`async with`) open one at a time already."""
     gate = threading.BoundedSemaphore(starts)
 
+    def open_sandbox(spec: SandboxSpec) -> AbstractContextManager[Sandbox]:
+        manager = factory(spec)
+        return manager if isinstance(manager, AbstractAsyncContextManager) else gated(manager)
+
     @contextlib.contextmanager
-    def open_sandbox(spec: SandboxSpec) -> Iterator[Sandbox]:
+    def gated(manager: AbstractContextManager[Sandbox]) -> Iterator[Sandbox]:
         with gate:
-            manager = factory(spec)
             sandbox = manager.__enter__()
         try:
             yield sandbox
@@ -86,6 +92,7 @@ class Worker:
         )
         self.stopping = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.tools: dict[tuple[str, ...], model_tools.ResolvedTools] = {}  # by sampled toolsets
 
     def _stop(self) -> None:
         """SIGTERM: take no new job and cancel every conversation now (destroying its sandbox),
@@ -117,9 +124,12 @@ class Worker:
             self.events.put({"kind": "exit", "worker": self.id})
 
     async def _next_job(self) -> dict[str, Any] | None:
+        with contextlib.suppress(queue.Empty):  # usually one is waiting: take it without a thread
+            job: dict[str, Any] | None = self.jobs.get_nowait()
+            return job
         while not self.stopping.is_set():
             try:
-                job: dict[str, Any] | None = await asyncio.to_thread(self.jobs.get, True, 0.2)
+                job = await asyncio.to_thread(self.jobs.get, True, 0.2)
                 return job
             except queue.Empty:
                 continue
@@ -153,6 +163,9 @@ class Worker:
 
     async def _converse(self, job: dict[str, Any]) -> dict[str, Any]:
         cfg, run = self.config.agent, self.config
+        toolsets = tuple(job["toolsets"])
+        if toolsets not in self.tools:
+            self.tools[toolsets] = model_tools.resolve_tools(toolsets or None)
         agent = AIAgent(
             model=cfg.model,
             base_url=cfg.base_url,
@@ -173,6 +186,7 @@ class Worker:
             run_name=run.run_name,
             chat_model=self.model,
             sandbox_factory_=self.factory,
+            tools_=self.tools[toolsets],
         )
         try:
             async with asyncio.timeout(run.prompt_timeout):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +19,7 @@ from agent.tool_stats import tool_stats
 from model_tools import (
     ALL_TOOLS,
     TOOL_TO_TOOLSET_MAP,
+    ahandle_function_call,
     get_tool_definitions,
     handle_function_call,
     resolve_tools,
@@ -274,3 +277,53 @@ def test_real_results_are_classified_by_tool_stats(local_sandbox: Sandbox) -> No
     assert stats["read_file"] == {"count": 1, "success": 0, "failure": 1}
     assert stats["patch"] == {"count": 1, "success": 0, "failure": 1}
     assert set(stats) == set(TOOL_TO_TOOLSET_MAP)
+
+
+# ---------------------------------------------------------------- dispatch from the event loop
+
+CASES = [
+    ("probe", '{"text": "hi", "count": 2}'),
+    ("prob", "{}"),
+    ("probe", '{"text": "x"'),
+    ("probe", '{"text": 3}'),
+    ("boom", '{"text": "x"}'),
+    ("text", ""),
+    ("odd", "{}"),
+    ("gone", "{}"),
+]
+
+
+@pytest.mark.parametrize(("name", "raw"), CASES)
+def test_dispatch_from_the_loop_answers_as_dispatch_from_a_thread(
+    local_sandbox: Sandbox, name: str, raw: str
+) -> None:
+    expected = handle_function_call(name, raw, local_sandbox, PROBES)
+    assert asyncio.run(ahandle_function_call(name, raw, local_sandbox, PROBES)) == expected
+
+
+def test_async_handlers_run_on_the_loop_and_others_in_a_thread(local_sandbox: Sandbox) -> None:
+    threads: dict[str, int] = {}
+
+    def blocking(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+        threads["blocking"] = threading.get_ident()
+        return "ok"
+
+    async def on_loop(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+        threads["on_loop"] = threading.get_ident()
+        raise ValueError("async and broken")
+
+    schema = {"name": "t", "parameters": {"type": "object"}}
+    allowed = {
+        "blocking": ToolSpec("blocking", "test", schema, blocking),
+        "both": ToolSpec("both", "test", schema, blocking, async_handler=on_loop),
+    }
+
+    async def main() -> tuple[str, str]:
+        return (
+            await ahandle_function_call("blocking", "{}", local_sandbox, allowed),
+            await ahandle_function_call("both", "{}", local_sandbox, allowed),
+        )
+
+    assert asyncio.run(main()) == ("ok", '{"error": "Tool \'both\' failed: ValueError: async and broken"}')
+    assert threads["on_loop"] == threading.get_ident()  # asyncio.run's loop runs in this thread
+    assert threads["blocking"] != threading.get_ident()

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 
 from agent.errors import SandboxError, SandboxPathError
-from agent.protocols import Sandbox, SandboxFactory, SandboxSpec
+from agent.protocols import ExecResult, Sandbox, SandboxFactory, SandboxSpec
 from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.sandboxes.local import LocalSandbox, open_sandbox, reap_stale, unavailable_reason
 
@@ -46,6 +48,17 @@ def _processes_with_home(home: str) -> list[int]:
     return found
 
 
+Execute = Callable[..., ExecResult]
+
+
+@pytest.fixture(params=["exec", "aexec"])
+def execute(request: pytest.FixtureRequest) -> Execute:
+    """Runs a command through `exec` (blocking, for threads) or `aexec` (on an event loop)."""
+    if request.param == "exec":
+        return lambda sandbox, command, **kw: sandbox.exec(command, **kw)
+    return lambda sandbox, command, **kw: asyncio.run(sandbox.aexec(command, **kw))
+
+
 def _open(root: Path, spec: SandboxSpec = SPEC) -> AbstractContextManager[LocalSandbox]:
     return open_sandbox(spec, SandboxOptions(root=str(root)))
 
@@ -54,13 +67,13 @@ def _open(root: Path, spec: SandboxSpec = SPEC) -> AbstractContextManager[LocalS
 
 
 def test_commands_never_see_host_secrets(
-    monkeypatch: pytest.MonkeyPatch, local_sandbox_factory: SandboxFactory
+    monkeypatch: pytest.MonkeyPatch, local_sandbox_factory: SandboxFactory, execute: Execute
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-secret-value")
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-secret-value")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-value")
     with local_sandbox_factory(SPEC) as sandbox:
-        result = sandbox.exec("env", timeout=30)
+        result = execute(sandbox, "env", timeout=30)
     assert result.exit_code == 0
     for leaked in ("secret-value", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "AWS_SECRET_ACCESS_KEY"):
         assert leaked not in result.output
@@ -70,17 +83,19 @@ def test_commands_never_see_host_secrets(
     assert env["PATH"]
 
 
-def test_exec_merges_output_and_reports_exit_codes(local_sandbox: LocalSandbox) -> None:
-    result = local_sandbox.exec("echo out; echo err >&2; exit 3", timeout=30)
+def test_exec_merges_output_and_reports_exit_codes(local_sandbox: LocalSandbox, execute: Execute) -> None:
+    result = execute(local_sandbox, "echo out; echo err >&2; exit 3", timeout=30)
     assert (result.output, result.exit_code, result.timed_out) == ("out\nerr\n", 3, False)
-    assert local_sandbox.exec("kill -9 $$", timeout=30).exit_code == 128 + signal.SIGKILL
-    assert local_sandbox.exec("cat", timeout=30).output == ""  # stdin is /dev/null, never the runner's
+    assert execute(local_sandbox, "kill -9 $$", timeout=30).exit_code == 128 + signal.SIGKILL
+    assert execute(local_sandbox, "cat", timeout=30).output == ""  # stdin is /dev/null, never the runner's
 
 
-def test_timeout_kills_the_whole_process_tree(local_sandbox: LocalSandbox, tmp_path: Path) -> None:
+def test_timeout_kills_the_whole_process_tree(
+    local_sandbox: LocalSandbox, tmp_path: Path, execute: Execute
+) -> None:
     flag, pids = tmp_path / "child-survived", tmp_path / "pids"
     command = f"(sleep 2; touch {flag}) & echo $! > {pids}; sleep 100 & echo $! >> {pids}; sleep 100"
-    result = local_sandbox.exec(command, timeout=1)
+    result = execute(local_sandbox, command, timeout=1)
     assert (result.timed_out, result.exit_code) == (True, 124)
     children = [int(p) for p in pids.read_text().split()]
     assert len(children) == 2
@@ -90,22 +105,26 @@ def test_timeout_kills_the_whole_process_tree(local_sandbox: LocalSandbox, tmp_p
     assert not flag.exists()
 
 
-def test_fast_commands_are_waited_for_not_killed(local_sandbox: LocalSandbox) -> None:
+def test_fast_commands_are_waited_for_not_killed(local_sandbox: LocalSandbox, execute: Execute) -> None:
     # EOF on the output pipe arrives a moment before the exit: it must not be read as "done".
-    codes = {local_sandbox.exec("/bin/echo ok", timeout=30).exit_code for _ in range(100)}
+    codes = {execute(local_sandbox, "/bin/echo ok", timeout=30).exit_code for _ in range(100)}
     assert codes == {0}
 
 
-def test_closing_the_output_does_not_escape_the_timeout(local_sandbox: LocalSandbox) -> None:
-    result = local_sandbox.exec("echo bye; exec >&- 2>&-; sleep 100", timeout=1)
+def test_closing_the_output_does_not_escape_the_timeout(
+    local_sandbox: LocalSandbox, execute: Execute
+) -> None:
+    result = execute(local_sandbox, "echo bye; exec >&- 2>&-; sleep 100", timeout=1)
     assert (result.output, result.exit_code, result.timed_out) == ("bye\n", 124, True)
 
 
 def test_background_child_does_not_hold_the_command_and_dies_on_close(
-    local_sandbox_factory: SandboxFactory, tmp_path: Path
+    local_sandbox_factory: SandboxFactory, tmp_path: Path, execute: Execute
 ) -> None:
     with local_sandbox_factory(SPEC) as sandbox:
-        result = sandbox.exec("sleep 300 & echo $!; setsid sleep 301 > /dev/null 2>&1 & echo $!", timeout=60)
+        result = execute(
+            sandbox, "sleep 300 & echo $!; setsid sleep 301 > /dev/null 2>&1 & echo $!", timeout=60
+        )
         assert not result.timed_out and result.exit_code == 0
         in_group, escaped = (int(p) for p in result.output.split())
         assert _alive(in_group) and _alive(escaped)
@@ -115,9 +134,9 @@ def test_background_child_does_not_hold_the_command_and_dies_on_close(
     assert _processes_with_home(os.path.realpath(home)) == []
 
 
-def test_huge_output_keeps_head_and_tail_only(local_sandbox: LocalSandbox) -> None:
-    result = local_sandbox.exec(
-        "echo START; head -c 5000000 /dev/zero | tr '\\0' a; echo; echo END", timeout=60
+def test_huge_output_keeps_head_and_tail_only(local_sandbox: LocalSandbox, execute: Execute) -> None:
+    result = execute(
+        local_sandbox, "echo START; head -c 5000000 /dev/zero | tr '\\0' a; echo; echo END", timeout=60
     )
     assert result.exit_code == 0
     assert len(result.output) < 2 * 1024 * 1024 + 200
@@ -126,11 +145,11 @@ def test_huge_output_keeps_head_and_tail_only(local_sandbox: LocalSandbox) -> No
     assert "bytes of output omitted" in result.output
 
 
-def test_exec_after_close_is_refused(local_sandbox_factory: SandboxFactory) -> None:
+def test_exec_after_close_is_refused(local_sandbox_factory: SandboxFactory, execute: Execute) -> None:
     with local_sandbox_factory(SPEC) as sandbox:
         pass
     with pytest.raises(SandboxError, match="closed"):
-        sandbox.exec("true", timeout=5)
+        execute(sandbox, "true", timeout=5)
 
 
 # ---------------------------------------------------------------- directories and cleanup
@@ -187,13 +206,13 @@ def test_cwd_leaving_the_sandbox_is_refused_and_nothing_is_left(local_sandbox_ro
     assert list(local_sandbox_root.iterdir()) == []
 
 
-def test_exec_cwd_argument(local_sandbox: LocalSandbox) -> None:
+def test_exec_cwd_argument(local_sandbox: LocalSandbox, execute: Execute) -> None:
     local_sandbox.write_file("sub/file.txt", b"")
-    assert local_sandbox.exec("ls", timeout=30, cwd="sub").output == "file.txt\n"
+    assert execute(local_sandbox, "ls", timeout=30, cwd="sub").output == "file.txt\n"
     with pytest.raises(SandboxPathError):
-        local_sandbox.exec("ls", timeout=30, cwd="/etc")
+        execute(local_sandbox, "ls", timeout=30, cwd="/etc")
     with pytest.raises(FileNotFoundError):
-        local_sandbox.exec("ls", timeout=30, cwd="missing")
+        execute(local_sandbox, "ls", timeout=30, cwd="missing")
 
 
 # ---------------------------------------------------------------- files
@@ -314,3 +333,41 @@ def test_close_spares_a_group_whose_id_was_reused(local_sandbox_factory: Sandbox
     finally:
         innocent.kill()
         innocent.wait()
+
+
+# ---------------------------------------------------------------- commands on the event loop
+
+
+def test_a_cancelled_command_dies_with_its_group(local_sandbox: LocalSandbox) -> None:
+    async def cancel_midway() -> None:
+        task = asyncio.create_task(local_sandbox.aexec("sleep 301 & echo $! > pid; sleep 300", timeout=600))
+        while not os.path.exists(os.path.join(local_sandbox.workdir, "pid")):
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_midway())
+    assert not _alive(int(local_sandbox.read_file("pid")))
+    assert _processes_with_home(os.path.join(local_sandbox.root, "home")) == []
+
+
+def test_a_flooding_command_does_not_hold_the_event_loop(local_sandbox: LocalSandbox) -> None:
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    async def flood() -> ExecResult:
+        ticker = asyncio.create_task(tick())
+        try:
+            return await local_sandbox.aexec("yes", timeout=1)
+        finally:
+            ticker.cancel()
+
+    result = asyncio.run(flood())
+    assert result.timed_out and result.output.startswith("y\ny\n")
+    assert ticks >= 20  # about 100 if the loop turns; none if reading the pipe held it

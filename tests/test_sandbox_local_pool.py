@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent.errors import SandboxError
-from agent.protocols import SandboxSpec
-from agent.sandboxes import SandboxOptions, sandbox_pool
+from agent.protocols import AsyncSandbox, SandboxFactory, SandboxSpec
+from agent.sandboxes import SandboxOptions, sandbox_pool, sandbox_session
 from agent.sandboxes.local import open_pool
 
 SPEC = SandboxSpec(run_name="pool-run", prompt_key="p")
@@ -141,3 +142,71 @@ def test_an_adopting_process_finds_strays_among_its_children_and_reaps_only_orph
     assert "Z" not in children.values()  # a's ended orphan was reaped, not left a zombie
     assert seen["code"] == 7  # b's command, running while a closed, was not reaped by a's close
     assert list(tmp_path.iterdir()) == []
+
+
+_ON_THE_LOOP = """
+import asyncio, json, os, sys
+from agent.protocols import SandboxSpec
+from agent.sandboxes import SandboxOptions, orphans, sandbox_session
+from agent.sandboxes.local import open_pool
+
+assert orphans.adopt_orphans()
+PROMPTS = {
+    "few_files": "echo a > a; echo b > ~/b; echo c > $TMPDIR/c",
+    "a_tree": "mkdir -p deep/er && touch deep/er/f",
+    "many_files": "touch f{1..70}",
+    "a_stray": "setsid sleep 300 > /dev/null 2>&1 & echo $!",
+}
+
+async def main():
+    seen = {}
+    loop = asyncio.get_running_loop()
+    with open_pool(SandboxOptions(root=sys.argv[1]), "loop") as factory:
+        for name, script in PROMPTS.items():
+            async with sandbox_session(factory, SandboxSpec("loop", name)) as sandbox:
+                slot = sandbox.root
+                result = await sandbox.aexec(script, timeout=30)
+                assert result.exit_code == 0, result
+            left = {d: os.listdir(os.path.join(slot, d)) for d in sorted(os.listdir(slot))}
+            seen[name] = {"slot": slot, "left": left, "output": result.output,
+                          "threads_used": loop._default_executor is not None}
+    print(json.dumps(seen))
+
+asyncio.run(main())
+"""
+
+
+def test_sandboxes_open_and_close_on_the_event_loop_and_only_heavy_closes_take_a_thread(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _ON_THE_LOOP, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert len({prompt["slot"] for prompt in seen.values()}) == 1  # one slot, reused every time
+    empty = {"home": [], "tmp": [], "workspace": []}
+    assert all(prompt["left"] == empty for prompt in seen.values())
+    assert not seen["few_files"]["threads_used"]  # commands, opening and closing: all on the loop
+    assert seen["a_tree"]["threads_used"]  # deleting a directory tree went to a thread
+    assert not _alive(int(seen["a_stray"]["output"]))  # killed when its sandbox closed
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sandbox_closed_from_the_loop_outside_an_adopting_process_is_cleaned_in_a_thread(
+    tmp_path: Path,
+) -> None:
+    async def prompt(factory: SandboxFactory) -> tuple[str, int]:
+        async with sandbox_session(factory, SPEC) as sandbox:
+            assert isinstance(sandbox, AsyncSandbox)
+            out = await sandbox.aexec("touch kept; setsid sleep 300 > /dev/null 2>&1 & echo $!", timeout=30)
+            return sandbox.root, int(out.output)
+
+    with open_pool(SandboxOptions(root=str(tmp_path)), "pool-run") as factory:
+        slot, pid = asyncio.run(prompt(factory))
+        assert not _alive(pid)
+        assert os.listdir(os.path.join(slot, "workspace")) == []

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
-from agent.protocols import ExecResult, ToolSpec
+from agent.protocols import ExecResult, Sandbox, ToolSpec
 from agent.sandboxes.local import LocalSandbox
 from tools import terminal
 from tools.terminal import DEFAULT_TIMEOUT, MAX_TIMEOUT, TOOLS, make_terminal_handler, truncate_output
@@ -17,10 +18,19 @@ def _tool(name: str) -> ToolSpec:
     return next(spec for spec in TOOLS if spec.name == name)
 
 
-def run(args: Mapping[str, Any], sandbox: LocalSandbox) -> Any:
-    handler = _tool("terminal").handler
+Run = Callable[[Mapping[str, Any], Sandbox], Any]
+
+
+@pytest.fixture(params=["handler", "async_handler"])
+def run(request: pytest.FixtureRequest) -> Run:
+    """The terminal tool as dispatch calls it from a thread (handler) or the event loop."""
+    spec = _tool("terminal")
+    if request.param == "handler":
+        assert spec.handler is not None
+        return spec.handler
+    handler = spec.async_handler
     assert handler is not None
-    return handler(args, sandbox)
+    return lambda args, sandbox: asyncio.run(handler(args, sandbox))
 
 
 def test_family_declares_terminal_and_an_unoffered_process_tool() -> None:
@@ -40,7 +50,7 @@ def test_family_declares_terminal_and_an_unoffered_process_tool() -> None:
     assert _tool("terminal").schema["parameters"]["required"] == ["command"]
 
 
-def test_success_result_shape(local_sandbox: LocalSandbox) -> None:
+def test_success_result_shape(local_sandbox: LocalSandbox, run: Run) -> None:
     assert run({"command": "echo hello"}, local_sandbox) == {
         "output": "hello\n",
         "exit_code": 0,
@@ -48,12 +58,12 @@ def test_success_result_shape(local_sandbox: LocalSandbox) -> None:
     }
 
 
-def test_nonzero_exit_is_not_an_error(local_sandbox: LocalSandbox) -> None:
+def test_nonzero_exit_is_not_an_error(local_sandbox: LocalSandbox, run: Run) -> None:
     result = run({"command": "echo nope >&2; exit 1"}, local_sandbox)
     assert result == {"output": "nope\n", "exit_code": 1, "error": None}
 
 
-def test_timeout_is_an_error_with_exit_code_124(local_sandbox: LocalSandbox) -> None:
+def test_timeout_is_an_error_with_exit_code_124(local_sandbox: LocalSandbox, run: Run) -> None:
     result = run({"command": "echo before; sleep 30", "timeout": 1}, local_sandbox)
     assert result == {"output": "before\n", "exit_code": 124, "error": "Command timed out after 1 s"}
 
@@ -85,12 +95,10 @@ class _RecordingSandbox:
 @pytest.mark.parametrize(
     ("timeout", "used"), [(None, DEFAULT_TIMEOUT), (5, 5), ("7", 7), (10**6, MAX_TIMEOUT)]
 )
-def test_timeout_argument_defaults_and_is_capped(timeout: Any, used: float) -> None:
-    sandbox = _RecordingSandbox()
+def test_timeout_argument_defaults_and_is_capped(timeout: Any, used: float, run: Run) -> None:
+    sandbox = _RecordingSandbox()  # no `aexec`: the async handler runs its `exec` in a thread
     args = {"command": "true"} if timeout is None else {"command": "true", "timeout": timeout}
-    handler = _tool("terminal").handler
-    assert handler is not None
-    assert handler(args, sandbox)["error"] is None
+    assert run(args, sandbox)["error"] is None
     assert sandbox.timeouts == [used]
 
 
@@ -105,13 +113,15 @@ def test_timeout_argument_defaults_and_is_capped(timeout: Any, used: float) -> N
         {"command": "true", "workdir": 3},
     ],
 )
-def test_bad_arguments_become_error_results(local_sandbox: LocalSandbox, args: dict[str, Any]) -> None:
+def test_bad_arguments_become_error_results(
+    local_sandbox: LocalSandbox, args: dict[str, Any], run: Run
+) -> None:
     result = run(args, local_sandbox)
     assert result["exit_code"] == -1 and result["output"] == ""
     assert isinstance(result["error"], str) and result["error"]
 
 
-def test_workdir(local_sandbox: LocalSandbox) -> None:
+def test_workdir(local_sandbox: LocalSandbox, run: Run) -> None:
     local_sandbox.write_file("sub/marker.txt", b"")
     assert run({"command": "ls", "workdir": "sub"}, local_sandbox)["output"] == "marker.txt\n"
     missing = run({"command": "ls", "workdir": "nowhere"}, local_sandbox)
@@ -120,12 +130,12 @@ def test_workdir(local_sandbox: LocalSandbox) -> None:
     assert outside["exit_code"] == -1 and local_sandbox.root in outside["error"]
 
 
-def test_ansi_escape_codes_are_stripped(local_sandbox: LocalSandbox) -> None:
+def test_ansi_escape_codes_are_stripped(local_sandbox: LocalSandbox, run: Run) -> None:
     command = r"printf '\033[1;31mred\033[0m \033]0;title\007plain\033(B\n'"
     assert run({"command": command}, local_sandbox)["output"] == "red plain\n"
 
 
-def test_long_output_keeps_40_percent_head_and_60_percent_tail(local_sandbox: LocalSandbox) -> None:
+def test_long_output_keeps_40_percent_head_and_60_percent_tail(local_sandbox: LocalSandbox, run: Run) -> None:
     command = "head -c 60000 /dev/zero | tr '\\0' A; head -c 60000 /dev/zero | tr '\\0' B"
     output = run({"command": command}, local_sandbox)["output"]
     marker = "\n\n[OUTPUT TRUNCATED - 70000 chars omitted out of 120000 total]\n\n"

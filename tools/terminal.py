@@ -8,12 +8,14 @@ workdir are.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from agent.errors import SandboxPathError
-from agent.protocols import Sandbox, ToolHandler, ToolSpec
+from agent.protocols import AsyncSandbox, AsyncToolHandler, ExecResult, Sandbox, ToolHandler, ToolSpec
 
 DEFAULT_TIMEOUT = 180  # seconds; the model may ask for another value up to MAX_TIMEOUT
 MAX_TIMEOUT = 600
@@ -75,25 +77,65 @@ def make_terminal_handler(default_timeout: float = DEFAULT_TIMEOUT) -> ToolHandl
     """A `terminal` handler whose default timeout is `default_timeout` (e.g. from run options)."""
 
     def run_terminal(args: Mapping[str, Any], sandbox: Sandbox) -> dict[str, Any]:
-        command = args.get("command")
-        if not isinstance(command, str) or not command.strip():
-            return _failure("'command' must be a non-empty string")
-        timeout = _timeout(args.get("timeout"), default_timeout)
-        if isinstance(timeout, str):
-            return _failure(timeout)
-        workdir = args.get("workdir")
-        if workdir is not None and not isinstance(workdir, str):
-            return _failure("'workdir' must be a string")
+        call = _parse(args, default_timeout)
+        if isinstance(call, str):
+            return _failure(call)
         try:
-            result = sandbox.exec(command, timeout=timeout, cwd=workdir or None)
+            return _answer(sandbox.exec(call.command, timeout=call.timeout, cwd=call.workdir), call)
         except (SandboxPathError, FileNotFoundError, NotADirectoryError) as exc:
-            return _failure(f"Invalid workdir {workdir!r}: {_reason(exc)}")
-        output = truncate_output(strip_ansi(result.output))
-        if result.timed_out:
-            return {"output": output, "exit_code": 124, "error": f"Command timed out after {timeout:g} s"}
-        return {"output": output, "exit_code": result.exit_code, "error": None}
+            return _failure(f"Invalid workdir {call.workdir!r}: {_reason(exc)}")
 
     return run_terminal
+
+
+def make_async_terminal_handler(default_timeout: float = DEFAULT_TIMEOUT) -> AsyncToolHandler:
+    """`make_terminal_handler` for the event loop: no thread per command where the sandbox can
+    run commands from the loop (`AsyncSandbox`), a thread otherwise."""
+
+    async def run_terminal(args: Mapping[str, Any], sandbox: Sandbox) -> dict[str, Any]:
+        call = _parse(args, default_timeout)
+        if isinstance(call, str):
+            return _failure(call)
+        try:
+            if isinstance(sandbox, AsyncSandbox):
+                result = await sandbox.aexec(call.command, timeout=call.timeout, cwd=call.workdir)
+            else:
+                result = await asyncio.to_thread(
+                    sandbox.exec, call.command, timeout=call.timeout, cwd=call.workdir
+                )
+        except (SandboxPathError, FileNotFoundError, NotADirectoryError) as exc:
+            return _failure(f"Invalid workdir {call.workdir!r}: {_reason(exc)}")
+        return _answer(result, call)
+
+    return run_terminal
+
+
+@dataclass(frozen=True)
+class _Call:
+    command: str
+    timeout: float
+    workdir: str | None
+
+
+def _parse(args: Mapping[str, Any], default_timeout: float) -> _Call | str:
+    """The call's arguments checked, or what is wrong with them."""
+    command = args.get("command")
+    if not isinstance(command, str) or not command.strip():
+        return "'command' must be a non-empty string"
+    timeout = _timeout(args.get("timeout"), default_timeout)
+    if isinstance(timeout, str):
+        return timeout
+    workdir = args.get("workdir")
+    if workdir is not None and not isinstance(workdir, str):
+        return "'workdir' must be a string"
+    return _Call(command, timeout, workdir or None)
+
+
+def _answer(result: ExecResult, call: _Call) -> dict[str, Any]:
+    output = truncate_output(strip_ansi(result.output))
+    if result.timed_out:
+        return {"output": output, "exit_code": 124, "error": f"Command timed out after {call.timeout:g} s"}
+    return {"output": output, "exit_code": result.exit_code, "error": None}
 
 
 def strip_ansi(text: str) -> str:
@@ -139,7 +181,13 @@ def _process_unavailable() -> str:
 def build_tools(default_timeout: float = DEFAULT_TIMEOUT) -> tuple[ToolSpec, ...]:
     """The family's tools, with `terminal` defaulting to `default_timeout` seconds."""
     return (
-        ToolSpec("terminal", "terminal", TERMINAL_SCHEMA, make_terminal_handler(default_timeout)),
+        ToolSpec(
+            "terminal",
+            "terminal",
+            TERMINAL_SCHEMA,
+            make_terminal_handler(default_timeout),
+            async_handler=make_async_terminal_handler(default_timeout),
+        ),
         ToolSpec("process", "terminal", PROCESS_SCHEMA, None, available=_process_unavailable),
     )
 

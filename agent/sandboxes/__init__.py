@@ -18,7 +18,12 @@ import asyncio
 import importlib
 import os
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -121,9 +126,14 @@ def sandbox_pool(options: SandboxOptions, run_name: str) -> Iterator[SandboxFact
 
 @asynccontextmanager
 async def sandbox_session(factory: SandboxFactory, spec: SandboxSpec) -> AsyncIterator[Sandbox]:
-    """Open a sandbox from async code: creation and destruction run in threads, and a
-    cancellation that lands mid-creation still destroys what was created."""
+    """Open a sandbox from async code: on the event loop when the factory's manager supports
+    `async with`, else creation and destruction run in threads; a cancellation that lands
+    mid-creation still destroys what was created."""
     manager = factory(spec)
+    if isinstance(manager, AbstractAsyncContextManager):
+        async with _shielded_exit(manager) as sandbox:
+            yield sandbox
+        return
     entering = asyncio.ensure_future(asyncio.to_thread(manager.__enter__))
     try:
         sandbox = await asyncio.shield(entering)
@@ -137,3 +147,15 @@ async def sandbox_session(factory: SandboxFactory, spec: SandboxSpec) -> AsyncIt
     finally:
         # Shielded: a second cancellation must not abandon a half-destroyed sandbox.
         await asyncio.shield(asyncio.to_thread(manager.__exit__, None, None, None))
+
+
+@asynccontextmanager
+async def _shielded_exit(manager: AbstractAsyncContextManager[Sandbox]) -> AsyncIterator[Sandbox]:
+    sandbox = await manager.__aenter__()
+    try:
+        yield sandbox
+    except BaseException as exc:
+        # Shielded: a second cancellation must not abandon a half-destroyed sandbox.
+        await asyncio.shield(manager.__aexit__(type(exc), exc, exc.__traceback__))
+        raise
+    await asyncio.shield(manager.__aexit__(None, None, None))

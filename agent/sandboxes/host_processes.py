@@ -5,8 +5,8 @@ backend's process control; the processes are recognised by a cwd or HOME inside 
 
 from __future__ import annotations
 
+import asyncio
 import os
-import selectors
 import signal
 import subprocess
 import threading
@@ -19,9 +19,9 @@ from agent.protocols import ExecResult
 from agent.sandboxes import orphans
 from agent.sandboxes.orphans import belongs_to
 from agent.sandboxes.output_buffer import OutputBuffer
+from agent.sandboxes.process_output import DRAIN_GRACE, pidfds_work, pump, read_ready, wait_until, watch
 
 OUTPUT_BYTES = 2 << 20  # kept of a command's output: its first and last MiB; the middle is dropped
-DRAIN_GRACE = 0.5  # seconds to keep reading after the command exits (background holders)
 POLL_INTERVAL = 0.05
 TIMEOUT_EXIT_CODE = 124
 
@@ -43,23 +43,46 @@ class ProcessGroups:
         deadline = time.monotonic() + timeout
         try:
             # EOF comes a moment before the exit, or long before it (`exec >&-; sleep 99`).
-            finished = _pump(proc, output, deadline) and _wait(proc, deadline)
+            finished = pump(proc, output, deadline) and wait_until(proc, deadline)
             if not finished:
                 kill_groups([proc.pid])
                 proc.wait()
-                _pump(proc, output, time.monotonic() + DRAIN_GRACE)
+                pump(proc, output, time.monotonic() + DRAIN_GRACE)
         except BaseException:  # interrupted (Ctrl-C) while waiting: leave no process behind
             kill_groups([proc.pid])
             raise
         finally:
-            proc.wait()
-            orphans.waited(proc.pid)
-            proc.stdout.close()
-            self._forget_if_gone(proc.pid)
-        if not finished:
-            return ExecResult(output.text(), TIMEOUT_EXIT_CODE, timed_out=True)
-        code = proc.returncode
-        return ExecResult(output.text(), 128 - code if code < 0 else code)  # killed by N: 128+N
+            self._reap(proc)
+        return _result(proc, output, finished)
+
+    async def arun(self, argv: Sequence[str], *, cwd: str, env: dict[str, str], timeout: float) -> ExecResult:
+        """`run` from the event loop: the loop watches the output and the exit (a pidfd), so a
+        command costs no thread. Without pidfds (Linux < 5.3), `run` goes to a thread."""
+        if not pidfds_work():
+            return await asyncio.to_thread(self.run, argv, cwd=cwd, env=env, timeout=timeout)
+        proc = self._spawn(argv, cwd, env)  # vfork + exec: the loop waits only until the exec
+        assert proc.stdout is not None  # stdout=PIPE
+        output = OutputBuffer(OUTPUT_BYTES)
+        try:
+            finished = await watch(proc, output, timeout)
+            if not finished:  # its group dies in a thread: that waits until no member runs
+                await asyncio.to_thread(kill_groups, [proc.pid])
+                read_ready(proc.stdout.fileno(), output)
+        except BaseException:  # cancelled (prompt timeout, shutdown): leave no process behind
+            kill_groups([proc.pid])
+            raise
+        finally:
+            self._reap(proc)
+        return _result(proc, output, finished)
+
+    def idle(self) -> bool:
+        """Whether nothing is left to kill: no group of ours has a process and no adopted orphan
+        works in the sandbox. Known cheaply only while adopting orphans; False otherwise."""
+        if not orphans.adopting():
+            return False
+        with self._lock:
+            groups = list(self._groups)
+        return not any(_group_alive(g) for g in groups) and not orphans.strays(self._dir)
 
     def close(self) -> None:
         """Refuse new commands; SIGKILL every group started so far and every stray process."""
@@ -90,6 +113,14 @@ class ProcessGroups:
             commands.add(proc.pid)
         return proc
 
+    def _reap(self, proc: subprocess.Popen[bytes]) -> None:
+        """Wait for the command (it has exited or been killed) and forget it if its group is gone."""
+        proc.wait()
+        orphans.waited(proc.pid)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        self._forget_if_gone(proc.pid)
+
     def _forget_if_gone(self, pgid: int) -> None:
         try:
             os.killpg(pgid, 0)  # succeeds while background members still run: close() kills them
@@ -98,57 +129,11 @@ class ProcessGroups:
                 self._groups.discard(pgid)
 
 
-def _pump(proc: subprocess.Popen[bytes], output: OutputBuffer, deadline: float) -> bool:
-    """Read proc's output until EOF and its exit, or until DRAIN_GRACE after its exit when a
-    background child still holds the pipe (True); False at the deadline if it still runs.
-    The exit is watched through a pidfd, so a quick command costs two or three wake-ups."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    exit_fd = _pidfd(proc.pid)
-    eof, exited_at = False, None
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        if exit_fd is not None:
-            selector.register(exit_fd, selectors.EVENT_READ)
-        try:
-            while True:
-                now = time.monotonic()
-                if exited_at is None and exit_fd is None and proc.poll() is not None:
-                    exited_at = now
-                if exited_at is not None and (eof or now - exited_at >= DRAIN_GRACE):
-                    return True
-                if now >= deadline:
-                    return exited_at is not None
-                wait = deadline - now if exited_at is None else min(deadline, exited_at + DRAIN_GRACE) - now
-                for key, _ in selector.select(wait if exit_fd is not None else min(wait, POLL_INTERVAL)):
-                    if key.fd == exit_fd:
-                        exited_at = time.monotonic()
-                        selector.unregister(exit_fd)
-                    elif chunk := os.read(fd, 65536):
-                        output.append(chunk)
-                    else:
-                        eof = True
-                        selector.unregister(fd)
-        finally:
-            if exit_fd is not None:
-                os.close(exit_fd)
-
-
-def _pidfd(pid: int) -> int | None:
-    """A descriptor that becomes readable when `pid` exits (Linux 5.3+), else None."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-
-def _wait(proc: subprocess.Popen[bytes], deadline: float) -> bool:
-    """Wait for proc to exit until the deadline; False when it is still running then."""
-    try:
-        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        return False
-    return True
+def _result(proc: subprocess.Popen[bytes], output: OutputBuffer, finished: bool) -> ExecResult:
+    if not finished:
+        return ExecResult(output.text(), TIMEOUT_EXIT_CODE, timed_out=True)
+    code = proc.returncode
+    return ExecResult(output.text(), 128 - code if code < 0 else code)  # killed by N: 128+N
 
 
 def kill_groups(pgids: Collection[int], patience: float = 2.0) -> None:

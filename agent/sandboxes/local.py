@@ -12,6 +12,7 @@ the sandbox dir; they are no defence against a hostile command.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import shutil
@@ -46,7 +47,7 @@ def open_sandbox(spec: SandboxSpec, options: SandboxOptions) -> Iterator[LocalSa
     """A fresh sandbox for `spec`, in a pool of its own; leaving the block kills its processes
     and deletes it."""
     pool = SlotPool(options.root or default_root(), spec.run_name, spec.prompt_key)
-    with pool, _session(spec, pool, shutil.which("bash")) as sandbox:
+    with pool, Session(spec, pool, shutil.which("bash")) as sandbox:
         yield sandbox
 
 
@@ -58,23 +59,42 @@ def open_pool(options: SandboxOptions, run_name: str) -> Iterator[SandboxFactory
     with SlotPool(options.root or default_root(), run_name, f"w{os.getpid()}") as pool:
 
         def factory(spec: SandboxSpec) -> AbstractContextManager[Sandbox]:
-            return _session(spec, pool, bash)
+            return Session(spec, pool, bash)
 
         yield factory
 
 
-@contextmanager
-def _session(spec: SandboxSpec, pool: SlotPool, bash: str | None) -> Iterator[LocalSandbox]:
-    if bash is None:
-        raise SandboxUnavailable("bash was not found on PATH; install bash to use the local backend")
-    sandbox = LocalSandbox(pool, pool.acquire(), bash)
-    try:
-        sandbox._workdir = sandbox._make_workdir(spec.cwd)
-        yield sandbox
-    except BaseException:
-        sandbox.close(strict=False)  # never let a cleanup failure mask what is propagating
-        raise
-    sandbox.close()
+class Session:
+    """One prompt's sandbox on a slot of `pool`: `with` from a thread, or `async with` on the
+    event loop, where opening (taking a free slot) is quick and closing stays on the loop unless
+    it has processes to kill or a big tree to delete."""
+
+    def __init__(self, spec: SandboxSpec, pool: SlotPool, bash: str | None) -> None:
+        self._spec, self._pool, self._bash = spec, pool, bash
+        self._sandbox: LocalSandbox | None = None
+
+    def __enter__(self) -> LocalSandbox:
+        if self._bash is None:
+            raise SandboxUnavailable("bash was not found on PATH; install bash to use the local backend")
+        sandbox = LocalSandbox(self._pool, self._pool.acquire(), self._bash)
+        try:
+            sandbox._workdir = sandbox._make_workdir(self._spec.cwd)
+        except BaseException:
+            sandbox.close(strict=False)  # never let a cleanup failure mask what is propagating
+            raise
+        self._sandbox = sandbox
+        return sandbox
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close(strict=kind is None)
+
+    async def __aenter__(self) -> LocalSandbox:
+        return self.__enter__()
+
+    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.aclose(strict=kind is None)
 
 
 class LocalSandbox:
@@ -99,6 +119,12 @@ class LocalSandbox:
         """Run `bash -c command` in its own process group; on timeout kill the whole group."""
         directory = self._workdir if cwd is None else self._existing_dir(cwd)
         return self._processes.run([self._bash, "-c", command], cwd=directory, env=self._env, timeout=timeout)
+
+    async def aexec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
+        """`exec` from the event loop, without a thread."""
+        directory = self._workdir if cwd is None else self._existing_dir(cwd)
+        argv = [self._bash, "-c", command]
+        return await self._processes.arun(argv, cwd=directory, env=self._env, timeout=timeout)
 
     # ------------------------------------------------------------ files
 
@@ -153,6 +179,19 @@ class LocalSandbox:
         self._closed = True
         self._processes.close()
         self._pool.release(self.root, strict=strict)
+
+    async def aclose(self, *, strict: bool = True) -> None:
+        """`close` from the event loop: done on the loop when no process is left and the slot
+        holds a few files at most; killing (which waits for deaths) and deleting a tree go to a thread."""
+        if self._closed:
+            return
+        if not self._processes.idle():
+            await asyncio.to_thread(self.close, strict=strict)
+            return
+        self._closed = True
+        self._processes.close()  # nothing runs: returns at once
+        if not self._pool.release_small(self.root):
+            await asyncio.to_thread(self._pool.release, self.root, strict=strict)
 
     def _make_workdir(self, cwd: str | None) -> str:
         if not cwd:

@@ -38,6 +38,7 @@ from agent.sandboxes.owner import current_owner, owner_is_dead
 log = logging.getLogger(__name__)
 
 SKELETON = ("workspace", "home", "tmp")  # what every slot holds when it is handed out
+SMALL = 64  # files a slot may hold for it to be emptied on the event loop, not in a thread
 POOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*-[0-9a-f]{12}")  # <prefix>-<random>
 
 
@@ -90,6 +91,21 @@ class SlotPool:
         with self._lock:
             self._free.append(slot)
 
+    def release_small(self, slot: str) -> bool:
+        """`release` when the slot holds nothing but its skeleton and at most SMALL files in it,
+        so that emptying it cannot take long; False, the slot not made free, otherwise."""
+        try:
+            doomed = _few_files(slot)
+            for path in doomed or ():
+                os.unlink(path)
+        except OSError:
+            return False  # `release` knows how to deal with whatever this was
+        if doomed is None:
+            return False
+        with self._lock:
+            self._free.append(slot)
+        return True
+
     def close(self, *, strict: bool = True) -> None:
         """Kill every process still working in the pool, delete it, its marker, and the run dir
         once its last pool is gone."""
@@ -110,6 +126,29 @@ def _report(message: str, exc: OSError, strict: bool) -> None:
     if strict:
         raise SandboxError(message) from exc
     log.warning(message)
+
+
+def _few_files(slot: str) -> list[str] | None:
+    """The files in the slot's skeleton dirs when the slot holds nothing else (no other entry,
+    no directory in them, skeleton modes intact) and they are at most SMALL; else None."""
+    files: list[str] = []
+    found = 0
+    with os.scandir(slot) as entries:
+        for entry in entries:
+            found += 1
+            info = entry.stat(follow_symlinks=False)
+            if (
+                entry.name not in SKELETON
+                or not stat.S_ISDIR(info.st_mode)
+                or stat.S_IMODE(info.st_mode) != 0o700
+            ):
+                return None
+            with os.scandir(entry.path) as inside:
+                for item in inside:
+                    if item.is_dir(follow_symlinks=False) or len(files) == SMALL:
+                        return None
+                    files.append(item.path)
+    return files if found == len(SKELETON) else None
 
 
 def _empty(slot: str) -> None:

@@ -75,6 +75,11 @@ def kill_adopted(sandbox_dir: str) -> None:
         time.sleep(SETTLE)
 
 
+def strays(sandbox_dir: str) -> list[int]:
+    """Our adopted orphans still running that belong to `sandbox_dir`."""
+    return [pid for pid in _adopted() if not _zombie(pid) and belongs_to(pid, sandbox_dir)]
+
+
 def belongs_to(pid: int, sandbox_dir: str) -> bool:
     """Whether `pid` works under `sandbox_dir` or has its HOME there."""
     try:
