@@ -120,6 +120,7 @@ class EndpointServer:
         self._requests_total = 0
         self._inflight = 0
         self._peak_inflight = 0
+        self._first_request_at: float | None = None
 
     # ------------------------------------------------------------ public surface
 
@@ -138,6 +139,11 @@ class EndpointServer:
     @property
     def requests_total(self) -> int:
         return self._requests_total
+
+    @property
+    def first_request_at(self) -> float | None:
+        """time.monotonic() when the first chat request arrived (None before it)."""
+        return self._first_request_at
 
     @property
     def inflight(self) -> int:
@@ -240,6 +246,8 @@ class EndpointServer:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         self._requests_total += 1
+        if self._first_request_at is None:
+            self._first_request_at = time.monotonic()
         self._inflight += 1
         self._peak_inflight = max(self._peak_inflight, self._inflight)
         try:

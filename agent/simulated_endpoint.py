@@ -52,6 +52,7 @@ class EndpointStats:
     inflight: int
     peak_inflight: int
     faults: Mapping[str, int]  # "429", "500", … for HTTP faults; "hang", "drop"
+    first_request_at: float | None = None  # time.monotonic() of the first chat request
 
 
 class SimulatedEndpoint:
@@ -163,7 +164,9 @@ class SimulatedEndpoint:
         with self._lock:
             faults = dict(self._faults)
         server = self.server
-        return EndpointStats(server.requests_total, server.inflight, server.peak_inflight, faults)
+        return EndpointStats(
+            server.requests_total, server.inflight, server.peak_inflight, faults, server.first_request_at
+        )
 
     # ------------------------------------------------------------ answering
 

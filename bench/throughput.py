@@ -4,7 +4,7 @@
     python bench/throughput.py --quick    # smaller datasets
 
 Each prompt makes one tool call, then gives a final answer (2 model calls). The endpoint runs
-in this process (its CPU is not the runner's); the runner is a subprocess whose CPU time
+in a process of its own (its CPU is not the runner's); the runner is a subprocess whose CPU time
 (parent + workers + their tool processes) and peak memory (PSS of the whole process tree) are measured.
 Efficiency = achieved prompts/s / ideal, ideal = in-flight limit / (calls per prompt × latency),
 measured from the endpoint's first request to the runner's exit (worker start-up excluded,
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import resource
 import subprocess
@@ -23,6 +24,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -57,51 +59,61 @@ def _pss_kib(pid: str) -> int:
     return 0
 
 
+def _children(pid: int) -> list[int]:
+    """pid's children, from each of its threads' lists (no walk over every process)."""
+    found: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            found += map(int, Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
+        except OSError:
+            continue
+    return found
+
+
 def _tree(pid: int, tools: dict[int, float]) -> tuple[int, int, float]:
     """(PSS KiB of the whole tree, of its Python processes only, CPU seconds incl. reaped
     children) of `pid` and its descendants, from /proc. The tree also holds the tool calls'
-    shells, alive only while a command runs. Only the tree's own smaps are read: they are
-    costly, and the sampler must not slow the run it measures. `tools` gets, per worker, the
-    CPU of the children it reaped: the tool calls' processes."""
-    children: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    shells, alive only while a command runs. Only the tree is read (each sample costs the
+    machine the runner shares: the sampler must not slow the run it measures). `tools` gets,
+    per worker, the CPU of the children it reaped: the tool calls' processes; under key 0, the
+    parent's own CPU."""
+    total, runner, seconds, stack = 0, 0, 0.0, [pid]
+    while stack:
+        current = stack.pop()
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
+            stat = Path(f"/proc/{current}/stat").read_text()
         except OSError:
             continue
         name, rest = stat.split("(", 1)[1].rsplit(")", 1)
         fields = [name, *rest.split()]  # fields[1] state, [2] ppid, [12:16] utime..cstime
-        stats[int(entry)] = fields
-        children.setdefault(int(fields[2]), []).append(int(entry))
-    total, runner, seconds, stack = 0, 0, 0.0, [pid]
-    while stack:
-        current = stack.pop()
-        known = stats.get(current)
-        if known is not None:
-            pss = _pss_kib(str(current))
-            total += pss
-            runner += pss if known[0].startswith("python") else 0
-            seconds += sum(int(x) for x in known[12:16]) / TICKS
-            if current != pid and known[0].startswith("python"):
-                tools[current] = sum(int(x) for x in known[14:16]) / TICKS
-        stack += children.get(current, [])
+        pss = _pss_kib(str(current))
+        total += pss
+        runner += pss if name.startswith("python") else 0
+        seconds += sum(int(x) for x in fields[12:16]) / TICKS
+        if current == pid:
+            tools[0] = sum(int(x) for x in fields[12:14]) / TICKS  # the parent's own CPU
+        elif name.startswith("python"):
+            tools[current] = sum(int(x) for x in fields[14:16]) / TICKS
+        stack += _children(current)
     return total, runner, seconds
 
 
 class Sampler(threading.Thread):
-    """Samples the runner's tree memory (PSS) and notes when the endpoint sees its first request."""
+    """Samples the runner's tree: memory (PSS) and CPU over time."""
 
-    def __init__(self, pid: int, endpoint: SimulatedEndpoint) -> None:
+    def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
-        self.pid, self.endpoint = pid, endpoint
+        self.pid = pid
         self.peak_kib = 0
         self.peak_runner_kib = 0
-        self.first_request: float | None = None
-        self.cpu_at_first_request = 0.0
-        self.tool_cpu: dict[int, float] = {}  # worker pid -> CPU s of the tool processes it reaped
+        self.cpu_series: list[tuple[float, float]] = []  # (time.monotonic(), CPU s of the tree)
+        self.tool_cpu: dict[
+            int, float
+        ] = {}  # worker pid -> CPU s of the tool processes it reaped; 0 -> parent
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -109,9 +121,25 @@ class Sampler(threading.Thread):
             kib, runner_kib, cpu = _tree(self.pid, self.tool_cpu)
             self.peak_kib = max(self.peak_kib, kib)
             self.peak_runner_kib = max(self.peak_runner_kib, runner_kib)
-            if self.first_request is None and self.endpoint.stats.requests_total > 0:
-                self.first_request, self.cpu_at_first_request = time.monotonic(), cpu
+            self.cpu_series.append((time.monotonic(), cpu))
             self.stop.wait(0.05)
+
+    def cpu_at(self, moment: float) -> float:
+        """The tree's CPU seconds at the last sample taken before `moment`."""
+        return max((cpu for at, cpu in self.cpu_series if at <= moment), default=0.0)
+
+
+def _serve(conn: Connection, latency: float, rate_429: float) -> None:
+    """The simulated endpoint in a process of its own, as a real endpoint is: it shares the two
+    cores with the runner, but not this process's interpreter lock with the sampler."""
+    with SimulatedEndpoint(latency=latency, rate_429=rate_429, retry_after=0.5, record=False) as ep:
+        ready = resource.getrusage(resource.RUSAGE_SELF)
+        conn.send(ep.base_url)
+        conn.recv()  # the run is over
+        done = resource.getrusage(resource.RUSAGE_SELF)
+        stats = ep.stats
+    cpu = (done.ru_utime - ready.ru_utime) + (done.ru_stime - ready.ru_stime)
+    conn.send({"stats": stats.__dict__, "cpu_s": cpu})
 
 
 def _dataset(path: Path, n: int) -> None:
@@ -123,33 +151,40 @@ def _dataset(path: Path, n: int) -> None:
 def run_case(case: Case, workdir: Path) -> dict[str, Any]:
     dataset = workdir / f"{case.name}.jsonl"
     _dataset(dataset, case.prompts)
-    with SimulatedEndpoint(latency=case.latency, rate_429=case.rate_429, retry_after=0.5, record=False) as ep:
-        cmd = [
-            sys.executable, str(ROOT / "batch_runner.py"),
-            f"--dataset_file={dataset}", "--batch_size=100", f"--run_name={case.name}",
-            f"--output_dir={workdir / 'runs'}", f"--base_url={ep.base_url}", "--api_key=bench",
-            "--model=sim-model", f"--num_workers={case.num_workers}", f"--max_inflight={case.max_inflight}",
-            "--distribution=terminal_only",
-        ]  # fmt: skip
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        own_before = resource.getrusage(resource.RUSAGE_SELF)
-        started = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=workdir)
-        sampler = Sampler(proc.pid, ep)
-        sampler.start()
-        _, err = proc.communicate()
-        ended = time.monotonic()
-        sampler.stop.set()
-        sampler.join()
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        own_after = resource.getrusage(resource.RUSAGE_SELF)
-        stats = ep.stats
+    ours, theirs = multiprocessing.Pipe()
+    server = multiprocessing.get_context("spawn").Process(
+        target=_serve, args=(theirs, case.latency, case.rate_429)
+    )
+    server.start()
+    base_url = ours.recv()
+    cmd = [
+        sys.executable, str(ROOT / "batch_runner.py"),
+        f"--dataset_file={dataset}", "--batch_size=100", f"--run_name={case.name}",
+        f"--output_dir={workdir / 'runs'}", f"--base_url={base_url}", "--api_key=bench",
+        "--model=sim-model", f"--num_workers={case.num_workers}", f"--max_inflight={case.max_inflight}",
+        "--distribution=terminal_only",
+    ]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=workdir)
+    sampler = Sampler(proc.pid)
+    sampler.start()
+    _, err = proc.communicate()
+    ended = time.monotonic()
+    sampler.stop.set()
+    sampler.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ours.send("stop")
+    endpoint = ours.recv()
+    server.join()
     if proc.returncode != 0:
         raise SystemExit(f"{case.name}: runner exited {proc.returncode}:\n{err.decode()[-3000:]}")
+    stats = endpoint["stats"]
+    first_request = stats["first_request_at"] or started
+    calls = max(stats["requests_total"], 1)
     run_stats = json.loads((workdir / "runs" / case.name / "statistics.json").read_text())
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    endpoint_cpu = (own_after.ru_utime - own_before.ru_utime) + (own_after.ru_stime - own_before.ru_stime)
-    window = ended - (sampler.first_request or started)
+    window = ended - first_request
     achieved = case.prompts / window
     ideal = case.max_inflight / (CALLS_PER_PROMPT * case.latency) if case.latency else float("nan")
     inv = run_stats["this_invocation"]
@@ -161,21 +196,21 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
         "workers": case.num_workers,
         "rate_429": case.rate_429,
         "wall_s": round(ended - started, 2),
-        "startup_s": round((sampler.first_request or started) - started, 2),
+        "startup_s": round(first_request - started, 2),
         "prompts_per_s": round(achieved, 1),
         "efficiency": round(achieved / ideal, 3) if case.latency else None,
-        "peak_inflight_at_endpoint": stats.peak_inflight,
-        "model_calls": stats.requests_total,
-        "cpu_ms_per_call": round(1000 * cpu / max(stats.requests_total, 1), 3),
-        "steady_cpu_ms_per_call": round(
-            1000 * (cpu - sampler.cpu_at_first_request) / max(stats.requests_total, 1), 3
-        ),
+        "peak_inflight_at_endpoint": stats["peak_inflight"],
+        "model_calls": stats["requests_total"],
+        "cpu_ms_per_call": round(1000 * cpu / calls, 3),
+        "steady_cpu_ms_per_call": round(1000 * (cpu - sampler.cpu_at(first_request)) / calls, 3),
         # Of which the tool calls' own processes (bash and what it runs), not the runner's code.
         "tool_process_cpu_ms_per_call": round(
-            1000 * sum(sampler.tool_cpu.values()) / max(stats.requests_total, 1), 3
+            1000 * sum(v for k, v in sampler.tool_cpu.items() if k) / calls, 3
         ),
-        # The simulated endpoint (and the sampler) share this machine's two cores with the runner.
-        "endpoint_cpu_ms_per_call": round(1000 * endpoint_cpu / max(stats.requests_total, 1), 3),
+        # Of which the parent process (scheduling, writing shards, statistics, the final merge).
+        "parent_cpu_ms_per_call": round(1000 * sampler.tool_cpu.get(0, 0.0) / calls, 3),
+        # The simulated endpoint shares this machine's two cores with the runner.
+        "endpoint_cpu_ms_per_call": round(1000 * endpoint["cpu_s"] / calls, 3),
         "peak_pss_mb": round(sampler.peak_kib / 1024, 1),
         "peak_runner_pss_mb": round(sampler.peak_runner_kib / 1024, 1),
         "completed": inv["completed"],

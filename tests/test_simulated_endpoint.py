@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -385,6 +386,8 @@ def test_three_hundred_concurrent_requests_all_succeed(make_sim_endpoint: MakeEn
     # above that keeps every request in flight at once without making the test depend on speed.
     endpoint = make_sim_endpoint(latency=1.5)
     count = 300
+    assert endpoint.stats.first_request_at is None
+    before = time.monotonic()
 
     async def run() -> list[str]:
         limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=1000)
@@ -407,6 +410,7 @@ def test_three_hundred_concurrent_requests_all_succeed(make_sim_endpoint: MakeEn
     stats = endpoint.stats
     assert stats.requests_total == count and stats.inflight == 0
     assert stats.peak_inflight >= count
+    assert stats.first_request_at is not None and before < stats.first_request_at < time.monotonic() - 1.5
 
 
 def test_cli_prints_its_url_serves_and_stops_on_sigterm() -> None:
