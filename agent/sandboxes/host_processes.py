@@ -75,14 +75,18 @@ class ProcessGroups:
             self._reap(proc)
         return _result(proc, output, finished)
 
-    def idle(self) -> bool:
-        """Whether nothing is left to kill: no group of ours has a process and no adopted orphan
-        works in the sandbox. Known cheaply only while adopting orphans; False otherwise."""
+    def close_if_idle(self) -> bool:
+        """`close` when nothing is left to kill: no group of ours has a process and no adopted
+        orphan works in the sandbox (known cheaply only while adopting orphans). False, and
+        still open, otherwise."""
         if not orphans.adopting():
             return False
         with self._lock:
-            groups = list(self._groups)
-        return not any(_group_alive(g) for g in groups) and not orphans.strays(self._dir)
+            if any(_group_alive(g) for g in self._groups) or orphans.strays(self._dir):
+                return False
+            self._closed = True
+            self._groups = set()
+        return True
 
     def close(self) -> None:
         """Refuse new commands; SIGKILL every group started so far and every stray process."""

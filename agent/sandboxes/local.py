@@ -185,11 +185,10 @@ class LocalSandbox:
         holds a few files at most; killing (which waits for deaths) and deleting a tree go to a thread."""
         if self._closed:
             return
-        if not self._processes.idle():
+        if not self._processes.close_if_idle():
             await asyncio.to_thread(self.close, strict=strict)
             return
         self._closed = True
-        self._processes.close()  # nothing runs: returns at once
         if not self._pool.release_small(self.root):
             await asyncio.to_thread(self._pool.release, self.root, strict=strict)
 

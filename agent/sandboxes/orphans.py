@@ -61,23 +61,26 @@ def kill_adopted(sandbox_dir: str) -> None:
     """SIGKILL our adopted orphans that belong to `sandbox_dir`, round after round (a killed
     orphan's own children are adopted in turn), and reap the adopted orphans that ended."""
     for _ in range(ROUNDS):
-        killed = False
-        for pid in _adopted():
-            if _zombie(pid):
-                with suppress(ChildProcessError):
-                    os.waitpid(pid, os.WNOHANG)
-            elif belongs_to(pid, sandbox_dir):
-                with suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                killed = True
-        if not killed:
+        found = strays(sandbox_dir)
+        for pid in found:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if not found:
             return
         time.sleep(SETTLE)
 
 
 def strays(sandbox_dir: str) -> list[int]:
-    """Our adopted orphans still running that belong to `sandbox_dir`."""
-    return [pid for pid in _adopted() if not _zombie(pid) and belongs_to(pid, sandbox_dir)]
+    """Our adopted orphans still running that belong to `sandbox_dir`; the adopted orphans
+    that ended are reaped on the way (one look at our children does both)."""
+    found = []
+    for pid in _adopted():
+        if _zombie(pid):
+            with suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        elif belongs_to(pid, sandbox_dir):
+            found.append(pid)
+    return found
 
 
 def belongs_to(pid: int, sandbox_dir: str) -> bool:
