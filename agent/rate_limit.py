@@ -1,11 +1,14 @@
 """Adaptive concurrency against one endpoint: AIMD on the in-flight limit, plus budgets.
 
-Each model call holds a slot. A burst of rate-limit answers — most recent calls answered 429,
-tracked as a moving share — cuts the limit multiplicatively and pauses new calls for the
-server's Retry-After, at most once per window (calls already in flight when the cut happened
-were sent under the old limit, so their 429s say nothing new). A scattering of 429s does not
-cut: under random throttling, AIMD would otherwise collapse to its minimum; each throttled call
-still waits its own Retry-After before its retry (the client's backoff).
+Each model call holds a slot. A burst of rate-limit answers cuts the limit multiplicatively and
+pauses new calls for the server's Retry-After, at most once per window (calls already in flight
+when the cut happened were sent under the old limit, so their 429s say nothing new). A burst is
+most recent answers being 429s (a moving share) and most of the calls sent last being answered
+429: a 429 comes back at once while a success takes the endpoint's latency, so with many calls
+in flight the first answers are the throttled ones, in a row, while the calls still in flight
+were accepted. A scattering of 429s does not cut: under random throttling, AIMD would otherwise
+collapse to its minimum; each throttled call still waits its own Retry-After before its retry
+(the client's backoff).
 Successes grow the limit back by about one slot per window. Server errors and timeouts are
 retried by the client with backoff but never collapse the limit. Optional requests-per-minute
 and tokens-per-minute budgets pace calls on top.
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 DECREASE = 0.5
 BURST_WEIGHT = 0.1  # weight of the latest call in the moving share of 429s (memory ~10 calls)
 BURST_SHARE = 0.6  # a burst: 9+ consecutive 429s; random 20 % throttling crosses it on ~0.01 % of calls
+SENT_WINDOW = 32  # the calls sent last, of which BURST_SHARE must have been answered 429
 HISTORY_LIMIT = 2000
 
 
@@ -31,6 +35,7 @@ class Ticket:
     limiter: AdaptiveLimiter
     generation: int
     done: bool = False
+    limited: bool = False  # answered 429
 
     def succeeded(self, tokens: int = 0) -> None:
         self.done = True
@@ -77,6 +82,7 @@ class AdaptiveLimiter:
         self._start = time.monotonic()
         self._next_start = 0.0
         self._tokens: deque[tuple[float, int]] = deque()
+        self._sent: deque[Ticket] = deque(maxlen=SENT_WINDOW)  # the calls sent last, in order
         self._changed = asyncio.Event()
         self._note()
 
@@ -115,6 +121,7 @@ class AdaptiveLimiter:
         if self.rpm:
             self._next_start = max(time.monotonic(), self._next_start) + 60.0 / self.rpm
         ticket = Ticket(self, self.generation)
+        self._sent.append(ticket)
         try:
             yield ticket
         finally:
@@ -133,11 +140,18 @@ class AdaptiveLimiter:
             if int(self.limit) != int(self.limit - 1.0 / max(self.limit, 1.0)):
                 self._note()
 
+    def _burst(self) -> bool:
+        """Most recent answers were 429s, and so were most of the calls sent last (those still
+        in flight count as accepted)."""
+        limited_sent = sum(ticket.limited for ticket in self._sent)
+        return self.limited_share >= BURST_SHARE and limited_sent >= BURST_SHARE * len(self._sent)
+
     def _on_failure(self, ticket: Ticket, error_class: str, retry_after: float | None) -> None:
         self._observe(error_class == "rate_limit")
         if error_class == "rate_limit":
             self.stats.rate_limited += 1
-            if ticket.generation == self.generation and self.limited_share >= BURST_SHARE:
+            ticket.limited = True
+            if ticket.generation == self.generation and self._burst():
                 self.generation += 1
                 self.limit = max(float(self.minimum), self.limit * DECREASE)
                 if retry_after:

@@ -247,3 +247,31 @@ def test_the_limiter_bounds_the_calls_in_flight(sim_endpoint: SimulatedEndpoint)
     limiter = _complete_all(sim_endpoint, {"maximum": 2}, prompts)
     assert limiter.stats.peak_inflight == 2 and limiter.stats.calls == 6
     assert sim_endpoint.stats.peak_inflight <= 2
+
+
+def test_scattered_429s_among_many_calls_in_flight_do_not_cut_the_limit(
+    make_sim_endpoint: Callable[..., SimulatedEndpoint], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 429 is answered at once while a success takes the endpoint's latency, so the first
+    # answers of a full window are the throttled ones, in a row. One call in five throttled
+    # is not a burst: the calls still in flight were accepted.
+    monkeypatch.setattr(llm_client, "BACKOFF_BASE", 0.01)
+    endpoint = make_sim_endpoint(latency=0.3, rate_429=0.2, retry_after=0.05, seed=7, policy="answer")
+    prompts = [f"r{i}" for i in range(64)]
+
+    async def go() -> AdaptiveLimiter:
+        limiter = AdaptiveLimiter(64)
+        model = OpenAIChatModel(
+            base_url=endpoint.base_url, api_key="k", model="sim-model", limiter=limiter, max_retries=8, seed=0
+        )
+        try:
+            requests = [ChatRequest(messages=[{"role": "user", "content": p}], tools=[]) for p in prompts]
+            await asyncio.gather(*(model.complete(r) for r in requests))
+        finally:
+            await model.aclose()
+        return limiter
+
+    limiter = asyncio.run(go())
+    assert limiter.stats.rate_limited >= 9  # enough of them to have looked like a burst
+    assert (limiter.generation, limiter.paused_until) == (0, 0.0)
+    assert limiter.stats.calls == 64 + limiter.stats.rate_limited
