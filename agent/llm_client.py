@@ -73,9 +73,14 @@ def retry_after(exc: Exception) -> float | None:
 
 
 def backoff_delay(attempt: int, server_hint: float | None, rng: random.Random) -> float:
-    """Full-jitter exponential backoff; a server's Retry-After is a floor, not a suggestion."""
-    jittered = rng.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt))
-    return max(jittered, server_hint) if server_hint is not None else jittered
+    """The server's Retry-After when it gave one, plus up to a quarter more so that calls it
+    throttled together do not come back together; else full-jitter exponential backoff.
+    Growing the wait past what the server asked for made each unlucky call wait seconds under
+    random throttling (1+2+4+8 s after four 429s in a row) and stretched whole runs; a real
+    overload is the limiter's job (it cuts the in-flight limit and pauses new calls)."""
+    if server_hint is not None:
+        return server_hint * rng.uniform(1.0, 1.25)
+    return rng.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt))
 
 
 def _tool_calls(message: dict[str, Any]) -> tuple[ToolCall, ...]:
