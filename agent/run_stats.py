@@ -91,25 +91,29 @@ class RunStatistics:
         self._limiters: dict[object, Mapping[str, Any]] = {}
 
     def add_entry(self, entry: Mapping[str, Any]) -> None:
-        """Count one entry of the merged output."""
+        """Count one entry of the merged output (runs once per entry at the end of every run,
+        in the parent: zero counts are skipped, the rows still made)."""
         for tool, counts in (entry.get("tool_stats") or {}).items():
             row = self._tools.setdefault(str(tool), Counter())
-            for key in ("count", "success", "failure"):
-                row[key] += _int(counts.get(key)) if isinstance(counts, Mapping) else 0
-        gpt_turns = [
-            str(turn.get("value") or "")
-            for turn in entry.get("conversations") or []
-            if isinstance(turn, Mapping) and turn.get("from") == "gpt"
-        ]
-        with_reasoning = sum(1 for value in gpt_turns if has_reasoning(value))
-        self._turns.update(turns=len(gpt_turns), with_reasoning=with_reasoning, entries=with_reasoning > 0)
+            if isinstance(counts, Mapping):
+                for key in ("count", "success", "failure"):
+                    if value := _int(counts.get(key)):
+                        row[key] += value
+        turns = with_reasoning = 0
+        for turn in entry.get("conversations") or []:
+            if isinstance(turn, Mapping) and turn.get("from") == "gpt":
+                turns += 1
+                with_reasoning += has_reasoning(str(turn.get("value") or ""))
+        counted = self._turns
+        counted["turns"] += turns
+        counted["with_reasoning"] += with_reasoning
+        counted["entries"] += with_reasoning > 0
+        entries = self._entries
+        entries["entries"] += 1
+        entries["completed"] += entry.get("completed") is True
+        entries["partial"] += entry.get("partial") is True
+        entries["api_calls"] += _int(entry.get("api_calls"))
         metadata = entry.get("metadata") or {}
-        self._entries.update(
-            entries=1,
-            completed=entry.get("completed") is True,
-            partial=entry.get("partial") is True,
-            api_calls=_int(entry.get("api_calls")),
-        )
         self._outcomes[str(metadata.get("outcome") or "unknown")] += 1
         self._tokens.update(_tokens(metadata.get("usage")))
 
