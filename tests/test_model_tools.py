@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import threading
@@ -293,12 +294,26 @@ CASES = [
 ]
 
 
+def _on_the_loop(spec: ToolSpec) -> ToolSpec:
+    """The same tool with an async handler that does what its handler does."""
+    handler = spec.handler
+    if handler is None:
+        return spec
+
+    async def run_on_loop(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+        return handler(args, sandbox)
+
+    return dataclasses.replace(spec, async_handler=run_on_loop)
+
+
 @pytest.mark.parametrize(("name", "raw"), CASES)
+@pytest.mark.parametrize("async_handlers", [False, True], ids=["in_a_thread", "on_the_loop"])
 def test_dispatch_from_the_loop_answers_as_dispatch_from_a_thread(
-    local_sandbox: Sandbox, name: str, raw: str
+    local_sandbox: Sandbox, name: str, raw: str, async_handlers: bool
 ) -> None:
     expected = handle_function_call(name, raw, local_sandbox, PROBES)
-    assert asyncio.run(ahandle_function_call(name, raw, local_sandbox, PROBES)) == expected
+    allowed = {n: _on_the_loop(spec) for n, spec in PROBES.items()} if async_handlers else PROBES
+    assert asyncio.run(ahandle_function_call(name, raw, local_sandbox, allowed)) == expected
 
 
 def test_async_handlers_run_on_the_loop_and_others_in_a_thread(local_sandbox: Sandbox) -> None:

@@ -8,7 +8,10 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -146,9 +149,16 @@ def test_an_adopting_process_finds_strays_among_its_children_and_reaps_only_orph
 
 _ON_THE_LOOP = """
 import asyncio, json, os, sys
+from concurrent.futures import ThreadPoolExecutor
 from agent.protocols import SandboxSpec
 from agent.sandboxes import SandboxOptions, orphans, sandbox_session
 from agent.sandboxes.local import open_pool
+
+class Counting(ThreadPoolExecutor):
+    handed = 0
+    def submit(self, *args, **kwargs):
+        Counting.handed += 1
+        return super().submit(*args, **kwargs)
 
 assert orphans.adopt_orphans()
 PROMPTS = {
@@ -160,16 +170,17 @@ PROMPTS = {
 
 async def main():
     seen = {}
-    loop = asyncio.get_running_loop()
+    asyncio.get_running_loop().set_default_executor(Counting())
     with open_pool(SandboxOptions(root=sys.argv[1]), "loop") as factory:
         for name, script in PROMPTS.items():
+            before = Counting.handed
             async with sandbox_session(factory, SandboxSpec("loop", name)) as sandbox:
                 slot = sandbox.root
                 result = await sandbox.aexec(script, timeout=30)
                 assert result.exit_code == 0, result
             left = {d: os.listdir(os.path.join(slot, d)) for d in sorted(os.listdir(slot))}
             seen[name] = {"slot": slot, "left": left, "output": result.output,
-                          "threads_used": loop._default_executor is not None}
+                          "threads_used": Counting.handed - before}
     print(json.dumps(seen))
 
 asyncio.run(main())
@@ -191,22 +202,39 @@ def test_sandboxes_open_and_close_on_the_event_loop_and_only_heavy_closes_take_a
     assert len({prompt["slot"] for prompt in seen.values()}) == 1  # one slot, reused every time
     empty = {"home": [], "tmp": [], "workspace": []}
     assert all(prompt["left"] == empty for prompt in seen.values())
-    assert not seen["few_files"]["threads_used"]  # commands, opening and closing: all on the loop
-    assert seen["a_tree"]["threads_used"]  # deleting a directory tree went to a thread
+    assert seen["few_files"]["threads_used"] == 0  # commands, opening and closing: all on the loop
+    assert seen["a_tree"]["threads_used"] == 1  # deleting a directory tree went to a thread
+    assert seen["many_files"]["threads_used"] == 1  # so did deleting more than a few files
+    assert seen["a_stray"]["threads_used"] == 1  # and killing what was left running
     assert not _alive(int(seen["a_stray"]["output"]))  # killed when its sandbox closed
     assert list(tmp_path.iterdir()) == []
+
+
+class _CountingExecutor(ThreadPoolExecutor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.handed = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.handed += 1
+        return super().submit(fn, *args, **kwargs)
 
 
 def test_a_sandbox_closed_from_the_loop_outside_an_adopting_process_is_cleaned_in_a_thread(
     tmp_path: Path,
 ) -> None:
+    executor = _CountingExecutor()
+
     async def prompt(factory: SandboxFactory) -> tuple[str, int]:
+        asyncio.get_running_loop().set_default_executor(executor)
         async with sandbox_session(factory, SPEC) as sandbox:
             assert isinstance(sandbox, AsyncSandbox)
             out = await sandbox.aexec("touch kept; setsid sleep 300 > /dev/null 2>&1 & echo $!", timeout=30)
+            assert executor.handed == 0  # opening and the command: on the loop
             return sandbox.root, int(out.output)
 
     with open_pool(SandboxOptions(root=str(tmp_path)), "pool-run") as factory:
         slot, pid = asyncio.run(prompt(factory))
+        assert executor.handed == 1  # closing: strays are known cheaply only to an adopter
         assert not _alive(pid)
         assert os.listdir(os.path.join(slot, "workspace")) == []

@@ -69,10 +69,13 @@ class ProcessGroups:
                 await asyncio.to_thread(kill_groups, [proc.pid])
                 read_ready(proc.stdout.fileno(), output)
         except BaseException:  # cancelled (prompt timeout, shutdown): leave no process behind
-            kill_groups([proc.pid])
+            # SIGKILL without waiting for every member to die (that walks /proc, on the loop);
+            # what outlives the wait below is killed again when the sandbox closes.
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
             raise
         finally:
-            self._reap(proc)
+            self._reap(proc)  # the command itself: a SIGKILLed process exits at once
         return _result(proc, output, finished)
 
     def close_if_idle(self) -> bool:

@@ -54,12 +54,13 @@ def pump(proc: subprocess.Popen[bytes], output: OutputBuffer, deadline: float) -
 
 
 async def watch(proc: subprocess.Popen[bytes], output: OutputBuffer, timeout: float) -> bool:
-    """`pump` on the event loop: True after the exit and EOF (or DRAIN_GRACE after the exit
-    while a background child holds the pipe); False when it still runs after `timeout` s."""
+    """`pump` on the event loop: True after the exit and EOF (or DRAIN_GRACE after the exit,
+    within the timeout, while a background child holds the pipe); False when it still runs
+    after `timeout` s."""
     assert proc.stdout is not None
     loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
     fd, exit_fd = proc.stdout.fileno(), os.pidfd_open(proc.pid)
-    os.set_blocking(fd, False)
     eof, exited = loop.create_future(), loop.create_future()
 
     def on_output() -> None:  # one read per wake-up: `yes` must not hold the loop
@@ -73,22 +74,25 @@ async def watch(proc: subprocess.Popen[bytes], output: OutputBuffer, timeout: fl
             output.append(chunk)
             return
         loop.remove_reader(fd)
-        eof.set_result(None)
+        if not eof.done():
+            eof.set_result(None)
 
     def on_exit() -> None:
         loop.remove_reader(exit_fd)  # a pidfd stays readable once its process has exited
-        exited.set_result(None)
+        if not exited.done():  # a timeout or a cancellation may have got there first
+            exited.set_result(None)
 
-    loop.add_reader(fd, on_output)
-    loop.add_reader(exit_fd, on_exit)
     try:
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, on_output)
+        loop.add_reader(exit_fd, on_exit)
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout_at(deadline):
                 await exited
         except TimeoutError:
             return False
         if not eof.done():
-            await asyncio.wait([eof], timeout=DRAIN_GRACE)
+            await asyncio.wait([eof], timeout=max(0.0, min(DRAIN_GRACE, deadline - loop.time())))
         return True
     finally:
         loop.remove_reader(fd)
@@ -96,11 +100,13 @@ async def watch(proc: subprocess.Popen[bytes], output: OutputBuffer, timeout: fl
         os.close(exit_fd)
 
 
-def read_ready(fd: int, output: OutputBuffer) -> None:
-    """Append what a non-blocking pipe holds now (its writers are dead)."""
+def read_ready(fd: int, output: OutputBuffer, limit: int = 4 << 20) -> None:
+    """Append what a non-blocking pipe holds now, at most `limit` bytes: a stray that left the
+    command's group may still be writing to it."""
     with suppress(OSError):  # BlockingIOError: drained; EIO and the like: nothing more
-        while chunk := os.read(fd, 65536):
+        while limit > 0 and (chunk := os.read(fd, 65536)):
             output.append(chunk)
+            limit -= len(chunk)
 
 
 @cache
