@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 BACKOFF_BASE = 1.0
 BACKOFF_CAP = 60.0
 RETRY_AFTER_CAP = 120.0
+HONOURED = 3  # attempts that wait just the server's Retry-After before the backoff grows
 _PERMANENT = {
     openai.AuthenticationError: "auth",
     openai.PermissionDeniedError: "auth",
@@ -73,14 +74,16 @@ def retry_after(exc: Exception) -> float | None:
 
 
 def backoff_delay(attempt: int, server_hint: float | None, rng: random.Random) -> float:
-    """The server's Retry-After when it gave one, plus up to a quarter more so that calls it
-    throttled together do not come back together; else full-jitter exponential backoff.
-    Growing the wait past what the server asked for made each unlucky call wait seconds under
-    random throttling (1+2+4+8 s after four 429s in a row) and stretched whole runs; a real
-    overload is the limiter's job (it cuts the in-flight limit and pauses new calls)."""
-    if server_hint is not None:
-        return server_hint * rng.uniform(1.0, 1.25)
-    return rng.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt))
+    """Full-jitter exponential backoff; when the server gave a Retry-After, the first HONOURED
+    retries wait just that, plus up to a quarter more (calls throttled together must not come
+    back together), and later ones take it as the backoff's floor. Growing the wait past what
+    the server asked for from the first retry made each unlucky call wait seconds under random
+    throttling (1+2+4+8 s after four 429s in a row) and stretched whole runs."""
+    backoff = rng.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt))
+    if server_hint is None or server_hint <= 0:
+        return backoff
+    asked = server_hint * rng.uniform(1.0, 1.25)
+    return asked if attempt < HONOURED else max(asked, backoff)
 
 
 def _tool_calls(message: dict[str, Any]) -> tuple[ToolCall, ...]:

@@ -3,12 +3,12 @@
 Each model call holds a slot. A burst of rate-limit answers cuts the limit multiplicatively and
 pauses new calls for the server's Retry-After, at most once per window (calls already in flight
 when the cut happened were sent under the old limit, so their 429s say nothing new). A burst is
-most recent answers being 429s (a moving share) and most of the calls sent last being answered
-429: a 429 comes back at once while a success takes the endpoint's latency, so with many calls
-in flight the first answers are the throttled ones, in a row, while the calls still in flight
-were accepted. A scattering of 429s does not cut: under random throttling, AIMD would otherwise
-collapse to its minimum; each throttled call still waits its own Retry-After before its retry
-(the client's backoff).
+most recent answers being 429s (a moving share) and most of the calls sent up to the throttled
+one being answered 429: a 429 comes back at once while a success takes the endpoint's latency,
+so with many calls in flight the first answers are the throttled ones, in a row, while the
+calls still in flight were accepted. A scattering of 429s does not cut: under random
+throttling, AIMD would otherwise collapse to its minimum; each throttled call still waits its
+own Retry-After before its retry (the client's backoff).
 Successes grow the limit back by about one slot per window. Server errors and timeouts are
 retried by the client with backoff but never collapse the limit. Optional requests-per-minute
 and tokens-per-minute budgets pace calls on top.
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 DECREASE = 0.5
 BURST_WEIGHT = 0.1  # weight of the latest call in the moving share of 429s (memory ~10 calls)
 BURST_SHARE = 0.6  # a burst: 9+ consecutive 429s; random 20 % throttling crosses it on ~0.01 % of calls
-SENT_WINDOW = 32  # the calls sent last, of which BURST_SHARE must have been answered 429
+SENT_WINDOW = 32  # calls sent up to a 429'd one, of which BURST_SHARE must have been answered 429
 HISTORY_LIMIT = 2000
 
 
@@ -82,7 +82,8 @@ class AdaptiveLimiter:
         self._start = time.monotonic()
         self._next_start = 0.0
         self._tokens: deque[tuple[float, int]] = deque()
-        self._sent: deque[Ticket] = deque(maxlen=SENT_WINDOW)  # the calls sent last, in order
+        # The calls sent last, in order: enough to reach back past every call in flight.
+        self._sent: deque[Ticket] = deque(maxlen=self.maximum + SENT_WINDOW)
         self._changed = asyncio.Event()
         self._note()
 
@@ -140,19 +141,25 @@ class AdaptiveLimiter:
             if int(self.limit) != int(self.limit - 1.0 / max(self.limit, 1.0)):
                 self._note()
 
-    def _burst(self) -> bool:
-        """Most recent answers were 429s, and so were most of the calls sent last (those still
-        in flight count as accepted)."""
-        limited_sent = sum(ticket.limited for ticket in self._sent)
-        return self.limited_share >= BURST_SHARE and limited_sent >= BURST_SHARE * len(self._sent)
+    def _burst(self, ticket: Ticket) -> bool:
+        """Most recent answers were 429s, and so were most of the SENT_WINDOW calls sent up to
+        this one (those still in flight count as accepted; calls sent after it say nothing
+        about it, and with a backlog they are all still in flight). Near the start, or for a
+        call older than the history, the window is the oldest SENT_WINDOW sends we know."""
+        sent = list(self._sent)
+        end = next((i + 1 for i, earlier in enumerate(sent) if earlier is ticket), 0)
+        window = sent[end - SENT_WINDOW : end] if end >= SENT_WINDOW else sent[:SENT_WINDOW]
+        limited = sum(earlier.limited for earlier in window)
+        return self.limited_share >= BURST_SHARE and limited >= BURST_SHARE * len(window)
 
     def _on_failure(self, ticket: Ticket, error_class: str, retry_after: float | None) -> None:
         self._observe(error_class == "rate_limit")
         if error_class == "rate_limit":
             self.stats.rate_limited += 1
             ticket.limited = True
-            if ticket.generation == self.generation and self._burst():
+            if ticket.generation == self.generation and self._burst(ticket):
                 self.generation += 1
+                self._sent.clear()  # the next window starts at the cut
                 self.limit = max(float(self.minimum), self.limit * DECREASE)
                 if retry_after:
                     self.paused_until = max(self.paused_until, time.monotonic() + retry_after)

@@ -208,16 +208,23 @@ def test_retry_after_is_read_and_capped(header: str | None, expected: float | No
     assert retry_after(_status_error(openai.RateLimitError, 429, headers)) == expected
 
 
-def test_retry_after_is_honoured_with_a_little_jitter_else_jittered_exponential_backoff() -> None:
+def test_retry_after_is_honoured_first_then_floors_the_jittered_exponential_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(llm_client, "BACKOFF_BASE", 1.0)  # other tests shorten it
     rng = random.Random(3)
     for attempt in range(12):
         ceiling = min(llm_client.BACKOFF_CAP, llm_client.BACKOFF_BASE * 2**attempt)
         delays = [backoff_delay(attempt, None, rng) for _ in range(50)]
         assert all(0 <= d <= ceiling for d in delays)
         assert len(set(delays)) > 1  # jittered, not a fixed schedule
-        # What the server asked for, whatever the attempt: never less, at most a quarter more.
+        assert all(0 <= backoff_delay(attempt, 0.0, rng) <= ceiling for _ in range(50))  # no lockstep
         hinted = [backoff_delay(attempt, 0.5, rng) for _ in range(50)]
-        assert all(0.5 <= d <= 0.625 for d in hinted) and len(set(hinted)) > 1
+        assert all(d >= 0.5 for d in hinted) and len(set(hinted)) > 1  # never less than asked
+        if attempt < llm_client.HONOURED:  # just what the server asked for, at most a quarter more
+            assert all(d <= 0.625 for d in hinted)
+        else:  # a throttling that lasts: the backoff grows again
+            assert all(d <= max(0.625, ceiling) for d in hinted) and max(hinted) > 0.625
     assert 45.0 <= backoff_delay(0, 45.0, rng) <= 56.25  # longer than our own first backoff
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -66,6 +67,32 @@ def test_a_burst_of_429s_cuts_the_limit_once_per_window() -> None:
         assert limiter.limit == limiter.minimum == 1
         assert limits(limiter)[:5] == [16, 8, 4, 2, 1]
         assert limiter.stats.rate_limited == 21
+
+
+def test_a_storm_of_429s_cuts_the_limit_while_a_backlog_keeps_every_slot_busy() -> None:
+    async def go() -> None:
+        limiter = AdaptiveLimiter(64)
+        in_flight: deque[tuple[Any, Any]] = deque()
+
+        async def send() -> None:
+            context = limiter.slot()
+            in_flight.append((context, await context.__aenter__()))
+
+        for _ in range(64):
+            await send()
+        for _ in range(64):  # every call answered 429, oldest first; its slot refilled at once
+            context, ticket = in_flight.popleft()
+            ticket.failed("rate_limit", None)
+            await context.__aexit__(None, None, None)
+            if limiter.generation:
+                break
+            await send()  # the 32 calls sent last are always still in flight
+        assert (limiter.generation, limiter.limit) == (1, 32)
+        assert limiter.stats.rate_limited < 32  # cut within the first window of answers
+        while in_flight:
+            await in_flight.popleft()[0].__aexit__(None, None, None)
+
+    run(go)
 
 
 def test_scattered_429s_do_not_cut_the_limit() -> None:
