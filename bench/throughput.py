@@ -64,7 +64,8 @@ def _pss_kib(pid: str) -> int:
 
 
 def _children(pid: int) -> list[int]:
-    """pid's children, from each of its threads' lists (no walk over every process)."""
+    """pid's children, from each of its threads' lists (no walk over every process). Needs
+    /proc/<pid>/task/<tid>/children (Linux 3.5+ with CONFIG_PROC_CHILDREN), as the runner does."""
     found: list[int] = []
     try:
         tids = os.listdir(f"/proc/{pid}/task")
@@ -179,6 +180,7 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
         target=_serve, args=(theirs, case.latency, case.rate_429)
     )
     server.start()
+    theirs.close()  # ours.recv() then fails, not hangs, if the endpoint dies before it listens
     base_url = ours.recv()
     cmd = [
         sys.executable, str(ROOT / "batch_runner.py"),
