@@ -197,7 +197,7 @@ class AIAgent:
     async def _run_tools(self, calls: Sequence[ToolCall], sandbox: Sandbox | None) -> list[dict[str, Any]]:
         """Every tool call of a turn, in order; failures become tool results the model reads."""
         n, prefix = self.config.log_prefix_chars, self.config.log_prefix
-        allowed = {spec.name: spec for spec in self.tools.specs}
+        allowed = self.tools.allowed
         results = []
         for call in calls:
             log.debug("%s🔧 %s(%s)", prefix, call.name, call.arguments[:n])

@@ -29,6 +29,7 @@ from agent.sandboxes.local_slots import SlotPool
 
 MAX_READ_BYTES = 50 << 20  # read_file refuses larger files (the whole file is loaded)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+NO_BASH = "bash was not found on PATH; install bash to use the local backend"
 PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "USER")  # plus LC_*; everything else is dropped
 
 
@@ -38,7 +39,7 @@ def default_root() -> str:
 
 def unavailable_reason(options: SandboxOptions) -> str | None:
     if shutil.which("bash") is None:
-        return "bash was not found on PATH; install bash to use the local backend"
+        return NO_BASH
     return None
 
 
@@ -75,7 +76,7 @@ class Session:
 
     def __enter__(self) -> LocalSandbox:
         if self._bash is None:
-            raise SandboxUnavailable("bash was not found on PATH; install bash to use the local backend")
+            raise SandboxUnavailable(NO_BASH)
         sandbox = LocalSandbox(self._pool, self._pool.acquire(), self._bash)
         try:
             sandbox._workdir = sandbox._make_workdir(self._spec.cwd)

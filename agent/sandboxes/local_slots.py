@@ -96,12 +96,12 @@ class SlotPool:
         so that emptying it cannot take long; False, the slot not made free, otherwise."""
         try:
             doomed = _few_files(slot)
-            for path in doomed or ():
+            if doomed is None:
+                return False
+            for path in doomed:
                 os.unlink(path)
         except OSError:
             return False  # `release` knows how to deal with whatever this was
-        if doomed is None:
-            return False
         with self._lock:
             self._free.append(slot)
         return True
