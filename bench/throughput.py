@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import uvloop
 
@@ -79,14 +79,19 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _tree(pid: int, tools: dict[int, float]) -> tuple[int, int, float]:
-    """(PSS KiB of the whole tree, of its Python processes only, CPU seconds incl. reaped
-    children) of `pid` and its descendants, from /proc. The tree also holds the tool calls'
+class TreeSample(NamedTuple):
+    pss_kib: int  # the whole tree
+    python_pss_kib: int  # its Python processes only
+    cpu_s: float  # the whole tree, reaped children included
+    parent_cpu_s: float  # the runner's own process, without its children
+
+
+def _tree(pid: int, tools: dict[int, float]) -> TreeSample:
+    """A sample of `pid` and its descendants, from /proc. The tree also holds the tool calls'
     shells, alive only while a command runs. Only the tree is read (each sample costs the
     machine the runner shares: the sampler must not slow the run it measures). `tools` gets,
-    per worker, the CPU of the children it reaped: the tool calls' processes; under key 0, the
-    parent's own CPU."""
-    total, runner, seconds, stack = 0, 0, 0.0, [pid]
+    per worker, the CPU of the children it reaped: the tool calls' processes."""
+    total, runner, seconds, parent, stack = 0, 0, 0.0, 0.0, [pid]
     while stack:
         current = stack.pop()
         try:
@@ -100,11 +105,11 @@ def _tree(pid: int, tools: dict[int, float]) -> tuple[int, int, float]:
         runner += pss if name.startswith("python") else 0
         seconds += sum(int(x) for x in fields[12:16]) / TICKS
         if current == pid:
-            tools[0] = sum(int(x) for x in fields[12:14]) / TICKS  # the parent's own CPU
+            parent = sum(int(x) for x in fields[12:14]) / TICKS
         elif name.startswith("python"):
             tools[current] = sum(int(x) for x in fields[14:16]) / TICKS
         stack += _children(current)
-    return total, runner, seconds
+    return TreeSample(total, runner, seconds, parent)
 
 
 class Sampler(threading.Thread):
@@ -116,17 +121,17 @@ class Sampler(threading.Thread):
         self.peak_kib = 0
         self.peak_runner_kib = 0
         self.cpu_series: list[tuple[float, float]] = []  # (time.monotonic(), CPU s of the tree)
-        self.tool_cpu: dict[
-            int, float
-        ] = {}  # worker pid -> CPU s of the tool processes it reaped; 0 -> parent
+        self.tool_cpu: dict[int, float] = {}  # worker pid -> CPU s of the tool processes it reaped
+        self.parent_cpu = 0.0  # CPU s of the runner's own process, at the last sample
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            kib, runner_kib, cpu = _tree(self.pid, self.tool_cpu)
-            self.peak_kib = max(self.peak_kib, kib)
-            self.peak_runner_kib = max(self.peak_runner_kib, runner_kib)
-            self.cpu_series.append((time.monotonic(), cpu))
+            sample = _tree(self.pid, self.tool_cpu)
+            self.peak_kib = max(self.peak_kib, sample.pss_kib)
+            self.peak_runner_kib = max(self.peak_runner_kib, sample.python_pss_kib)
+            self.cpu_series.append((time.monotonic(), sample.cpu_s))
+            self.parent_cpu = sample.parent_cpu_s
             self.stop.wait(0.05)
 
     def cpu_at(self, moment: float) -> float:
@@ -229,11 +234,9 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
         "cpu_ms_per_call": round(1000 * cpu / calls, 3),
         "steady_cpu_ms_per_call": round(1000 * (cpu - sampler.cpu_at(first_request)) / calls, 3),
         # Of which the tool calls' own processes (bash and what it runs), not the runner's code.
-        "tool_process_cpu_ms_per_call": round(
-            1000 * sum(v for k, v in sampler.tool_cpu.items() if k) / calls, 3
-        ),
+        "tool_process_cpu_ms_per_call": round(1000 * sum(sampler.tool_cpu.values()) / calls, 3),
         # Of which the parent process (scheduling, writing shards, statistics, the final merge).
-        "parent_cpu_ms_per_call": round(1000 * sampler.tool_cpu.get(0, 0.0) / calls, 3),
+        "parent_cpu_ms_per_call": round(1000 * sampler.parent_cpu / calls, 3),
         # The simulated endpoint shares this machine's two cores with the runner.
         "endpoint_cpu_ms_per_call": round(1000 * endpoint["cpu_s"] / calls, 3),
         "peak_pss_mb": round(sampler.peak_kib / 1024, 1),

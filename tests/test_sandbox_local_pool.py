@@ -31,6 +31,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _run_script(script: str, root: Path) -> Any:
+    """Run `script` in a Python process of its own (one that may adopt orphans) with the
+    sandbox root as its argument; what it printed, as JSON."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(root)], capture_output=True, text=True, check=False, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def test_a_reused_slot_is_empty_whatever_the_last_prompt_did(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -133,11 +143,7 @@ print(json.dumps(seen))
 
 
 def test_an_adopting_process_finds_strays_among_its_children_and_reaps_only_orphans(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _ADOPTER, str(tmp_path)], capture_output=True, text=True, check=False, cwd=REPO
-    )
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
+    seen = _run_script(_ADOPTER, tmp_path)
     assert all(not _alive(pid) for pid in seen["escaped_a"])
     assert not _alive(seen["escaped_b"])  # killed when b closed
     children = {int(pid): state for pid, state in seen["children_after_a"].items()}
@@ -190,15 +196,7 @@ asyncio.run(main())
 def test_sandboxes_open_and_close_on_the_event_loop_and_only_heavy_closes_take_a_thread(
     tmp_path: Path,
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _ON_THE_LOOP, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-    )
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
+    seen = _run_script(_ON_THE_LOOP, tmp_path)
     assert len({prompt["slot"] for prompt in seen.values()}) == 1  # one slot, reused every time
     empty = {"home": [], "tmp": [], "workspace": []}
     assert all(prompt["left"] == empty for prompt in seen.values())
