@@ -20,6 +20,7 @@ from typing import Any
 
 import toolsets
 from agent.protocols import JSON, Sandbox, ToolSpec
+from agent.unicode_text import encodable
 from tools import browser, files, image_gen, moa, terminal, vision, web
 
 log = logging.getLogger(__name__)
@@ -272,4 +273,6 @@ def _prepare(
 
 
 def _content(result: JSON) -> str:
-    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    """The tool message, valid UTF-8 whatever the tool read (a diff of a Latin-1 file holds
+    surrogateescape characters)."""
+    return encodable(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))

@@ -168,6 +168,8 @@ def _parse(text: str) -> _Fields:
         raise _FieldError(None, "invalid JSON: nested too deeply") from None
     if not isinstance(row, dict):
         raise _FieldError(None, f"not a JSON object (got {_json_type(row)})")
+    if "\\ud" in text.lower():  # only a \uD800-\uDFFF escape can decode to a lone surrogate
+        _reject_lone_surrogates(row)
     if "prompt" not in row:
         raise _FieldError("prompt", "missing")
     prompt = row["prompt"]
@@ -179,6 +181,19 @@ def _parse(text: str) -> _Fields:
     if metadata is not None and not isinstance(metadata, dict):
         raise _FieldError("metadata", f"must be a JSON object (got {_json_type(metadata)})")
     return _Fields(prompt, image if image is not None else docker_image, cwd, metadata or {})
+
+
+def _reject_lone_surrogates(row: dict[str, Any]) -> None:
+    """An escaped half of a surrogate pair (`"\\ud800"`) decodes to a string no UTF-8 writer
+    can encode: every request and output line holding it would fail later, mid-run."""
+    for name, value in row.items():
+        try:
+            json.dumps([name, value], ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise _FieldError(
+                name.encode("utf-8", "backslashreplace").decode("utf-8"),
+                "holds an unpaired surrogate escape (\\ud800-\\udfff), which is not Unicode text",
+            ) from None
 
 
 def _classify(path: Path, line_no: int, text: str) -> _Fields | LineError | None:

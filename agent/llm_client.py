@@ -22,6 +22,7 @@ from agent.errors import ModelAPIError
 from agent.http_transport import AiohttpTransport
 from agent.protocols import ChatRequest, ModelReply, ToolCall, Usage
 from agent.rate_limit import AdaptiveLimiter
+from agent.unicode_text import encodable_json, may_hold_surrogates
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ def parse_reply(raw: bytes) -> ModelReply:
     completion with at least one choice is an invalid response."""
     try:
         completion = json.loads(raw)
+        if may_hold_surrogates(raw):  # a lone one would fail the next request of the conversation
+            completion = encodable_json(completion)
         choice = completion["choices"][0]
         message = choice["message"]
         if not isinstance(message, dict):

@@ -386,3 +386,28 @@ def test_the_api_key_never_reaches_trajectory_tool_output_or_logs(
     assert KEY not in caplog.text
     assert all(KEY not in r.getMessage() for r in caplog.records)
     assert KEY not in repr(agent.config)
+
+
+def test_a_patch_of_a_file_that_is_not_utf8_reaches_the_model_and_the_trajectory(
+    sim_endpoint: SimulatedEndpoint, tmp_path: Path
+) -> None:
+    """The diff of a Latin-1 file carries undecodable bytes: the model reads them as U+FFFD,
+    and the next request (and the saved trajectory) can still be encoded as UTF-8."""
+    sim_endpoint.script(
+        "latin1",
+        [
+            Turn(tool_calls=[call("terminal", command="printf 'caf\\351 old\\n' > l1.txt")]),
+            Turn(tool_calls=[call("patch", path="l1.txt", old_string="old", new_string="new")]),
+            Turn(content="patched"),
+        ],
+    )
+    result = agent_for(sim_endpoint, tmp_path, save_trajectories=True).run_conversation("latin1")
+
+    assert (result["outcome"], result["final_response"]) == ("completed", "patched")
+    diff = json.loads(tool_results(result)[1]["content"])["diff"]
+    assert "+caf\ufffd new" in diff
+    sent = [m["content"] for m in sim_endpoint.requests[2].body["messages"] if m["role"] == "tool"]
+    assert "+caf\ufffd new" in json.loads(sent[1])["diff"]
+    turns = saved(tmp_path, "trajectory_samples.jsonl")[0]["conversations"]
+    patch_turn = next(t["value"] for t in turns if t["from"] == "tool" and "diff" in t["value"])
+    assert "caf\\ufffd new" in patch_turn or "caf\ufffd new" in patch_turn

@@ -23,6 +23,7 @@ def dataset(tmp_path: Path) -> Path:
     return tmp_path / "prompts.jsonl"
 
 
+SURROGATE = "holds an unpaired surrogate escape (\\ud800-\\udfff), which is not Unicode text"
 INVALID_LINES = [
     ('{"prompt": "x"', "invalid JSON: Expecting ',' delimiter (column 15)"),
     ("{prompt: 1}", "invalid JSON: Expecting property name enclosed in double quotes (column 2)"),
@@ -43,6 +44,8 @@ INVALID_LINES = [
     ('{"prompt": "x", "cwd": {}}', "cwd: must be a non-empty string (got object)"),
     ('{"prompt": "x", "metadata": [1]}', "metadata: must be a JSON object (got array)"),
     ('{"prompt": "x", "metadata": "easy"}', "metadata: must be a JSON object (got string)"),
+    ('{"prompt": "half \\ud800 a pair"}', f"prompt: {SURROGATE}"),
+    ('{"prompt": "x", "metadata": {"note": "\\uDC00"}}', f"metadata: {SURROGATE}"),
 ]
 
 
@@ -55,6 +58,11 @@ def test_each_invalid_line_is_reported_as_file_line_field_reason_and_skipped(
     assert [str(e) for e in scan.errors] == [f"{dataset}:2: {message}"]
     assert (scan.total_lines, scan.valid, scan.error_count) == (3, 2, 1)
     assert [row.prompt for row in iter_rows(dataset)] == ["first", "last"]
+
+
+def test_an_escaped_surrogate_pair_is_text_and_is_accepted(dataset: Path) -> None:
+    write_lines(dataset, ['{"prompt": "smile \\ud83d\\ude00", "metadata": {"k": "\\ud83d\\ude00"}}'])
+    assert [row.prompt for row in iter_rows(dataset)] == ["smile \U0001f600"]
 
 
 def test_line_error_text_omits_the_field_part_when_there_is_no_field() -> None:

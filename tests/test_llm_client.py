@@ -294,3 +294,22 @@ def test_a_200_that_is_not_a_completion_is_an_invalid_response_not_retried(body:
     error = asyncio.run(go())
     assert error.error_class == "invalid_response" and reason in str(error)
     assert len(seen) == 1
+
+
+def test_a_lone_surrogate_in_a_reply_becomes_u_fffd_so_the_next_request_can_be_sent(
+    sim_endpoint: SimulatedEndpoint,
+) -> None:
+    """`"\\ud800"` is valid JSON but not Unicode: kept, it would fail every later request."""
+    sim_endpoint.script(
+        "surrogate",
+        [
+            Turn(
+                content="half \ud800 pair \U0001f600",
+                tool_calls=(("terminal", '{"command": "echo \udc00"}'),),
+            )
+        ],
+    )
+    reply = ask(sim_endpoint, "surrogate")
+    assert reply.content == "half \ufffd pair \U0001f600"
+    assert reply.tool_calls[0].arguments == '{"command": "echo \ufffd"}'
+    reply.content.encode("utf-8")
