@@ -129,11 +129,10 @@ class BatchRun:
     def _on_event(self, event: dict[str, Any]) -> None:
         kind = event["kind"]
         if kind == "result":
-            entry = event["entry"]
-            self.store.append_result(event["batch_num"], entry)
-            self._mark_done(entry["prompt_index"])
-            outcome = "done" if entry["completed"] else "partial"
-            self.stats.add_processed(entry["metadata"]["outcome"], entry["metadata"]["usage"])
+            self.store.append_result(event["batch_num"], event["line"])
+            self._mark_done(event["prompt_index"])
+            outcome = "done" if event["completed"] else "partial"
+            self.stats.add_processed(event["outcome"], event["usage"])
         elif kind == "discard":
             record = event["record"]
             self.store.append_discard(record)

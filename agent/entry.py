@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from agent.run_store import encode_line
 from agent.tool_stats import tool_stats
 from agent.trajectory import reasoning_stats, to_sharegpt
 from model_tools import TOOL_TO_TOOLSET_MAP
@@ -45,6 +46,27 @@ def build_entry(job: dict[str, Any], result: dict[str, Any]) -> tuple[dict[str, 
         "tool_error_counts": errors,
     }
     return entry, reasoning_stats(messages).turns_with_reasoning > 0
+
+
+def result_record(job: dict[str, Any], result: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """A finished prompt, its entry already one JSONL line: the parent writes the bytes as
+    they are and reads only the small fields beside them. An entry that is not JSON (a bug)
+    fails its prompt here, not the run in the parent."""
+    try:
+        line = encode_line(entry)
+    except (ValueError, TypeError) as exc:
+        message = f"the entry cannot be written as JSON: {type(exc).__name__}: {exc}"
+        return failure_record(job, "exception", message, result["usage"])
+    return {
+        "kind": "result",
+        "key": job["key"],
+        "batch_num": job["batch_num"],
+        "prompt_index": job["index"],
+        "line": line,
+        "completed": result["completed"],
+        "outcome": result["outcome"],
+        "usage": result["usage"],
+    }
 
 
 def discard_record(job: dict[str, Any], reason: str, entry: dict[str, Any]) -> dict[str, Any]:

@@ -32,13 +32,14 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _tokens(usage: Any) -> Counter[str]:
-    """`{prompt, completion, reasoning, total}` from an OpenAI-style usage mapping."""
-    usage = usage if isinstance(usage, Mapping) else {}
-    tokens = Counter({key: _int(usage.get(f"{key}_tokens")) for key in _TOKEN_KEYS})
-    if "total_tokens" not in usage:
-        tokens["total"] = tokens["prompt"] + tokens["completion"]
-    return tokens
+def _add_tokens(total: Counter[str], usage: Any) -> None:
+    """Add `{prompt, completion, reasoning, total}` from an OpenAI-style usage mapping."""
+    usage = usage if isinstance(usage, dict) else {}
+    prompt, completion = _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+    total["prompt"] += prompt
+    total["completion"] += completion
+    total["reasoning"] += _int(usage.get("reasoning_tokens"))
+    total["total"] += _int(usage.get("total_tokens")) if "total_tokens" in usage else prompt + completion
 
 
 def _percent(part: int, whole: int) -> float:
@@ -91,17 +92,23 @@ class RunStatistics:
         self._limiters: dict[object, Mapping[str, Any]] = {}
 
     def add_entry(self, entry: Mapping[str, Any]) -> None:
-        """Count one entry of the merged output (runs once per entry at the end of every run,
-        in the parent: zero counts are skipped, the rows still made)."""
-        for tool, counts in (entry.get("tool_stats") or {}).items():
-            row = self._tools.setdefault(str(tool), Counter())
-            if isinstance(counts, Mapping):
+        """Count one entry of the merged output. Runs once per entry at the end of every run,
+        in the parent, so it stays lean: entries are parsed JSON (dicts, never other
+        mappings), and `type(v) is int` is `_int` without the bools, zero counts skipped."""
+        tools = self._tools
+        stats = entry.get("tool_stats")
+        for tool, counts in stats.items() if isinstance(stats, dict) else ():
+            row = tools.get(tool)
+            if row is None:
+                row = tools[str(tool)] = Counter()
+            if isinstance(counts, dict):
                 for key in ("count", "success", "failure"):
-                    if value := _int(counts.get(key)):
+                    value = counts.get(key)
+                    if type(value) is int and value:
                         row[key] += value
         turns = with_reasoning = 0
-        for turn in entry.get("conversations") or []:
-            if isinstance(turn, Mapping) and turn.get("from") == "gpt":
+        for turn in entry.get("conversations") or ():
+            if isinstance(turn, dict) and turn.get("from") == "gpt":
                 turns += 1
                 with_reasoning += has_reasoning(str(turn.get("value") or ""))
         counted = self._turns
@@ -113,9 +120,10 @@ class RunStatistics:
         entries["completed"] += entry.get("completed") is True
         entries["partial"] += entry.get("partial") is True
         entries["api_calls"] += _int(entry.get("api_calls"))
-        metadata = entry.get("metadata") or {}
+        metadata = entry.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
         self._outcomes[str(metadata.get("outcome") or "unknown")] += 1
-        self._tokens.update(_tokens(metadata.get("usage")))
+        _add_tokens(self._tokens, metadata.get("usage"))
 
     def add_discard(self, reason: str) -> None:
         self._discards[reason] += 1
@@ -127,8 +135,9 @@ class RunStatistics:
         """One prompt finished in this invocation, whatever became of it."""
         self._run_outcomes[outcome] += 1
         split = outcome if outcome in ("completed", "discarded", "failed") else "partial"
-        self._run.update(processed=1, **{split: 1})
-        self._run_tokens.update(_tokens(usage))
+        self._run["processed"] += 1
+        self._run[split] += 1
+        _add_tokens(self._run_tokens, usage)
 
     def add_limiter(self, worker_stats: Mapping[str, Any], *, worker: object = None) -> None:
         """One worker process's limiter statistics. With `worker`, a later call for the same

@@ -129,7 +129,9 @@ class RunDirectory:
 
     # ------------------------------------------------------------ writing
 
-    def append_result(self, batch_num: int, entry: Mapping[str, Any]) -> None:
+    def append_result(self, batch_num: int, entry: Mapping[str, Any] | bytes) -> None:
+        """Append a result: a mapping, or a line already made by `encode_line` (workers encode
+        their entries, so the parent neither unpickles nor re-encodes them)."""
         self._append(self.path / f"batch_{int(batch_num)}.jsonl", entry)
 
     def append_discard(self, record: Mapping[str, Any]) -> None:
@@ -165,10 +167,9 @@ class RunDirectory:
         self.sync()
         return merge_run(self.path, valid_tools, on_entry, _plain(output))
 
-    def _append(self, path: Path, record: Mapping[str, Any]) -> None:
+    def _append(self, path: Path, record: Mapping[str, Any] | bytes) -> None:
         # Serialise first: a record that cannot be encoded leaves no partial line behind.
-        # allow_nan=False because NaN is not JSON and strict readers (pyarrow) reject it.
-        data = (json.dumps(dict(record), ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+        data = encode_line(record) if not isinstance(record, bytes) else _one_line(record)
         fd = self._fd(path)
         start = os.fstat(fd).st_size
         try:
@@ -224,6 +225,18 @@ class RunDirectory:
             if note:
                 notes.append(note)
         return notes
+
+
+def encode_line(record: Mapping[str, Any]) -> bytes:
+    """One JSONL line (UTF-8, newline-terminated). Raises ValueError (NaN: not JSON, and strict
+    readers such as pyarrow reject it), TypeError or UnicodeEncodeError for what is not JSON."""
+    return (json.dumps(dict(record), ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+def _one_line(line: bytes) -> bytes:
+    if not line.endswith(b"\n") or line.count(b"\n") != 1:
+        raise ValueError("a pre-encoded record must be exactly one newline-terminated line")
+    return line
 
 
 def _plain(name: str) -> str:

@@ -24,7 +24,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 import model_tools
-from agent.entry import build_entry, discard_record, failure_record
+from agent.entry import build_entry, discard_record, failure_record, result_record
 from agent.errors import AgentError, SandboxError
 from agent.llm_client import OpenAIChatModel
 from agent.protocols import Sandbox, SandboxFactory, SandboxSpec
@@ -220,4 +220,4 @@ class Worker:
         entry, has_reasoning = build_entry(job, result)
         if not has_reasoning and not run.keep_no_reasoning:
             return discard_record(job, "no_reasoning", entry)
-        return {"kind": "result", "key": job["key"], "batch_num": job["batch_num"], "entry": entry}
+        return result_record(job, result, entry)

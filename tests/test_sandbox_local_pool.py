@@ -128,6 +128,12 @@ with open_pool(SandboxOptions(root=sys.argv[1]), "adopt") as factory:
         with factory(SandboxSpec("adopt", "a")) as a:
             script = "setsid sleep 301 >/dev/null 2>&1 & echo $!; (setsid sleep 302 >/dev/null & echo $!)"
             escaped_a = [int(p) for p in a.exec(script, timeout=30).output.split()]
+            # A stray of a command another thread started: adopted all the same (by the main thread).
+            leave = "setsid sleep 304 >/dev/null 2>&1 & echo $!"
+            side = lambda: escaped_a.append(int(a.exec(leave, timeout=30).output))
+            starter = threading.Thread(target=side)
+            starter.start()
+            starter.join()
             a.exec("(sleep 0.05 &)", timeout=30)  # an orphan that ends on its own: our zombie
             time.sleep(0.3)
             late = lambda: seen.update(code=b.exec("sleep 0.5; exit 7", timeout=30).exit_code)

@@ -103,12 +103,13 @@ def _adopted() -> list[int]:
 
 
 def _children() -> list[int]:
-    """Our children: each thread has its own list (a child belongs to the thread that forked it)."""
-    found: list[int] = []
-    for tid in os.listdir("/proc/self/task"):
-        with suppress(FileNotFoundError), open(f"/proc/self/task/{tid}/children") as handle:
-            found += (int(pid) for pid in handle.read().split())  # the thread just ended
-    return found
+    """The children of our main thread, where every adopted orphan lands: the kernel hands an
+    orphan to the first live thread of the subreaper's thread group, its leader
+    (find_new_reaper → find_alive_thread), whichever thread forked its parent. Commands started
+    by other threads are listed under those threads, and are not orphans. One file, not one
+    per thread: reading each thread's list cost ~0.2 ms per sandbox close."""
+    with open(f"/proc/self/task/{os.getpid()}/children") as handle:
+        return [int(pid) for pid in handle.read().split()]
 
 
 def _zombie(pid: int) -> bool:
