@@ -20,6 +20,7 @@ from openai._types import RequestOptions
 from agent import reasoning
 from agent.errors import ModelAPIError
 from agent.http_transport import AiohttpTransport
+from agent.identity_memo import IdentityMemo
 from agent.protocols import ChatRequest, ModelReply, ToolCall, Usage
 from agent.rate_limit import AdaptiveLimiter
 from agent.unicode_text import encodable_json, may_hold_surrogates
@@ -135,6 +136,13 @@ def parse_reply(raw: bytes) -> ModelReply:
     )
 
 
+def _encode(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+_encoded_tools = IdentityMemo(_encode)
+
+
 class OpenAIChatModel:
     """A `ChatModel` for any OpenAI-compatible endpoint."""
 
@@ -179,15 +187,15 @@ class OpenAIChatModel:
         # request and raises its errors; the body arrives as bytes because building its
         # pydantic models cost more CPU than the rest of the call, for fields we never read.
         body: dict[str, Any] = {"model": self.model, "messages": request.messages, **request.extra_params}
-        if request.tools:
-            body["tools"] = request.tools
         if request.max_tokens is not None:
             key = "max_completion_tokens" if "reasoning_effort" in request.extra_params else "max_tokens"
             body[key] = request.max_tokens
         body.update(request.extra_body)
-        wire = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        wire = _encode(body)
+        if request.tools and "tools" not in body:  # the same schemas on every call: encoded once
+            wire = wire[:-1] + ',"tools":' + _encoded_tools(request.tools) + "}"
         return await self._client.post(
-            "/chat/completions", content=wire, cast_to=bytes, options=self._options
+            "/chat/completions", content=wire.encode(), cast_to=bytes, options=self._options
         )
 
     async def _attempt(self, request: ChatRequest) -> ModelReply:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from agent import reasoning
+from agent.identity_memo import IdentityMemo
 
 __all__ = [
     "ReasoningStats",
@@ -57,11 +58,7 @@ _SYSTEM_TAIL = (
 )
 
 
-def hermes_system_message(tool_schemas: Sequence[Mapping[str, Any]]) -> str:
-    """The spec's function-calling system turn for these tools, in the given order.
-
-    Accepts function schemas (`{"name", "description", "parameters"}`) or API tool
-    definitions (`{"type": "function", "function": schema}`)."""
+def _make_system_message(tool_schemas: Sequence[Mapping[str, Any]]) -> str:
     tools = []
     for schema in tool_schemas:
         fn = schema.get("function", schema) if schema.get("type") == "function" else schema
@@ -74,6 +71,18 @@ def hermes_system_message(tool_schemas: Sequence[Mapping[str, Any]]) -> str:
             }
         )
     return _SYSTEM_HEAD + json.dumps(tools, ensure_ascii=False) + _SYSTEM_TAIL
+
+
+_system_messages = IdentityMemo(_make_system_message)
+
+
+def hermes_system_message(tool_schemas: Sequence[Mapping[str, Any]]) -> str:
+    """The spec's function-calling system turn for these tools, in the given order (made
+    once for the same schema objects).
+
+    Accepts function schemas (`{"name", "description", "parameters"}`) or API tool
+    definitions (`{"type": "function", "function": schema}`)."""
+    return _system_messages(tool_schemas)
 
 
 def _turn_reasoning(message: Mapping[str, Any]) -> tuple[str, str]:
