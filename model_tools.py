@@ -191,7 +191,7 @@ def validate_arguments(args: Mapping[str, Any], parameters: Mapping[str, Any]) -
 
 
 def _error(message: str) -> str:
-    return json.dumps({"error": message}, ensure_ascii=False)
+    return encodable(json.dumps({"error": message}, ensure_ascii=False))  # may quote what a tool read
 
 
 def unknown_tool_result(name: str, allowed: Mapping[str, ToolSpec]) -> str:

@@ -186,12 +186,13 @@ def _parse(text: str) -> _Fields:
 def _reject_lone_surrogates(row: dict[str, Any]) -> None:
     """An escaped half of a surrogate pair (`"\\ud800"`) decodes to a string no UTF-8 writer
     can encode: every request and output line holding it would fail later, mid-run."""
-    for name, value in row.items():
+    for name in ("prompt", *OPTIONAL_STRINGS, "metadata"):  # the fields a run reads
+        value = row.get(name)
         try:
-            json.dumps([name, value], ensure_ascii=False).encode("utf-8")
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
             raise _FieldError(
-                name.encode("utf-8", "backslashreplace").decode("utf-8"),
+                name,
                 "holds an unpaired surrogate escape (\\ud800-\\udfff), which is not Unicode text",
             ) from None
 

@@ -191,9 +191,11 @@ class OpenAIChatModel:
             key = "max_completion_tokens" if "reasoning_effort" in request.extra_params else "max_tokens"
             body[key] = request.max_tokens
         body.update(request.extra_body)
-        wire = _encode(body)
-        if request.tools and "tools" not in body:  # the same schemas on every call: encoded once
-            wire = wire[:-1] + ',"tools":' + _encoded_tools(request.tools) + "}"
+        if request.tools and "tools" not in request.extra_body:  # the same schemas every call:
+            body.pop("tools", None)  # encoded once, and spliced in (they win over extra_params)
+            wire = _encode(body)[:-1] + ',"tools":' + _encoded_tools(request.tools) + "}"
+        else:
+            wire = _encode(body)
         return await self._client.post(
             "/chat/completions", content=wire.encode(), cast_to=bytes, options=self._options
         )

@@ -34,7 +34,7 @@ def _int(value: Any) -> int:
 
 def _add_tokens(total: Counter[str], usage: Any) -> None:
     """Add `{prompt, completion, reasoning, total}` from an OpenAI-style usage mapping."""
-    usage = usage if isinstance(usage, dict) else {}
+    usage = usage if isinstance(usage, Mapping) else {}
     prompt, completion = _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
     total["prompt"] += prompt
     total["completion"] += completion

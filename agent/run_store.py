@@ -234,8 +234,8 @@ def encode_line(record: Mapping[str, Any]) -> bytes:
 
 
 def _one_line(line: bytes) -> bytes:
-    if not line.endswith(b"\n") or line.count(b"\n") != 1:
-        raise ValueError("a pre-encoded record must be exactly one newline-terminated line")
+    if not (line.startswith(b"{") and line.endswith(b"}\n")) or line.count(b"\n") != 1:
+        raise ValueError("a pre-encoded record must be one newline-terminated JSON object line")
     return line
 
 

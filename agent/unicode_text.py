@@ -36,6 +36,7 @@ def encodable_json(value: Any) -> Any:
 
 
 def may_hold_surrogates(raw: bytes) -> bool:
-    """Whether JSON text can decode to a lone surrogate: only a `\\uD800`-`\\uDFFF` escape can
-    (valid UTF-8 bytes never do)."""
-    return b"\\ud" in raw or b"\\uD" in raw
+    """Whether JSON bytes can decode to a lone surrogate: a `\\uD800`-`\\uDFFF` escape, or
+    a surrogate encoded as bytes (ED A0-BF xx), which `json.loads` of bytes lets through.
+    0xED also starts valid U+D000-U+D7FF characters: those replies are cleaned for nothing."""
+    return b"\\ud" in raw or b"\\uD" in raw or b"\xed" in raw

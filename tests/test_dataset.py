@@ -65,6 +65,11 @@ def test_an_escaped_surrogate_pair_is_text_and_is_accepted(dataset: Path) -> Non
     assert [row.prompt for row in iter_rows(dataset)] == ["smile \U0001f600"]
 
 
+def test_a_lone_surrogate_in_a_field_the_run_never_reads_is_no_error(dataset: Path) -> None:
+    write_lines(dataset, ['{"prompt": "fine", "notes": "half \\ud800"}'])
+    assert [row.prompt for row in iter_rows(dataset)] == ["fine"]
+
+
 def test_line_error_text_omits_the_field_part_when_there_is_no_field() -> None:
     assert str(LineError("data/x.jsonl", 17, "prompt", "must be a non-empty string")) == (
         "data/x.jsonl:17: prompt: must be a non-empty string"

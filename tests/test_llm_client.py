@@ -190,6 +190,28 @@ def test_the_request_carries_tools_max_tokens_and_extra_fields(sim_endpoint: Sim
     assert "stream" not in sent.body or sent.body["stream"] is False
 
 
+def test_tools_win_over_extra_params_and_lose_to_extra_body(sim_endpoint: SimulatedEndpoint) -> None:
+    """The schemas are encoded once and spliced in: the precedence of a plain dict update holds."""
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in "abc"]
+
+    async def go() -> None:
+        model = OpenAIChatModel(base_url=sim_endpoint.base_url, api_key="k", model="sim-model")
+        try:
+            for extra_params, extra_body in (({"tools": tools[1:]}, {}), ({}, {"tools": tools[2:]})):
+                request = ChatRequest(
+                    messages=[{"role": "user", "content": "hi"}],
+                    tools=tools[:1],
+                    extra_params=extra_params,
+                    extra_body=extra_body,
+                )
+                await model.complete(request)
+        finally:
+            await model.aclose()
+
+    asyncio.run(go())
+    assert [r.body["tools"] for r in sim_endpoint.requests] == [tools[:1], tools[2:]]
+
+
 # ---------------------------------------------------------------- the policy's pieces
 
 
@@ -313,3 +335,10 @@ def test_a_lone_surrogate_in_a_reply_becomes_u_fffd_so_the_next_request_can_be_s
     assert reply.content == "half \ufffd pair \U0001f600"
     assert reply.tool_calls[0].arguments == '{"command": "echo \ufffd"}'
     reply.content.encode("utf-8")
+
+
+def test_a_surrogate_sent_as_raw_bytes_is_replaced_too() -> None:
+    """`json.loads` of bytes lets a UTF-8-encoded surrogate (ED A0 80) through: no escape to
+    see. A real character that also starts with 0xED (U+D55C) is kept."""
+    raw = b'{"choices": [{"message": {"content": "a \xed\xa0\x80 b \xed\x95\x9c"}}]}'
+    assert llm_client.parse_reply(raw).content == "a \ufffd b \ud55c"

@@ -98,8 +98,8 @@ def test_a_line_encoded_by_a_worker_is_written_as_it_is(run: RunDirectory) -> No
     line = encode_line(entry("café ☕"))
     run.append_result(2, line)
     assert lines_of(run.path / "batch_2.jsonl") == [line]
-    for bad in (line.rstrip(b"\n"), line + line, b"{}\n{}"):
-        with pytest.raises(ValueError, match="one newline-terminated line"):
+    for bad in (line.rstrip(b"\n"), line + line, b"{}\n{}", b"\n", b"[1]\n"):
+        with pytest.raises(ValueError, match="one newline-terminated JSON object line"):
             run.append_result(2, bad)
     assert lines_of(run.path / "batch_2.jsonl") == [line]
 

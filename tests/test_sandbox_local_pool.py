@@ -128,18 +128,25 @@ with open_pool(SandboxOptions(root=sys.argv[1]), "adopt") as factory:
         with factory(SandboxSpec("adopt", "a")) as a:
             script = "setsid sleep 301 >/dev/null 2>&1 & echo $!; (setsid sleep 302 >/dev/null & echo $!)"
             escaped_a = [int(p) for p in a.exec(script, timeout=30).output.split()]
-            # A stray of a command another thread started: adopted all the same (by the main thread).
+            # A stray of a command another thread started, that thread still alive when a closes:
+            # the kernel gives the orphan to our main thread, whose children list we read.
             leave = "setsid sleep 304 >/dev/null 2>&1 & echo $!"
-            side = lambda: escaped_a.append(int(a.exec(leave, timeout=30).output))
+            started, release = threading.Event(), threading.Event()
+            def side():
+                escaped_a.append(int(a.exec(leave, timeout=30).output))
+                started.set()
+                release.wait()
             starter = threading.Thread(target=side)
             starter.start()
-            starter.join()
+            started.wait()
             a.exec("(sleep 0.05 &)", timeout=30)  # an orphan that ends on its own: our zombie
             time.sleep(0.3)
             late = lambda: seen.update(code=b.exec("sleep 0.5; exit 7", timeout=30).exit_code)
             running = threading.Thread(target=late)
             running.start()
             time.sleep(0.1)
+        release.set()
+        starter.join()
         stat = lambda pid: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
         states = {pid: stat(pid) for pid in orphans._children()}
         seen.update(escaped_a=escaped_a, escaped_b=escaped_b, children_after_a=states)
