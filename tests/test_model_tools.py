@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -342,3 +343,32 @@ def test_async_handlers_run_on_the_loop_and_others_in_a_thread(local_sandbox: Sa
     assert asyncio.run(main()) == ("ok", '{"error": "Tool \'both\' failed: ValueError: async and broken"}')
     assert threads["on_loop"] == threading.get_ident()  # asyncio.run's loop runs in this thread
     assert threads["blocking"] != threading.get_ident()
+
+
+def test_a_cancelled_call_of_a_thread_tool_returns_only_once_the_tool_is_done(local_sandbox: Sandbox) -> None:
+    """A thread cannot be stopped; the sandbox closes as the cancellation unwinds, so the
+    cancellation waits for the tool rather than let it write into a slot handed on."""
+    events: list[str] = []
+    entered = threading.Event()
+
+    def slow_writer(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+        entered.set()
+        time.sleep(0.3)
+        events.append("tool done")
+        return "written"
+
+    schema = {"name": "w", "parameters": {"type": "object"}}
+    allowed = {"w": ToolSpec("w", "test", schema, slow_writer)}
+
+    async def main() -> None:
+        call = asyncio.create_task(ahandle_function_call("w", "{}", local_sandbox, allowed))
+        await asyncio.to_thread(entered.wait, 5)
+        call.cancel()
+        await asyncio.sleep(0.05)
+        call.cancel()  # cancelled twice (a timeout, then shutdown): still waits
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        events.append("cancellation seen")
+
+    asyncio.run(main())
+    assert events == ["tool done", "cancellation seen"]
