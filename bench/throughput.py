@@ -51,16 +51,21 @@ class Case:
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _pss_kib(pid: str) -> int:
-    """Proportional set size: shared pages divided among their sharers. RSS would count a
-    worker twice while a fork for a tool command has not exec'd yet (copy-on-write pages)."""
+def _memory_kib(pid: str) -> tuple[int, int]:
+    """(RSS, PSS) of one process. PSS divides shared pages among their sharers; RSS counts
+    them in each process, so a sum of RSS over the tree is an upper bound (it counts the
+    interpreter's shared pages once per worker, and a worker twice while a fork for a tool
+    command has not exec'd yet)."""
+    rss = pss = 0
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
+            if line.startswith("Rss:"):
+                rss = int(line.split()[1])
+            elif line.startswith("Pss:"):
+                pss = int(line.split()[1])
     except OSError:
-        return 0
-    return 0
+        pass
+    return rss, pss
 
 
 def _children(pid: int) -> list[int]:
@@ -81,6 +86,7 @@ def _children(pid: int) -> list[int]:
 
 class TreeSample(NamedTuple):
     pss_kib: int  # the whole tree
+    rss_kib: int  # the whole tree, summed per process (an upper bound: shared pages counted each time)
     python_pss_kib: int  # its Python processes only
     cpu_s: float  # the whole tree, reaped children included
     parent_cpu_s: float  # the runner's own process, without its children
@@ -91,7 +97,7 @@ def _tree(pid: int, tools: dict[int, float]) -> TreeSample:
     shells, alive only while a command runs. Only the tree is read (each sample costs the
     machine the runner shares: the sampler must not slow the run it measures). `tools` gets,
     per worker, the CPU of the children it reaped: the tool calls' processes."""
-    total, runner, seconds, parent, stack = 0, 0, 0.0, 0.0, [pid]
+    total, rss_total, runner, seconds, parent, stack = 0, 0, 0, 0.0, 0.0, [pid]
     while stack:
         current = stack.pop()
         try:
@@ -100,8 +106,9 @@ def _tree(pid: int, tools: dict[int, float]) -> TreeSample:
             continue
         name, rest = stat.split("(", 1)[1].rsplit(")", 1)
         fields = [name, *rest.split()]  # fields[1] state, [2] ppid, [12:16] utime..cstime
-        pss = _pss_kib(str(current))
+        rss, pss = _memory_kib(str(current))
         total += pss
+        rss_total += rss
         runner += pss if name.startswith("python") else 0
         seconds += sum(int(x) for x in fields[12:16]) / TICKS
         if current == pid:
@@ -109,7 +116,7 @@ def _tree(pid: int, tools: dict[int, float]) -> TreeSample:
         elif name.startswith("python"):
             tools[current] = sum(int(x) for x in fields[14:16]) / TICKS
         stack += _children(current)
-    return TreeSample(total, runner, seconds, parent)
+    return TreeSample(total, rss_total, runner, seconds, parent)
 
 
 class Sampler(threading.Thread):
@@ -119,6 +126,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid = pid
         self.peak_kib = 0
+        self.peak_rss_kib = 0
         self.peak_runner_kib = 0
         self.cpu_series: list[tuple[float, float]] = []  # (time.monotonic(), CPU s of the tree)
         self.tool_cpu: dict[int, float] = {}  # worker pid -> CPU s of the tool processes it reaped
@@ -129,6 +137,7 @@ class Sampler(threading.Thread):
         while not self.stop.is_set():
             sample = _tree(self.pid, self.tool_cpu)
             self.peak_kib = max(self.peak_kib, sample.pss_kib)
+            self.peak_rss_kib = max(self.peak_rss_kib, sample.rss_kib)
             self.peak_runner_kib = max(self.peak_runner_kib, sample.python_pss_kib)
             self.cpu_series.append((time.monotonic(), sample.cpu_s))
             self.parent_cpu = sample.parent_cpu_s
@@ -241,6 +250,7 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
         "endpoint_cpu_ms_per_call": round(1000 * endpoint["cpu_s"] / calls, 3),
         "peak_pss_mb": round(sampler.peak_kib / 1024, 1),
         "peak_runner_pss_mb": round(sampler.peak_runner_kib / 1024, 1),
+        "peak_rss_sum_mb": round(sampler.peak_rss_kib / 1024, 1),
         "completed": inv["completed"],
         "failed": inv["failed"],
         "failures": run_stats["failures"],
@@ -277,7 +287,7 @@ def main() -> None:
         ratio = by_name["ours_256"]["prompts_per_s"] / by_name["reference_sched"]["prompts_per_s"]
         print(f"throughput ratio ours_256 / reference scheduling (4 workers, 1 each): {ratio:.1f}x")
     if "ours_256" in by_name and "ours_256_x10" in by_name:
-        for key in ("peak_runner_pss_mb", "peak_pss_mb"):
+        for key in ("peak_runner_pss_mb", "peak_pss_mb", "peak_rss_sum_mb"):
             a, b = by_name["ours_256"][key], by_name["ours_256_x10"][key]
             print(f"{key}: {by_name['ours_256']['prompts']} prompts {a} MB; ×10 prompts {b} MB")
 
