@@ -262,6 +262,8 @@ def cases(quick: bool) -> list[Case]:
     n = 500 if quick else 2000
     return [
         Case("ours_256", n, 0.5, 256, 2),
+        # A slower endpoint, as most are: the runner's CPU is then a small share of the cores.
+        Case("ours_256_latency2", n, 2.0, 256, 2),
         Case("reference_sched", 100 if quick else 200, 0.5, 4, 4),
         Case("cpu_latency0", n, 0.0, 256, 2),
         Case("throttled_429", n, 0.5, 256, 2, rate_429=0.2),
