@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -20,6 +22,7 @@ from agent.errors import SandboxError, SandboxPathError
 from agent.protocols import ExecResult, Sandbox, SandboxFactory, SandboxSpec
 from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.sandboxes.local import LocalSandbox, open_sandbox, reap_stale, unavailable_reason
+from agent.sandboxes.sandbox_dirs import remove_tree
 
 SPEC = SandboxSpec(run_name="run-1", prompt_key="prompt-a")
 REPO = Path(__file__).resolve().parent.parent
@@ -379,3 +382,39 @@ def test_a_flooding_command_does_not_hold_the_event_loop(local_sandbox: LocalSan
     result = asyncio.run(flood())
     assert result.timed_out and result.output.startswith("y\ny\n")
     assert ticks >= 20  # about 100 if the loop turns; none if reading the pipe held it
+
+
+NOBODY = 65534
+
+
+def test_a_tree_a_command_locked_is_removed_by_an_unprivileged_owner(tmp_path: Path) -> None:
+    """chmod 000 and read-only directories left by a command: root ignores them, any other
+    user (bwrap runs unprivileged) must restore permissions first. The removal runs in a
+    forked child that dropped to `nobody`."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to drop to another user in a child")
+    base = Path(tempfile.mkdtemp(prefix="locked-", dir="/tmp"))
+    try:
+        tree = base / "sandbox"
+        (tree / "a" / "b").mkdir(parents=True)
+        (tree / "a" / "b" / "f").write_text("x")
+        (tree / "c" / "d").mkdir(parents=True)
+        for path in (base, *base.rglob("*")):
+            os.chown(path, NOBODY, NOBODY)
+        (tree / "a" / "b").chmod(0)
+        (tree / "c").chmod(0o500)
+        pid = os.fork()
+        if pid == 0:  # the child: no pytest machinery from here on, only os._exit
+            code = 2
+            try:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+                remove_tree(str(tree))
+                code = 0 if not tree.exists() else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

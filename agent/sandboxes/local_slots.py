@@ -23,10 +23,8 @@ import logging
 import os
 import re
 import secrets
-import shutil
 import stat
 import threading
-from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +32,7 @@ from types import TracebackType
 from agent.errors import SandboxError
 from agent.sandboxes.host_processes import kill_strays
 from agent.sandboxes.owner import current_owner, owner_is_dead
+from agent.sandboxes.sandbox_dirs import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -179,21 +178,6 @@ def _empty_dir(directory: str) -> None:
                 remove_tree(entry.path)
             else:
                 os.unlink(entry.path)
-
-
-def remove_tree(path: str) -> None:
-    """rmtree that first restores permissions a command may have taken away (chmod 000)."""
-
-    def retry(func: Callable[..., object], failed: str, _exc: object) -> None:
-        os.chmod(os.path.dirname(failed), 0o700)
-        if func in (os.unlink, os.rmdir):  # the parent was not writable
-            func(failed)
-        else:  # the directory itself could not be opened or listed
-            os.chmod(failed, 0o700)
-            shutil.rmtree(failed, onerror=retry)
-
-    if os.path.lexists(path):
-        shutil.rmtree(path, onerror=retry)
 
 
 def reap_stale(root: str) -> list[str]:

@@ -11,8 +11,8 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
 
 from agent.sandboxes.owner import current_owner, owner_is_dead
 
@@ -26,16 +26,20 @@ def make_sandbox_dir(prefix: str, root: str | None) -> str:
     return directory
 
 
-def remove_tree(directory: str) -> None:
-    shutil.rmtree(directory, onerror=_force_remove)
+def remove_tree(path: str) -> None:
+    """rmtree that first restores permissions a command may have taken away (chmod 000 on a
+    directory, or a read-only one): needed by any user without CAP_DAC_OVERRIDE."""
 
+    def retry(func: Callable[..., object], failed: str, _exc: object) -> None:
+        os.chmod(os.path.dirname(failed), 0o700)
+        if func in (os.unlink, os.rmdir):  # the parent was not writable
+            func(failed)
+        else:  # the directory itself could not be opened or listed
+            os.chmod(failed, 0o700)
+            shutil.rmtree(failed, onerror=retry)
 
-def _force_remove(func: Any, path: str, _exc: Any) -> None:
-    # The sandbox may leave directories without write or search permission.
-    os.chmod(os.path.dirname(path), 0o700)
-    if os.path.isdir(path) and not os.path.islink(path):
-        os.chmod(path, 0o700)
-    func(path)
+    if os.path.lexists(path):
+        shutil.rmtree(path, onerror=retry)
 
 
 def reap_dirs(root: str, prefix: str) -> list[str]:
