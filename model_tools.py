@@ -11,16 +11,16 @@ become tool results (`{"error": ...}`), never exceptions.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import toolsets
 from agent.protocols import JSON, Sandbox, ToolSpec
+from agent.sandboxes import to_the_end
 from agent.unicode_text import encodable
 from tools import browser, files, image_gen, moa, terminal, vision, web
 
@@ -242,7 +242,9 @@ async def ahandle_function_call(
     a tool without one runs in a thread."""
     spec = allowed.get(name)
     if spec is None or spec.async_handler is None:
-        return await _to_thread_to_the_end(handle_function_call, name, raw_arguments, sandbox, allowed)
+        # Awaited to the end even when cancelled: the sandbox closes as a cancellation unwinds.
+        work = asyncio.to_thread(handle_function_call, name, raw_arguments, sandbox, allowed)
+        return await to_the_end(asyncio.ensure_future(work))
     prepared = _prepare(name, raw_arguments, allowed)
     if isinstance(prepared, str):
         return prepared
@@ -251,24 +253,6 @@ async def ahandle_function_call(
     except Exception as exc:  # any handler failure is a tool result the model reads
         log.debug("tool %s raised", name, exc_info=True)
         return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
-
-
-async def _to_thread_to_the_end(call: Callable[..., str], *args: Any) -> str:
-    """`asyncio.to_thread`, except that a cancelled caller waits until the thread is done
-    before the cancellation goes on. A thread cannot be stopped, and the conversation's
-    sandbox closes as the cancellation unwinds: a tool still writing would write into a
-    directory already handed to another prompt. File tools finish in moments; commands in
-    a thread are bounded by their own timeout."""
-    work = asyncio.ensure_future(asyncio.to_thread(call, *args))
-    try:
-        return await asyncio.shield(work)
-    except asyncio.CancelledError:
-        while not work.done():
-            with contextlib.suppress(asyncio.CancelledError):  # cancelled again: still wait
-                await asyncio.wait([work])
-        if not work.cancelled():
-            work.exception()  # retrieved: the caller is gone, so is whoever would read it
-        raise
 
 
 def _prepare(

@@ -8,6 +8,8 @@ import os
 import stat
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -249,3 +251,38 @@ def test_a_sandbox_closed_from_the_loop_outside_an_adopting_process_is_cleaned_i
         assert executor.handed == 1  # closing: strays are known cheaply only to an adopter
         assert not _alive(pid)
         assert os.listdir(os.path.join(slot, "workspace")) == []
+
+
+def test_a_sandbox_opening_in_a_thread_is_destroyed_when_cancelled_twice_meanwhile() -> None:
+    """The thread path of sandbox_session: a cancellation (even a second one) while the
+    sandbox is being created waits for the creation, destroys the sandbox, then goes on."""
+    events: list[str] = []
+    entering = threading.Event()
+
+    class Slow:
+        def __enter__(self) -> Any:
+            entering.set()
+            time.sleep(0.3)
+            events.append("created")
+            return object()
+
+        def __exit__(self, *_: object) -> None:
+            time.sleep(0.1)
+            events.append("destroyed")
+
+    async def main() -> None:
+        async def use() -> None:
+            async with sandbox_session(lambda spec: Slow(), SPEC):
+                events.append("used")  # never reached
+
+        task = asyncio.create_task(use())
+        await asyncio.to_thread(entering.wait, 5)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        events.append("cancellation seen")
+
+    asyncio.run(main())
+    assert events == ["created", "destroyed", "cancellation seen"]

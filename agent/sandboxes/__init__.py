@@ -23,12 +23,16 @@ from contextlib import (
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
+    suppress,
 )
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TypeVar
 
 from agent.errors import ConfigError, SandboxUnavailable
 from agent.protocols import Sandbox, SandboxFactory, SandboxSpec
+
+T = TypeVar("T")
 
 BACKENDS = ("local", "bwrap", "docker")
 UNSUPPORTED = {
@@ -136,17 +140,32 @@ async def sandbox_session(factory: SandboxFactory, spec: SandboxSpec) -> AsyncIt
         return
     entering = asyncio.ensure_future(asyncio.to_thread(manager.__enter__))
     try:
-        sandbox = await asyncio.shield(entering)
+        sandbox = await to_the_end(entering)
     except asyncio.CancelledError:
-        await asyncio.wait([entering])
         if not entering.cancelled() and entering.exception() is None:
-            await asyncio.to_thread(manager.__exit__, None, None, None)
+            await to_the_end(asyncio.ensure_future(asyncio.to_thread(manager.__exit__, None, None, None)))
         raise
     try:
         yield sandbox
     finally:
-        # Shielded: a second cancellation must not abandon a half-destroyed sandbox.
-        await asyncio.shield(asyncio.to_thread(manager.__exit__, None, None, None))
+        # A later cancellation must not abandon a half-destroyed sandbox.
+        await to_the_end(asyncio.ensure_future(asyncio.to_thread(manager.__exit__, None, None, None)))
+
+
+async def to_the_end(work: asyncio.Future[T]) -> T:
+    """Await `work` (a thread's result). A thread cannot be stopped: when the caller is
+    cancelled, even again and again, it first waits until the thread is done, then the
+    cancellation goes on; so a sandbox is never closed, or handed on, while a thread still
+    creates it, destroys it or writes into it."""
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        while not work.done():
+            with suppress(asyncio.CancelledError):
+                await asyncio.wait([work])
+        if not work.cancelled():
+            work.exception()  # retrieved: the cancelled caller will not read it
+        raise
 
 
 @asynccontextmanager
