@@ -69,8 +69,9 @@ def _memory_kib(pid: str) -> tuple[int, int]:
 
 
 def _children(pid: int) -> list[int]:
-    """pid's children, from each of its threads' lists (no walk over every process). Needs
-    /proc/<pid>/task/<tid>/children (Linux 3.5+ with CONFIG_PROC_CHILDREN), as the runner does."""
+    """pid's children, from each of its threads' lists (no walk over every process): a child
+    is listed under the thread that started it, and the bench must see every one. Needs
+    /proc/<pid>/task/<tid>/children (Linux 3.5+ with CONFIG_PROC_CHILDREN)."""
     found: list[int] = []
     try:
         tids = os.listdir(f"/proc/{pid}/task")
