@@ -254,8 +254,10 @@ def test_a_sandbox_closed_from_the_loop_outside_an_adopting_process_is_cleaned_i
 
 
 def test_a_sandbox_opening_in_a_thread_is_destroyed_when_cancelled_twice_meanwhile() -> None:
-    """The thread path of sandbox_session: a cancellation (even a second one) while the
-    sandbox is being created waits for the creation, destroys the sandbox, then goes on."""
+    """The thread path of sandbox_session (bwrap and docker managers): a cancellation, even a
+    second one, while the sandbox is being created waits for the creation, destroys the
+    sandbox, then goes on. `Slow` is a test double at the SandboxFactory seam: what is under
+    test is the lifecycle's timing, which a real backend cannot hold still for."""
     events: list[str] = []
     entering = threading.Event()
 
