@@ -22,8 +22,9 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 import toolsets
-from agent.batch import BatchRun
-from agent.config import (
+from agent.batch.dataset import require_valid_rows, scan_dataset
+from agent.batch.run import BatchRun
+from agent.config.agent_config import (
     DEFAULT_BASE_URL,
     DEFAULT_MODEL,
     AgentConfig,
@@ -35,9 +36,8 @@ from agent.config import (
     resolve_api_key,
     served_endpoint,
 )
-from agent.dataset import require_valid_rows, scan_dataset
+from agent.config.run_config import RunConfig, check_run_name
 from agent.errors import AgentError, ConfigError
-from agent.run_config import RunConfig, check_run_name
 from agent.sandboxes import SandboxOptions, available_backends, resolve_backend, unavailable_reason
 from model_tools import toolset_availability
 

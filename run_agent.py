@@ -14,15 +14,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import model_tools
-from agent.api_request import build_request
-from agent.config import DEFAULT_BASE_URL, DEFAULT_MODEL, AgentConfig
-from agent.conversation import Conversation, Outcome, assistant_message, tool_message
+from agent.config.agent_config import DEFAULT_BASE_URL, DEFAULT_MODEL, AgentConfig
 from agent.errors import ConfigError, ModelAPIError
-from agent.llm_client import OpenAIChatModel
+from agent.export.sharegpt import save_trajectory, to_sharegpt
+from agent.llm.client import OpenAIChatModel
+from agent.llm.rate_limit import AdaptiveLimiter
+from agent.llm.request import build_request
+from agent.loop.conversation import Conversation, Outcome, assistant_message, tool_message
 from agent.protocols import ChatModel, Sandbox, SandboxFactory, SandboxSpec, ToolCall
-from agent.rate_limit import AdaptiveLimiter
 from agent.sandboxes import SandboxOptions, sandbox_factory, sandbox_session
-from agent.trajectory import save_trajectory, to_sharegpt
 
 log = logging.getLogger("agent")
 
@@ -211,6 +211,6 @@ class AIAgent:
 
 
 if __name__ == "__main__":
-    from agent.agent_cli import main
+    from agent.cli.agent_cli import main
 
     main()

@@ -138,12 +138,34 @@ class ToolSpec:
     (or a string) that becomes the tool message's content."""
 
     name: str
-    toolset: str
     schema: dict[str, Any]
     handler: ToolHandler | None  # None: no backend implemented here
     available: Callable[[], str | None] = lambda: None  # returns why unavailable, None when usable
     # The same tool for the event loop (no thread per call); without it, `handler` runs in a thread.
     async_handler: AsyncToolHandler | None = None
+
+
+@dataclass(frozen=True)
+class Toolset:
+    """A tool family as its `tools/` module declares it: the toolset's name, what it is for, and
+    its tools. The registry (`agent.toolbox.registry`) derives every table from these."""
+
+    name: str
+    description: str
+    tools: tuple[ToolSpec, ...]
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(spec.name for spec in self.tools)
+
+    @classmethod
+    def declared_only(
+        cls, name: str, description: str, reason: str, schemas: tuple[dict[str, Any], ...]
+    ) -> Toolset:
+        """A toolset whose tools have no backend here yet: declared so that every machine has
+        the same tool map (and `tool_stats` schema), never offered to the model."""
+        specs = tuple(ToolSpec(s["name"], s, None, available=lambda: reason) for s in schemas)
+        return cls(name, description, specs)
 
 
 # ---------------------------------------------------------------- run store

@@ -17,7 +17,7 @@ from typing import Any
 
 import fire
 
-from agent.embedded_model import (
+from agent.servers.embedded.server import (
     EmbeddedEndpoint,
     EmbeddedSettings,
     EmbeddedSpec,

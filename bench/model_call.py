@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from agent.llm_client import OpenAIChatModel
+from agent.llm.client import OpenAIChatModel
 from agent.protocols import ChatRequest
 
 MESSAGES = [{"role": "user", "content": "Benchmark task number 1: list the files."}]
@@ -90,7 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "agent.simulated_endpoint", f"--port={port}", "--latency=0"]
+        [sys.executable, "-m", "agent.servers.simulated.server", f"--port={port}", "--latency=0"]
     )
     base_url = f"http://127.0.0.1:{port}/v1"
     try:

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import uvloop
 
-from agent.simulated_endpoint import SimulatedEndpoint
+from agent.servers.simulated.server import SimulatedEndpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 CALLS_PER_PROMPT = 2

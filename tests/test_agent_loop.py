@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from agent import llm_client
-from agent.endpoint_server import EndpointFault
+from agent.llm import client as llm_client
 from agent.sandboxes import SandboxOptions
-from agent.simulated_endpoint import SimulatedEndpoint, Turn
-from agent.simulated_replies import build_completion
+from agent.servers.endpoint_server import EndpointFault
+from agent.servers.simulated.replies import build_completion
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from run_agent import AIAgent
 
 KEY = "sk-test-LOOP-0123456789abcdef"

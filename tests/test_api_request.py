@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from agent import api_request
-from agent.api_request import BASE_SYSTEM_PROMPT, build_request
-from agent.config import AgentConfig
+from agent.config.agent_config import AgentConfig
+from agent.llm import request as api_request
+from agent.llm.request import BASE_SYSTEM_PROMPT, build_request
 from agent.sandboxes import SandboxOptions
-from agent.simulated_endpoint import SimulatedEndpoint, Turn
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from run_agent import AIAgent
 
 PROVIDERS = {

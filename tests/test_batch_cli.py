@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import toolsets
-from agent.simulated_endpoint import SimulatedEndpoint
+from agent.servers.simulated.server import SimulatedEndpoint
 from model_tools import toolset_availability
 from tests.test_batch_support import (
     API_KEY,

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from agent.simulated_endpoint import SimulatedEndpoint
+from agent.servers.simulated.server import SimulatedEndpoint
 from tests.test_batch_support import (
     BatchCLI,
     batch_prompts,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent.simulated_endpoint import SimulatedEndpoint, Turn
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from model_tools import TOOL_TO_TOOLSET_MAP
 from tests.test_batch_support import (
     BatchCLI,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.endpoint_server import EndpointFault
-from agent.simulated_endpoint import SimulatedEndpoint, Turn
+from agent.servers.endpoint_server import EndpointFault
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.test_batch_support import (
     BatchCLI,
     batch_prompts,

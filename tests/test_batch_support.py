@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agent.simulated_endpoint import SimulatedEndpoint, Turn
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
 
 REPO = Path(__file__).resolve().parent.parent
 RUNNER = str(REPO / "batch_runner.py")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.dataset import MAX_KEPT_ERRORS, DatasetRow, LineError, iter_rows, prompt_key, scan_dataset
+from agent.batch.dataset import MAX_KEPT_ERRORS, DatasetRow, LineError, iter_rows, prompt_key, scan_dataset
 from agent.errors import ConfigError, DatasetError
 
 

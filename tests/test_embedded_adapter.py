@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent.embedded_adapter import (
+from agent.servers.embedded.adapter import (
     AdapterPolicy,
     build_llama_request,
     build_response,

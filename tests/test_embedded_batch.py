@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import model_tools
-from agent.embedded_model import EmbeddedSpec, locate_weights
 from agent.errors import ConfigError
+from agent.servers.embedded.server import EmbeddedSpec, locate_weights
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_FIELDS = [

@@ -18,8 +18,9 @@ import openai
 import pytest
 
 import model_tools
-from agent import embedded_model
-from agent.embedded_model import (
+from agent.errors import ConfigError
+from agent.servers.embedded import server as embedded_model
+from agent.servers.embedded.server import (
     RUNTIME_INSTALL,
     WEIGHTS_INSTALL,
     EmbeddedEndpoint,
@@ -29,7 +30,6 @@ from agent.embedded_model import (
     locate_weights,
     resolve_embedded,
 )
-from agent.errors import ConfigError
 from run_agent import AIAgent
 
 # ---------------------------------------------------------------- resolving and locating

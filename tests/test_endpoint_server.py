@@ -16,8 +16,8 @@ import httpx2
 import openai
 import pytest
 
-from agent.completion_stream import completion_chunks
-from agent.endpoint_server import EndpointFault, EndpointServer, current_request
+from agent.servers.completion_stream import completion_chunks
+from agent.servers.endpoint_server import EndpointFault, EndpointServer, current_request
 
 MESSAGES: list[Any] = [{"role": "user", "content": "hi"}]
 
@@ -257,7 +257,7 @@ def test_responder_crash_is_a_500_with_its_message_logged_once(
     ):
         client.chat.completions.create(model="sim-model", messages=MESSAGES)
     assert caught.value.status_code == 500 and "RuntimeError: kaboom" in caught.value.message
-    assert [r.getMessage() for r in caplog.records if r.name == "agent.endpoint_server"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "agent.servers.endpoint_server"] == [
         "responder failed on /v1/chat/completions"
     ]
 

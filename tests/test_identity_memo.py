@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agent.identity_memo import IdentityMemo
+from agent.common.identity_memo import IdentityMemo
 
 
 def test_the_same_objects_are_computed_once_and_equal_copies_again() -> None:

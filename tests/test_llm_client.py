@@ -13,12 +13,12 @@ import httpx2
 import openai
 import pytest
 
-from agent import llm_client
-from agent.endpoint_server import EndpointFault
 from agent.errors import ModelAPIError
-from agent.llm_client import OpenAIChatModel, backoff_delay, classify, retry_after
+from agent.llm import client as llm_client
+from agent.llm.client import OpenAIChatModel, backoff_delay, classify, retry_after
 from agent.protocols import ChatRequest, ModelReply, ToolCall
-from agent.simulated_endpoint import SimulatedEndpoint, Turn
+from agent.servers.endpoint_server import EndpointFault
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
 
 HANG = EndpointFault(kind="hang")
 # Long enough that a loaded machine never times out a real answer, short enough for a hang.

@@ -16,8 +16,9 @@ import pytest
 import model_tools
 import toolsets
 from agent.errors import ConfigError
+from agent.export.tool_stats import tool_stats
 from agent.protocols import Sandbox, ToolSpec
-from agent.tool_stats import tool_stats
+from agent.toolbox import registry
 from model_tools import (
     ALL_TOOLS,
     TOOL_TO_TOOLSET_MAP,
@@ -43,7 +44,7 @@ def call(name: str, args: Any, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]
 
 def test_tool_map_is_static_and_agrees_with_the_toolsets() -> None:
     assert {
-        tool: name for name, toolset in toolsets.TOOLSETS.items() for tool in toolset.tools
+        tool: name for name, toolset in toolsets.TOOLSETS.items() for tool in toolset.tool_names
     } == TOOL_TO_TOOLSET_MAP
     assert len(TOOL_TO_TOOLSET_MAP) == 21
     assert list(TOOL_TO_TOOLSET_MAP) == sorted(TOOL_TO_TOOLSET_MAP)
@@ -52,7 +53,7 @@ def test_tool_map_is_static_and_agrees_with_the_toolsets() -> None:
 
 
 def test_declared_only_tools_have_schemas_but_no_handler_and_say_why() -> None:
-    stubs = [spec for family in STUB_FAMILIES for spec in family.TOOLS]
+    stubs = [spec for family in STUB_FAMILIES for spec in family.TOOLSET.tools]
     assert len(stubs) == 15
     for spec in stubs:
         assert spec.handler is None
@@ -67,7 +68,7 @@ def test_declared_only_tools_have_schemas_but_no_handler_and_say_why() -> None:
 def test_unavailable_tools_are_never_offered() -> None:
     resolved = resolve_tools(["web", "vision", "image_gen", "moa", "browser"])
     assert resolved.specs == () and resolved.definitions == [] and resolved.toolsets_used == []
-    assert set(resolved.unavailable) == {spec.name for f in STUB_FAMILIES for spec in f.TOOLS}
+    assert set(resolved.unavailable) == {spec.name for f in STUB_FAMILIES for spec in f.TOOLSET.tools}
     assert all(resolved.unavailable.values())
 
 
@@ -105,8 +106,8 @@ def test_definitions_are_copies() -> None:
 def test_unavailability_is_logged_once_per_tool(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(model_tools, "_reported", set())
-    with caplog.at_level(logging.INFO, logger="model_tools"):
+    monkeypatch.setattr(registry, "_reported", set())
+    with caplog.at_level(logging.INFO, logger="agent.toolbox.registry"):
         resolve_tools(["web", "terminal"])
         resolve_tools(["web"])
     logged = sorted(r.getMessage().split()[1] for r in caplog.records)
@@ -116,7 +117,7 @@ def test_unavailability_is_logged_once_per_tool(
 def test_toolset_availability() -> None:
     availability = model_tools.toolset_availability()
     assert availability["terminal"] is None and availability["file"] is None
-    assert availability["browser"] == browser.TOOLS[0].available()
+    assert availability["browser"] == browser.TOOLSET.tools[0].available()
 
 
 # ---------------------------------------------------------------- validation and dispatch
@@ -157,11 +158,11 @@ def unserialisable(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
 
 
 PROBES = {
-    "probe": ToolSpec("probe", "test", SCHEMA, echo),
-    "boom": ToolSpec("boom", "test", {**SCHEMA, "name": "boom"}, raiser),
-    "text": ToolSpec("text", "test", {"name": "text", "parameters": {"type": "object"}}, as_text),
-    "odd": ToolSpec("odd", "test", {"name": "odd"}, unserialisable),
-    "gone": ToolSpec("gone", "test", {"name": "gone"}, None, available=lambda: "no backend"),
+    "probe": ToolSpec("probe", SCHEMA, echo),
+    "boom": ToolSpec("boom", {**SCHEMA, "name": "boom"}, raiser),
+    "text": ToolSpec("text", {"name": "text", "parameters": {"type": "object"}}, as_text),
+    "odd": ToolSpec("odd", {"name": "odd"}, unserialisable),
+    "gone": ToolSpec("gone", {"name": "gone"}, None, available=lambda: "no backend"),
 }
 
 
@@ -231,7 +232,7 @@ def test_all_problems_are_reported_together() -> None:
 def test_handler_exception_becomes_a_result_and_is_logged(
     local_sandbox: Sandbox, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.DEBUG, logger="model_tools"):
+    with caplog.at_level(logging.DEBUG, logger="agent.toolbox.registry"):
         out = call("boom", {"text": "x"}, local_sandbox, PROBES)
     assert out == {"error": "Tool 'boom' failed: ValueError: disk on fire"}
     assert caplog.records[-1].exc_info is not None
@@ -330,8 +331,8 @@ def test_async_handlers_run_on_the_loop_and_others_in_a_thread(local_sandbox: Sa
 
     schema = {"name": "t", "parameters": {"type": "object"}}
     allowed = {
-        "blocking": ToolSpec("blocking", "test", schema, blocking),
-        "both": ToolSpec("both", "test", schema, blocking, async_handler=on_loop),
+        "blocking": ToolSpec("blocking", schema, blocking),
+        "both": ToolSpec("both", schema, blocking, async_handler=on_loop),
     }
 
     async def main() -> tuple[str, str]:
@@ -358,7 +359,7 @@ def test_a_cancelled_call_of_a_thread_tool_returns_only_once_the_tool_is_done(lo
         return "written"
 
     schema = {"name": "w", "parameters": {"type": "object"}}
-    allowed = {"w": ToolSpec("w", "test", schema, slow_writer)}
+    allowed = {"w": ToolSpec("w", schema, slow_writer)}
 
     async def main() -> None:
         call = asyncio.create_task(ahandle_function_call("w", "{}", local_sandbox, allowed))

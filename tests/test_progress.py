@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from agent.progress import RateWindow, RunProgress
+from agent.batch.progress import RateWindow, RunProgress
 
 
 class FakeClock:

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from agent import llm_client
-from agent.endpoint_server import EndpointFault
-from agent.llm_client import OpenAIChatModel
+from agent.llm import client as llm_client
+from agent.llm.client import OpenAIChatModel
+from agent.llm.rate_limit import AdaptiveLimiter
 from agent.protocols import ChatRequest
-from agent.rate_limit import AdaptiveLimiter
-from agent.simulated_endpoint import SimulatedEndpoint, Turn
+from agent.servers.endpoint_server import EndpointFault
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
 
 
 def run(test: Callable[[], Awaitable[None]]) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from agent.reasoning import extract, split_inline
+from agent.llm.reasoning import extract, split_inline
 from agent.sandboxes import SandboxOptions
-from agent.simulated_endpoint import SimulatedEndpoint, Turn
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from run_agent import AIAgent
 
 PLAN = "PLAN: list the directory with the terminal tool first."

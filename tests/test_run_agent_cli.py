@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.endpoint_server import EndpointFault
-from agent.simulated_endpoint import SimulatedEndpoint, Turn
+from agent.servers.endpoint_server import EndpointFault
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-test-CLI-9876543210fedcba"

@@ -8,7 +8,13 @@ from typing import Any
 
 from rich.console import Console
 
-from agent.run_stats import HISTORY_POINTS, RunStatistics, has_reasoning, merge_histories, render_statistics
+from agent.store.statistics import (
+    HISTORY_POINTS,
+    RunStatistics,
+    has_reasoning,
+    merge_histories,
+    render_statistics,
+)
 
 EMPTY_THINK = "<think>\n</think>\n"
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from agent.dataset import prompt_key
-from agent.entry import result_record
+from agent.batch.dataset import prompt_key
+from agent.batch.records import result_record
 from agent.errors import RunLockedError
-from agent.run_store import RunDirectory, encode_line
+from agent.store.directory import RunDirectory, encode_line
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = {"terminal", "read_file", "write_file"}
@@ -171,7 +171,7 @@ def test_write_json_replaces_atomically_and_read_json_tolerates_missing_or_corru
 HOLD_LOCK = """
     import time
     from pathlib import Path
-    from agent.run_store import RunDirectory
+    from agent.store.directory import RunDirectory
     run = RunDirectory(Path({path!r}))
     run.lock()
     print("locked", flush=True)
@@ -386,7 +386,7 @@ def test_a_merge_that_fails_midway_leaves_the_old_output_intact(run: RunDirector
 
 WRITER = """
     from pathlib import Path
-    from agent.run_store import RunDirectory
+    from agent.store.directory import RunDirectory
     run = RunDirectory(Path({path!r}))
     run.lock()
     start = {start}
@@ -450,7 +450,7 @@ def test_kill_9_at_random_moments_leaves_only_whole_lines_after_repair(tmp_path:
 FILL_DISK = """
     import resource, signal
     from pathlib import Path
-    from agent.run_store import RunDirectory
+    from agent.store.directory import RunDirectory
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of being killed
     run = RunDirectory(Path({path!r}))
     run.lock()

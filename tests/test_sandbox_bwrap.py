@@ -16,7 +16,7 @@ import pytest
 from agent.errors import SandboxError, SandboxPathError
 from agent.protocols import Sandbox, SandboxSpec
 from agent.sandboxes import SandboxOptions, sandbox_factory
-from agent.sandboxes.bwrap import BwrapSandbox, open_sandbox, reap_stale, unavailable_reason
+from agent.sandboxes.bwrap.sandbox import BwrapSandbox, open_sandbox, reap_stale, unavailable_reason
 from tests.fixtures.containers import exercise_tools
 
 pytestmark = pytest.mark.bwrap
@@ -187,8 +187,9 @@ def test_the_terminal_and_file_tools_work_in_bwrap(bwrap_options: SandboxOptions
 ORPHAN = """
 import sys, time
 from agent.protocols import SandboxSpec
-from agent.sandboxes import SandboxOptions, bwrap_command
-from agent.sandboxes.bwrap import open_sandbox
+from agent.sandboxes import SandboxOptions
+from agent.sandboxes.bwrap import command as bwrap_command
+from agent.sandboxes.bwrap.sandbox import open_sandbox
 if sys.argv[3] == "escape":  # as if the runner died while bwrap started (a race bwrap cannot close):
     # bwrap's parent becomes a shell that outlives the runner
     bwrap_command.DIE_WITH_RUNNER[:] = ["/bin/sh", "-c", '"$@"; exit $?']

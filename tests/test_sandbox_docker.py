@@ -22,8 +22,14 @@ from agent.errors import SandboxError
 from agent.protocols import Sandbox, SandboxSpec
 from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.sandboxes import unavailable_reason as registry_reason
-from agent.sandboxes.container_lifecycle import LABEL_HOST, LABEL_PID, LABEL_PROMPT, LABEL_RUN
-from agent.sandboxes.docker import DockerSandbox, ensure_image, open_sandbox, reap_stale, unavailable_reason
+from agent.sandboxes.docker.lifecycle import LABEL_HOST, LABEL_PID, LABEL_PROMPT, LABEL_RUN
+from agent.sandboxes.docker.sandbox import (
+    DockerSandbox,
+    ensure_image,
+    open_sandbox,
+    reap_stale,
+    unavailable_reason,
+)
 from tests.fixtures.containers import MARKED_IMAGE, Engine, exercise_tools
 
 REPO = Path(__file__).resolve().parent.parent
@@ -248,7 +254,7 @@ ORPHAN = """
 import sys, time
 from agent.protocols import SandboxSpec
 from agent.sandboxes import SandboxOptions
-from agent.sandboxes.docker import open_sandbox
+from agent.sandboxes.docker.sandbox import open_sandbox
 with open_sandbox(SandboxSpec(sys.argv[1], "orphan"), SandboxOptions(backend="docker")) as sandbox:
     sandbox.exec("true", timeout=60)
     print("ready", flush=True)

@@ -21,8 +21,8 @@ import uvloop
 from agent.errors import SandboxError, SandboxPathError
 from agent.protocols import ExecResult, Sandbox, SandboxFactory, SandboxSpec
 from agent.sandboxes import SandboxOptions, sandbox_factory
-from agent.sandboxes.local import LocalSandbox, open_sandbox, reap_stale, unavailable_reason
-from agent.sandboxes.sandbox_dirs import remove_tree
+from agent.sandboxes.host.sandbox_dirs import remove_tree
+from agent.sandboxes.local.sandbox import LocalSandbox, open_sandbox, reap_stale, unavailable_reason
 
 SPEC = SandboxSpec(run_name="run-1", prompt_key="prompt-a")
 REPO = Path(__file__).resolve().parent.parent
@@ -273,7 +273,7 @@ _ORPHAN_MAKER = """
 import os, signal, sys
 from agent.protocols import SandboxSpec
 from agent.sandboxes import SandboxOptions
-from agent.sandboxes.local import open_sandbox
+from agent.sandboxes.local.sandbox import open_sandbox
 context = open_sandbox(SandboxSpec("run-1", "dead"), SandboxOptions(root=sys.argv[1]))
 sandbox = context.__enter__()  # never exited: the process dies with the sandbox open
 result = sandbox.exec("sleep 300 > /dev/null 2>&1 & echo $!", timeout=30)

@@ -20,7 +20,7 @@ import pytest
 from agent.errors import SandboxError
 from agent.protocols import AsyncSandbox, SandboxFactory, SandboxSpec
 from agent.sandboxes import SandboxOptions, sandbox_pool, sandbox_session
-from agent.sandboxes.local import open_pool
+from agent.sandboxes.local.sandbox import open_pool
 
 SPEC = SandboxSpec(run_name="pool-run", prompt_key="p")
 REPO = Path(__file__).resolve().parent.parent
@@ -119,8 +119,9 @@ def test_the_registry_pools_local_sandboxes_only(tmp_path: Path) -> None:
 _ADOPTER = """
 import json, os, sys, threading, time
 from agent.protocols import SandboxSpec
-from agent.sandboxes import SandboxOptions, orphans
-from agent.sandboxes.local import open_pool
+from agent.sandboxes import SandboxOptions
+from agent.sandboxes.host import orphans
+from agent.sandboxes.local.sandbox import open_pool
 
 assert orphans.adopt_orphans()
 seen = {}
@@ -172,8 +173,9 @@ _ON_THE_LOOP = """
 import asyncio, json, os, sys
 from concurrent.futures import ThreadPoolExecutor
 from agent.protocols import SandboxSpec
-from agent.sandboxes import SandboxOptions, orphans, sandbox_session
-from agent.sandboxes.local import open_pool
+from agent.sandboxes import SandboxOptions, sandbox_session
+from agent.sandboxes.host import orphans
+from agent.sandboxes.local.sandbox import open_pool
 
 class Counting(ThreadPoolExecutor):
     handed = 0

@@ -19,9 +19,9 @@ import httpx2
 import openai
 import pytest
 
-from agent.endpoint_server import EndpointFault
-from agent.simulated_endpoint import SimulatedEndpoint, Turn
-from agent.simulated_replies import choose_tool_call
+from agent.servers.endpoint_server import EndpointFault
+from agent.servers.simulated.replies import choose_tool_call
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
 
 MakeEndpoint = Callable[..., SimulatedEndpoint]
 ROOT = Path(__file__).resolve().parents[1]
@@ -417,7 +417,7 @@ def test_cli_prints_its_url_serves_and_stops_on_sigterm() -> None:
     command = [
         sys.executable,
         "-m",
-        "agent.simulated_endpoint",
+        "agent.servers.simulated.server",
         "--port=0",
         "--latency=0.05",
         "--policy=answer",
@@ -446,7 +446,7 @@ def test_cli_reports_a_bad_option_in_one_line() -> None:
     command = [
         sys.executable,
         "-m",
-        "agent.simulated_endpoint",
+        "agent.servers.simulated.server",
         "--port=0",
         "--rate_429=0.9",
         "--rate_5xx=0.9",

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from agent.sandboxes.local import LocalSandbox
-from tools.files import MAX_READ_LINES, TOOLS
+from agent.sandboxes.local.sandbox import LocalSandbox
+from tools.files import MAX_READ_LINES, TOOLSET
+
+TOOLS = TOOLSET.tools
 
 
 def call(name: str, sandbox: LocalSandbox, **args: Any) -> Any:
@@ -22,11 +24,12 @@ def host(sandbox: LocalSandbox, path: str) -> Path:
 
 
 def test_schemas_are_openai_function_schemas() -> None:
-    assert [(s.name, s.toolset) for s in TOOLS] == [
-        ("read_file", "file"),
-        ("write_file", "file"),
-        ("patch", "file"),
-        ("search_files", "file"),
+    assert TOOLSET.name == "file"
+    assert [s.name for s in TOOLS] == [
+        "read_file",
+        "write_file",
+        "patch",
+        "search_files",
     ]
     for spec in TOOLS:
         schema = spec.schema

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from agent.protocols import ExecResult, Sandbox, ToolSpec
-from agent.sandboxes.local import LocalSandbox
+from agent.sandboxes.local.sandbox import LocalSandbox
 from tools import terminal
-from tools.terminal import DEFAULT_TIMEOUT, MAX_TIMEOUT, TOOLS, make_terminal_handler, truncate_output
+from tools.terminal import DEFAULT_TIMEOUT, MAX_TIMEOUT, TOOLSET, make_terminal_handler, truncate_output
+
+TOOLS = TOOLSET.tools
 
 
 def _tool(name: str) -> ToolSpec:
@@ -34,10 +36,8 @@ def run(request: pytest.FixtureRequest) -> Run:
 
 
 def test_family_declares_terminal_and_an_unoffered_process_tool() -> None:
-    assert [(spec.name, spec.toolset) for spec in TOOLS] == [
-        ("terminal", "terminal"),
-        ("process", "terminal"),
-    ]
+    assert TOOLSET.name == "terminal"
+    assert [spec.name for spec in TOOLS] == ["terminal", "process"]
     assert _tool("terminal").available() is None
     process = _tool("process")
     assert process.handler is None

@@ -50,7 +50,7 @@ def test_the_seventeen_distributions_and_their_probabilities() -> None:
 
 
 def test_toolsets_and_their_tools() -> None:
-    assert {name: ts.tools for name, ts in TOOLSETS.items()} == {
+    assert {name: ts.tool_names for name, ts in TOOLSETS.items()} == {
         "web": ("web_search", "web_extract"),
         "vision": ("vision_analyze",),
         "image_gen": ("image_generate",),
@@ -70,7 +70,7 @@ def test_toolsets_and_their_tools() -> None:
             "browser_console",
         ),
     }
-    tools = [tool for ts in TOOLSETS.values() for tool in ts.tools]
+    tools = [tool for ts in TOOLSETS.values() for tool in ts.tool_names]
     assert len(tools) == len(set(tools)) == 21  # web_search belongs to web only
 
 

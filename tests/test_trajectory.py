@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent.trajectory import (
+from agent.export.sharegpt import (
     ShareGPT,
     convert,
     hermes_system_message,
@@ -220,7 +220,7 @@ def test_bad_arguments_become_empty_objects_and_are_reported(caplog: pytest.LogC
         call("c", "terminal", ""),
     ]
     messages = [user("q"), assistant("", None, calls)] + [result(i, "terminal", "ok") for i in "abc"]
-    with caplog.at_level(logging.WARNING, logger="agent.trajectory"):
+    with caplog.at_level(logging.WARNING, logger="agent.export.sharegpt"):
         converted = convert(messages, [])
     assert gpt_values(converted.conversations)[0].count('"arguments": {}') == 3
     assert len(converted.warnings) == 2  # an empty string is a call without arguments, not an error
@@ -320,7 +320,7 @@ def test_save_picks_the_file_by_completion_and_appends(tmp_path: Path) -> None:
 def test_torn_last_line_is_moved_aside_not_glued(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "trajectory_samples.jsonl"
     path.write_text('{"n": 1}\n{"conversations": [{"from": "hum', encoding="utf-8")
-    with caplog.at_level(logging.WARNING, logger="agent.trajectory"):
+    with caplog.at_level(logging.WARNING, logger="agent.export.sharegpt"):
         save_trajectory([], "m", True, directory=tmp_path)
     rows = read_lines(path)
     assert rows[0] == {"n": 1} and rows[1]["model"] == "m" and len(rows) == 2

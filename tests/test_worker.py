@@ -6,7 +6,7 @@ import asyncio
 
 import uvloop
 
-from agent.worker import event_loop_factory
+from agent.batch.worker import event_loop_factory
 
 
 def test_workers_run_their_conversations_on_uvloop() -> None:

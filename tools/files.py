@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.errors import SandboxPathError
-from agent.protocols import Sandbox, ToolHandler, ToolSpec
+from agent.protocols import Sandbox, ToolHandler, Toolset, ToolSpec
 
 DEFAULT_READ_LINES = 500
 MAX_READ_LINES = 2000
@@ -346,9 +346,13 @@ SEARCH_FILES_SCHEMA = _schema(
     ["pattern"],
 )
 
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("read_file", "file", READ_FILE_SCHEMA, read_file),
-    ToolSpec("write_file", "file", WRITE_FILE_SCHEMA, write_file),
-    ToolSpec("patch", "file", PATCH_SCHEMA, patch),
-    ToolSpec("search_files", "file", SEARCH_FILES_SCHEMA, search_files),
+TOOLSET = Toolset(
+    "file",
+    "Read, write, patch and search files",
+    (
+        ToolSpec("read_file", READ_FILE_SCHEMA, read_file),
+        ToolSpec("write_file", WRITE_FILE_SCHEMA, write_file),
+        ToolSpec("patch", PATCH_SCHEMA, patch),
+        ToolSpec("search_files", SEARCH_FILES_SCHEMA, search_files),
+    ),
 )

@@ -7,18 +7,16 @@ the same on every machine.
 
 from __future__ import annotations
 
-from agent.protocols import ToolSpec
+from agent.protocols import Toolset
 
+_REASON = "no image generation backend is implemented in this runner"
 
-def _unavailable() -> str:
-    return "no image generation backend is implemented in this runner"
-
-
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        name="image_generate",
-        toolset="image_gen",
-        schema={
+TOOLSET = Toolset.declared_only(
+    "image_gen",
+    "Image generation",
+    _REASON,
+    (
+        {
             "name": "image_generate",
             "description": "Generate an image from a text prompt; returns the image URL.",
             "parameters": {
@@ -34,7 +32,5 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "required": ["prompt"],
             },
         },
-        handler=None,
-        available=_unavailable,
     ),
 )

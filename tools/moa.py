@@ -7,18 +7,16 @@ offered to the model. It is declared so that the tool map is the same on every m
 
 from __future__ import annotations
 
-from agent.protocols import ToolSpec
+from agent.protocols import Toolset
 
+_REASON = "no mixture-of-agents backend is implemented in this runner"
 
-def _unavailable() -> str:
-    return "no mixture-of-agents backend is implemented in this runner"
-
-
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        name="mixture_of_agents",
-        toolset="moa",
-        schema={
+TOOLSET = Toolset.declared_only(
+    "moa",
+    "Mixture of agents: ask several models, aggregate",
+    _REASON,
+    (
+        {
             "name": "mixture_of_agents",
             "description": (
                 "Ask several strong models the same hard question and return an aggregated answer."
@@ -31,7 +29,5 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "required": ["user_prompt"],
             },
         },
-        handler=None,
-        available=_unavailable,
     ),
 )

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.errors import SandboxPathError
-from agent.protocols import AsyncSandbox, AsyncToolHandler, ExecResult, Sandbox, ToolHandler, ToolSpec
+from agent.protocols import (
+    AsyncSandbox,
+    AsyncToolHandler,
+    ExecResult,
+    Sandbox,
+    ToolHandler,
+    Toolset,
+    ToolSpec,
+)
 
 DEFAULT_TIMEOUT = 180  # seconds; the model may ask for another value up to MAX_TIMEOUT
 MAX_TIMEOUT = 600
@@ -178,18 +186,16 @@ def _process_unavailable() -> str:
     return "background process management is not implemented yet"
 
 
-def build_tools(default_timeout: float = DEFAULT_TIMEOUT) -> tuple[ToolSpec, ...]:
+def build_toolset(default_timeout: float = DEFAULT_TIMEOUT) -> Toolset:
     """The family's tools, with `terminal` defaulting to `default_timeout` seconds."""
-    return (
-        ToolSpec(
-            "terminal",
-            "terminal",
-            TERMINAL_SCHEMA,
-            make_terminal_handler(default_timeout),
-            async_handler=make_async_terminal_handler(default_timeout),
-        ),
-        ToolSpec("process", "terminal", PROCESS_SCHEMA, None, available=_process_unavailable),
+    terminal = ToolSpec(
+        "terminal",
+        TERMINAL_SCHEMA,
+        make_terminal_handler(default_timeout),
+        async_handler=make_async_terminal_handler(default_timeout),
     )
+    process = ToolSpec("process", PROCESS_SCHEMA, None, available=_process_unavailable)
+    return Toolset("terminal", "Shell commands and background processes", (terminal, process))
 
 
-TOOLS: tuple[ToolSpec, ...] = build_tools()
+TOOLSET = build_toolset()

@@ -7,18 +7,16 @@ the same on every machine.
 
 from __future__ import annotations
 
-from agent.protocols import ToolSpec
+from agent.protocols import Toolset
 
+_REASON = "no vision backend is implemented in this runner"
 
-def _unavailable() -> str:
-    return "no vision backend is implemented in this runner"
-
-
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        name="vision_analyze",
-        toolset="vision",
-        schema={
+TOOLSET = Toolset.declared_only(
+    "vision",
+    "Image analysis",
+    _REASON,
+    (
+        {
             "name": "vision_analyze",
             "description": "Answer a question about an image given by URL or local path.",
             "parameters": {
@@ -30,7 +28,5 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "required": ["image_url", "question"],
             },
         },
-        handler=None,
-        available=_unavailable,
     ),
 )

@@ -8,18 +8,16 @@ machine.
 
 from __future__ import annotations
 
-from agent.protocols import ToolSpec
+from agent.protocols import Toolset
 
+_REASON = "no web search/extract backend is implemented in this runner"
 
-def _unavailable() -> str:
-    return "no web search/extract backend is implemented in this runner"
-
-
-TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(
-        name="web_search",
-        toolset="web",
-        schema={
+TOOLSET = Toolset.declared_only(
+    "web",
+    "Web search and page extraction",
+    _REASON,
+    (
+        {
             "name": "web_search",
             "description": "Search the web; returns titles, URLs and snippets of the top results.",
             "parameters": {
@@ -28,13 +26,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "required": ["query"],
             },
         },
-        handler=None,
-        available=_unavailable,
-    ),
-    ToolSpec(
-        name="web_extract",
-        toolset="web",
-        schema={
+        {
             "name": "web_extract",
             "description": "Fetch web pages and return their main content as markdown.",
             "parameters": {
@@ -49,7 +41,5 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "required": ["urls"],
             },
         },
-        handler=None,
-        available=_unavailable,
     ),
 )

@@ -25,14 +25,27 @@ from contextlib import (
     contextmanager,
     suppress,
 )
-from dataclasses import dataclass
 from types import ModuleType
 from typing import TypeVar
 
 from agent.errors import ConfigError, SandboxUnavailable
 from agent.protocols import Sandbox, SandboxFactory, SandboxSpec
+from agent.sandboxes.options import SandboxOptions
 
 T = TypeVar("T")
+
+__all__ = [
+    "BACKENDS",
+    "SandboxOptions",
+    "available_backends",
+    "reap_stale",
+    "resolve_backend",
+    "sandbox_factory",
+    "sandbox_pool",
+    "sandbox_session",
+    "to_the_end",
+    "unavailable_reason",
+]
 
 BACKENDS = ("local", "bwrap", "docker")
 UNSUPPORTED = {
@@ -42,19 +55,6 @@ UNSUPPORTED = {
     "daytona": "Daytona is not supported yet (a cloud service this tool cannot reach or test)",
     "ssh": "ssh is not supported yet",
 }
-DEFAULT_IMAGE = "python:3.11-slim"
-
-
-@dataclass(frozen=True)
-class SandboxOptions:
-    backend: str = "local"
-    default_image: str = DEFAULT_IMAGE
-    network: bool = False  # containers: allow network access
-    memory_mb: int = 1024
-    cpus: float = 1.0
-    pids_limit: int = 256
-    command_timeout: float = 180.0  # default per-command timeout of the terminal tool
-    root: str | None = None  # local/bwrap: where per-prompt directories are made (default: tmp)
 
 
 def resolve_backend(flag: str | None) -> str:
@@ -68,7 +68,7 @@ def resolve_backend(flag: str | None) -> str:
 
 
 def _module(backend: str) -> ModuleType:
-    return importlib.import_module(f"agent.sandboxes.{backend}")
+    return importlib.import_module(f"agent.sandboxes.{backend}.sandbox")
 
 
 def unavailable_reason(options: SandboxOptions) -> str | None:
@@ -93,8 +93,8 @@ def reap_stale(options: SandboxOptions) -> list[str]:
     """Remove what dead processes (kill -9, the OOM killer) left behind for this backend:
     directories for local/bwrap, containers for docker. Returns what was removed."""
     if options.backend == "docker":
-        from agent.sandboxes.docker import reap_stale as reap_containers
-        from agent.sandboxes.docker_engine import engine_client
+        from agent.sandboxes.docker.engine import engine_client
+        from agent.sandboxes.docker.lifecycle import reap_stale as reap_containers
 
         return reap_containers(engine_client())
     removed: list[str] = _module(options.backend).reap_stale(options.root)

@@ -1,0 +1,214 @@
+"""One batch run, start to finish: validate, resume, schedule, write, merge, report.
+
+Exactly once: a prompt is done when its line is in a batch file (or its discard record in
+discarded.jsonl). Everything else — checkpoint.json, statistics.json, trajectories.jsonl —
+is derived from those append-only files and rewritten atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+
+from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
+from agent.batch.progress import RunProgress
+from agent.batch.scheduler import Scheduler
+from agent.config.run_config import RunConfig
+from agent.sandboxes import reap_stale
+from agent.store.directory import RunDirectory, RunIndex
+from agent.store.statistics import RunStatistics, render_statistics
+from agent.toolbox.distributions import sample_toolsets_from_distribution
+from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
+
+log = logging.getLogger("agent.batch.run")
+
+EXIT_OK, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 130
+
+
+class BatchRun:
+    def __init__(self, config: RunConfig, console: Console) -> None:
+        self.config = config
+        self.console = console
+        self.store = RunDirectory(config.run_dir)
+        self.stats = RunStatistics()
+        self.done_indices: set[int] = set()
+        self.batch_stats: dict[int, dict[str, int]] = {}
+        self.attempts: dict[str, int] = {}
+        self.done_keys: set[str] = set()
+        self.progress: RunProgress | None = None
+
+    def run(self, scan: DatasetScan) -> int:
+        started = time.monotonic()
+        self.store.lock()
+        try:
+            index = self._open_run()
+            todo = self._plan(index)
+            tally = None
+            if todo:
+                tally = self._schedule(todo, already_done=scan.valid - todo)
+            else:
+                self.console.print("Every prompt of the dataset is already done; merging.")
+            self._checkpoint()
+            if tally is not None and tally.interrupted:
+                self._finish(scan, started, merge=False)
+                return EXIT_INTERRUPTED
+            stats = self._finish(scan, started, merge=True)
+        finally:
+            self.store.close()
+        failed = sum(stats["failures"].values())
+        if failed:
+            self.console.print(
+                f"[red]{failed} prompt(s) failed[/red]: rerun with --resume to retry them.", soft_wrap=True
+            )
+            return EXIT_FAILURES
+        return EXIT_OK
+
+    def _open_run(self) -> RunIndex:
+        for note in self.store.repair():
+            log.warning("%s", note)
+        self._reap_sandboxes()
+        index = self.store.scan()
+        self.attempts = dict(index.failures)
+        self.store.write_json("run_config.json", self.config.public())
+        return index
+
+    def _reap_sandboxes(self) -> None:
+        """Remove sandboxes whose owner died (a worker killed by OOM or kill -9 cannot clean up)."""
+        for name in reap_stale(self.config.sandbox):
+            log.warning("removed a sandbox left by a dead process: %s", name)
+
+    def _plan(self, index: RunIndex) -> int:
+        """How many prompts remain; records which dataset indices are already done."""
+        todo = 0
+        for row in self._rows():
+            self._batch(row.index)["total"] += 1
+            if row.key in index.done or row.key in index.discarded:
+                self.done_indices.add(row.index)
+                self._batch(row.index)["processed"] += 1
+            else:
+                todo += 1
+        self.done_keys = index.done | index.discarded
+        return todo
+
+    def _rows(self) -> Iterator[DatasetRow]:
+        return iter_rows(self.config.dataset_file, self.config.max_samples)
+
+    def _batch(self, prompt_index: int) -> dict[str, int]:
+        number = prompt_index // self.config.batch_size
+        return self.batch_stats.setdefault(number, {"total": 0, "processed": 0, "discarded": 0, "failed": 0})
+
+    def _jobs(self) -> Iterator[dict[str, Any]]:
+        cfg = self.config
+        for row in self._rows():
+            if row.key in self.done_keys:
+                continue
+            rng = random.Random(f"{cfg.seed}:{row.key}")  # reproducible whatever the scheduling
+            yield {
+                "index": row.index,
+                "key": row.key,
+                "prompt": row.prompt,
+                "image": row.image,
+                "cwd": row.cwd,
+                "metadata": row.metadata,
+                "batch_num": row.index // cfg.batch_size,
+                "toolsets": sample_toolsets_from_distribution(cfg.distribution, rng),
+            }
+
+    def _schedule(self, todo: int, already_done: int) -> Any:
+        with RunProgress(todo + already_done, already_done, console=self.console) as progress:
+            self.progress = progress
+            scheduler = Scheduler(self.config, self._on_event, self._checkpoint)
+            return scheduler.run(self._jobs())
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        kind = event["kind"]
+        if kind == "result":
+            self.store.append_result(event["batch_num"], event["line"])
+            self._mark_done(event["prompt_index"])
+            outcome = "done" if event["completed"] else "partial"
+            self.stats.add_processed(event["outcome"], event["usage"])
+        elif kind == "discard":
+            record = event["record"]
+            self.store.append_discard(record)
+            self._mark_done(record["prompt_index"], discarded=True)
+            self.stats.add_discard(record["reason"])
+            self.stats.add_processed("discarded", record["entry"]["metadata"]["usage"])
+            outcome = "discarded"
+        elif kind == "failure":
+            record = event["record"]
+            record["attempt"] = self.attempts.get(event["key"], 0) + 1
+            self.store.append_failure(record)
+            self._batch(record["prompt_index"])["failed"] += 1
+            self.stats.add_failure(record["error_class"])
+            self.stats.add_processed("failed", record.get("usage") or {})
+            outcome = "failed"
+            self._report_failure(record)
+        elif kind == "limiter":
+            self.stats.add_limiter(event["stats"])
+            return
+        else:
+            return
+        if self.progress is not None:
+            self.progress.advance(outcome)
+
+    def _report_failure(self, record: dict[str, Any]) -> None:
+        message = (
+            f"prompt {record['prompt_index']} failed ({record['error_class']}): {record['message'][:200]}"
+        )
+        if self.progress is not None:
+            self.progress.log(message)
+
+    def _mark_done(self, prompt_index: int, discarded: bool = False) -> None:
+        self.done_indices.add(prompt_index)
+        batch = self._batch(prompt_index)
+        batch["processed"] += 1
+        batch["discarded"] += discarded
+
+    def _checkpoint(self) -> None:
+        """Group commit: write_json makes the appended lines durable before describing them."""
+        self.store.write_json(
+            "checkpoint.json",
+            {
+                "run_name": self.config.run_name,
+                "completed_prompts": sorted(self.done_indices),
+                "batch_stats": {str(k): v for k, v in sorted(self.batch_stats.items())},
+                "last_updated": datetime.now().isoformat(),
+            },
+        )
+
+    def _summary(self, scan: DatasetScan, duration: float) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "run_name": cfg.run_name,
+            "distribution": cfg.distribution,
+            "model": cfg.agent.model,
+            "total_prompts": scan.valid,
+            "batch_size": cfg.batch_size,
+            "total_batches": -(-scan.valid // cfg.batch_size),
+            "duration_seconds": duration,
+            "dataset": {
+                "file": scan.path,
+                "lines": scan.total_lines,
+                "valid": scan.valid,
+                "invalid": scan.error_count,
+            },
+        }
+
+    def _finish(self, scan: DatasetScan, started: float, *, merge: bool) -> dict[str, Any]:
+        summary = self._summary(scan, time.monotonic() - started)
+        if merge:
+            report = self.store.merge(set(TOOL_TO_TOOLSET_MAP), on_entry=self.stats.add_entry)
+            summary["merge"] = dict(report.__dict__)
+        stats = self.stats.to_dict(**summary)
+        self.store.write_json("statistics.json", stats)
+        render_statistics(stats, self.console)
+        if merge:
+            path = self.config.run_dir / "trajectories.jsonl"
+            self.console.print(f"Trajectories: {path}", markup=False, highlight=False, soft_wrap=True)
+        return stats

@@ -1,0 +1,191 @@
+"""Scheduling prompts (not batches) onto worker processes, and the parent's single-writer loop.
+
+Jobs flow through a bounded queue, so the dataset is streamed, never held; each worker pulls
+a job whenever one of its conversation slots frees, so a slow prompt never idles capacity.
+Results come back on one event queue; the parent appends them to the run directory, syncs
+in groups and rewrites the checkpoint. A prompt dispatched to a worker that died without
+answering is recorded as a `worker_lost` failure, retried on resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.batch import worker_entry
+from agent.batch.records import failure_record
+from agent.config.run_config import RunConfig
+
+log = logging.getLogger("agent.batch.scheduler")
+SYNC_EVERY = 1.0  # seconds between group commits (fsync + checkpoint)
+STOP_GRACE = 30.0  # seconds workers get to destroy their sandboxes after SIGTERM
+
+
+@dataclass
+class Tally:
+    dispatched: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> job, until answered
+    interrupted: bool = False
+
+
+class Scheduler:
+    """Runs `jobs` on `config.num_workers` processes; `on_event` handles each worker event."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        on_event: Callable[[dict[str, Any]], None],
+        on_tick: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.on_event = on_event
+        self.on_tick = on_tick
+        self.ctx = multiprocessing.get_context("spawn")
+        self.jobs: Any = self.ctx.Queue(maxsize=max(2 * config.max_inflight, 8))
+        self.events: Any = self.ctx.Queue()
+        self.tally = Tally()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def run(self, jobs: Iterable[dict[str, Any]]) -> Tally:
+        procs = [
+            self.ctx.Process(
+                target=worker_entry.main,
+                args=(i, self.config, self.jobs, self.events, os.getpid()),
+                name=f"agent-worker-{i}",
+            )
+            for i in range(self.config.num_workers)
+        ]
+        for proc in procs:  # started from the main thread: PDEATHSIG follows the creating thread
+            proc.start()
+        feeder = threading.Thread(target=self._feed, args=(jobs,), name="job-feeder", daemon=True)
+        feeder.start()
+        try:
+            dead = self._drain(procs)
+            if dead is not None:
+                log.error(
+                    "worker %d exited unexpectedly (exit code %s; the OOM killer?): stopping the run; "
+                    "its prompts are recorded as worker_lost, rerun with --resume",
+                    dead,
+                    procs[dead].exitcode,
+                )
+                self._stop_workers(procs)
+        except KeyboardInterrupt:
+            self.tally.interrupted = True
+            log.warning("interrupted: stopping workers and destroying sandboxes…")
+            self._stop_workers(procs)
+        finally:
+            self._stop.set()
+            self._reap(procs)
+        self._account_lost()
+        return self.tally
+
+    def _feed(self, jobs: Iterable[dict[str, Any]]) -> None:
+        for job in jobs:
+            with self._lock:
+                self.tally.dispatched[job["key"]] = job
+            while not self._put(job):
+                if self._stop.is_set():
+                    return
+        for _ in range(self.config.num_workers):
+            while not self._put(None):
+                if self._stop.is_set():
+                    return
+
+    def _put(self, item: dict[str, Any] | None) -> bool:
+        try:
+            self.jobs.put(item, timeout=0.2)
+            return True
+        except queue.Full:
+            return False
+
+    def _drain(self, procs: list[Any], deadline: float | None = None) -> int | None:
+        """Handle events until every worker has exited (or `deadline` passes). Returns the
+        index of a worker that died without saying so: it may have died holding a lock of the
+        shared job queue, so the others cannot be trusted to finish."""
+        exited: set[int] = set()
+        next_tick = time.monotonic() + SYNC_EVERY
+        while len(exited) < len(procs):
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            try:
+                event = self.events.get(timeout=0.2)
+            except queue.Empty:
+                event = None
+            if event is not None:
+                self._handle(event, exited)
+            elif all(not p.is_alive() for p in procs):
+                self._drain_leftovers(exited)
+                return None
+            if time.monotonic() >= next_tick:
+                self.on_tick()
+                next_tick = time.monotonic() + SYNC_EVERY
+                if deadline is None and (dead := self._unannounced_death(procs, exited)) is not None:
+                    return dead
+        return None
+
+    def _unannounced_death(self, procs: list[Any], exited: set[int]) -> int | None:
+        if all(p.exitcode is None for i, p in enumerate(procs) if i not in exited):
+            return None
+        self._drain_leftovers(exited)  # its goodbye may still be in the queue
+        return next((i for i, p in enumerate(procs) if i not in exited and p.exitcode is not None), None)
+
+    def _handle(self, event: Any, exited: set[int]) -> None:
+        if isinstance(event, logging.LogRecord):
+            logging.getLogger(event.name).handle(event)
+            return
+        kind = event.get("kind")
+        if kind == "exit":
+            exited.add(event["worker"])
+            return
+        if kind in ("result", "discard", "failure", "cancelled"):
+            with self._lock:
+                self.tally.dispatched.pop(event["key"], None)
+        self.on_event(event)
+
+    def _drain_leftovers(self, exited: set[int]) -> None:
+        while True:
+            try:
+                self._handle(self.events.get(timeout=0.1), exited)
+            except queue.Empty:
+                return
+
+    def _stop_workers(self, procs: list[Any]) -> None:
+        """Stop feeding, ask workers to cancel (destroying sandboxes), keep the results they send."""
+        self._stop.set()
+        for proc in procs:
+            if proc.is_alive() and proc.pid is not None:
+                os.kill(proc.pid, signal.SIGTERM)
+        while True:
+            try:
+                self._drain(procs, deadline=time.monotonic() + STOP_GRACE)
+                return
+            except KeyboardInterrupt:
+                log.warning("still stopping workers (sandboxes are being destroyed)…")
+
+    def _reap(self, procs: list[Any]) -> None:
+        for proc in procs:
+            proc.join(timeout=STOP_GRACE if not self.tally.interrupted else 5)
+            if proc.is_alive():
+                log.error("worker %s did not stop; killing it", proc.name)
+                proc.kill()
+                proc.join()
+        self.jobs.cancel_join_thread()
+        self.jobs.close()
+        self.events.close()
+
+    def _account_lost(self) -> None:
+        """Prompts handed to a worker that never answered: failures, unless we were interrupted."""
+        lost = list(self.tally.dispatched.values())
+        self.tally.dispatched.clear()
+        if self.tally.interrupted:
+            return
+        for job in lost:
+            self.on_event(failure_record(job, "worker_lost", "the worker process running it exited early"))

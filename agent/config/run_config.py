@@ -1,0 +1,62 @@
+"""The batch run's typed, frozen configuration, built once from the CLI flags and saved with the run."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.config.agent_config import AgentConfig
+from agent.errors import ConfigError
+from agent.sandboxes import SandboxOptions
+
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def check_run_name(name: str) -> str:
+    """A run name that stays inside the output directory (no separators, no `..`)."""
+    if not _RUN_NAME.match(name) or ".." in name:
+        raise ConfigError(
+            f"--run_name={name!r}: use letters, digits, '.', '_' or '-' (it names a directory under the "
+            "output directory and must not escape it)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    dataset_file: str
+    batch_size: int
+    run_name: str
+    agent: AgentConfig
+    output_dir: str = "data"
+    distribution: str = "default"
+    seed: int = 0
+    num_workers: int = 4
+    max_inflight: int = 64
+    resume: bool = False
+    verbose: bool = False
+    max_samples: int | None = None
+    keep_no_reasoning: bool = False
+    prompt_timeout: float | None = None
+    rpm: float | None = None
+    tpm: float | None = None
+    sandbox: SandboxOptions = field(default_factory=SandboxOptions)
+    sandbox_starts: int = 4  # concurrent sandbox creations per worker process
+    embedded_threads: int = 1
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.run_name
+
+    @property
+    def inflight_per_worker(self) -> int:
+        return max(1, -(-self.max_inflight // self.num_workers))
+
+    def public(self) -> dict[str, Any]:
+        """JSON-able, without secrets: what `run_config.json` holds."""
+        data = {k: v for k, v in asdict(self).items() if k not in ("agent", "sandbox")}
+        data["agent"] = self.agent.public()
+        data["sandbox"] = asdict(self.sandbox)
+        return data

@@ -1,0 +1,309 @@
+"""Trajectories: converting an API message history to ShareGPT turns, and saving them.
+
+The conversion follows /work/shared/spec/trajectory-format.md and fixes the reference's
+fidelity bugs:
+- every `gpt` turn has exactly ONE think block: native `reasoning` and any inline
+  `<think>` / `<REASONING_SCRATCHPAD>` blocks left in the content are merged (W-TRAJ-1);
+- tool names in tool turns come from the call with the same `tool_call_id`, not from the
+  result's position (W-TRAJ-4);
+- messages the agent injected itself (`"_injected": True`) never appear (W-TRAJ-2);
+- nothing is dropped silently: invalid call arguments, orphan results and calls without
+  results are reported in `ShareGPT.warnings` (and logged).
+JSON inside `<tool_call>` / `<tool_response>` uses `json.dumps` defaults (ASCII escapes), as
+the reference does, so our rows are byte-compatible with its datasets.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from agent.common.identity_memo import IdentityMemo
+from agent.llm import reasoning
+
+__all__ = [
+    "ReasoningStats",
+    "ShareGPT",
+    "convert",
+    "hermes_system_message",
+    "reasoning_stats",
+    "save_trajectory",
+    "to_sharegpt",
+]
+
+log = logging.getLogger(__name__)
+
+_SYSTEM_HEAD = (
+    "You are a function calling AI model. You are provided with function signatures within "
+    "<tools> </tools> XML tags. You may call one or more functions to assist with the user query. "
+    "If available tools are not relevant in assisting with user query, just respond in natural "
+    "conversational language. Don't make assumptions about what values to plug into functions. "
+    "After calling & executing the functions, you will be provided with function results within "
+    "<tool_response> </tool_response> XML tags. Here are the available tools:\n<tools>\n"
+)
+_SYSTEM_TAIL = (
+    "\n</tools>\nFor each function call return a JSON object, with the following pydantic model "
+    "json schema for each:\n{'title': 'FunctionCall', 'type': 'object', 'properties': {'name': "
+    "{'title': 'Name', 'type': 'string'}, 'arguments': {'title': 'Arguments', 'type': 'object'}}, "
+    "'required': ['name', 'arguments']}\nEach function call should be enclosed within <tool_call> "
+    "</tool_call> XML tags.\nExample:\n<tool_call>\n{'name': <function-name>,'arguments': "
+    "<args-dict>}\n</tool_call>"
+)
+
+
+def _make_system_message(tool_schemas: Sequence[Mapping[str, Any]]) -> str:
+    tools = []
+    for schema in tool_schemas:
+        fn = schema.get("function", schema) if schema.get("type") == "function" else schema
+        tools.append(
+            {
+                "name": fn.get("name"),
+                "description": fn.get("description"),
+                "parameters": fn.get("parameters"),
+                "required": None,
+            }
+        )
+    return _SYSTEM_HEAD + json.dumps(tools, ensure_ascii=False) + _SYSTEM_TAIL
+
+
+_system_messages = IdentityMemo(_make_system_message)
+
+
+def hermes_system_message(tool_schemas: Sequence[Mapping[str, Any]]) -> str:
+    """The spec's function-calling system turn for these tools, in the given order (made
+    once for the same schema objects).
+
+    Accepts function schemas (`{"name", "description", "parameters"}`) or API tool
+    definitions (`{"type": "function", "function": schema}`)."""
+    return _system_messages(tool_schemas)
+
+
+def _turn_reasoning(message: Mapping[str, Any]) -> tuple[str, str]:
+    """(merged reasoning, content without inline blocks) for one assistant message; the loop
+    has usually separated them already, but a history from elsewhere may not have."""
+    native = message.get("reasoning")
+    inline, content = reasoning.split_inline(message.get("content") or "")
+    parts = reasoning.merge_parts([native.strip() if isinstance(native, str) else "", *inline])
+    return "\n\n".join(parts), content.strip()
+
+
+@dataclass(frozen=True)
+class ShareGPT:
+    conversations: list[dict[str, str]]
+    warnings: list[str] = field(default_factory=list)
+
+
+class _Converter:
+    """One pass over the history; keeps the calls of the last assistant turn for its results."""
+
+    def __init__(self, tool_schemas: Sequence[Mapping[str, Any]]) -> None:
+        self.turns: list[dict[str, str]] = [{"from": "system", "value": hermes_system_message(tool_schemas)}]
+        self.warnings: list[str] = []
+        self.open_calls: dict[str, str] = {}  # call id -> tool name, awaiting results
+        self.results: list[str] = []
+
+    def warn(self, text: str) -> None:
+        log.warning("trajectory: %s", text)
+        self.warnings.append(text)
+
+    def feed(self, message: Mapping[str, Any]) -> None:
+        role = message.get("role")
+        if message.get("_injected") or role == "system":
+            return
+        if role == "tool":
+            self.tool(message)
+            return
+        self.close_tool_turn()
+        if role == "user":
+            self.turns.append({"from": "human", "value": _text(message.get("content"))})
+        elif role == "assistant":
+            self.assistant(message)
+        else:
+            self.warn(f"message with unknown role {role!r} dropped")
+
+    def assistant(self, message: Mapping[str, Any]) -> None:
+        reasoning, content = _turn_reasoning(message)
+        think = f"<think>\n{reasoning}\n</think>\n" if reasoning else "<think>\n</think>\n"
+        calls = message.get("tool_calls") or []
+        if not calls:
+            self.turns.append({"from": "gpt", "value": (think + content).strip()})
+            return
+        value = think + (content + "\n" if content else "")
+        for call in calls:
+            if not isinstance(call, Mapping):
+                self.warn(f"non-object tool call entry dropped: {call!r}")
+                continue
+            fn = call.get("function") or {}
+            name = str(fn.get("name"))
+            self.open_calls[str(call.get("id"))] = name
+            payload = {"name": name, "arguments": self.arguments(name, fn.get("arguments"))}
+            value += f"<tool_call>\n{json.dumps(payload)}\n</tool_call>\n"
+        self.turns.append({"from": "gpt", "value": value.rstrip()})
+
+    def arguments(self, name: str, raw: Any) -> Any:
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            return {}
+        if isinstance(raw, dict):
+            return raw
+        try:
+            parsed = json.loads(raw)
+        except (TypeError, ValueError) as exc:
+            self.warn(f"tool call {name!r}: arguments are not valid JSON ({exc}); saved as {{}}: {raw!r}")
+            return {}
+        if not isinstance(parsed, dict):
+            self.warn(f"tool call {name!r}: arguments are not a JSON object; saved as {{}}: {raw!r}")
+            return {}
+        return parsed
+
+    def tool(self, message: Mapping[str, Any]) -> None:
+        call_id = str(message.get("tool_call_id"))
+        if call_id not in self.open_calls:
+            self.warn(f"tool result {call_id!r} does not answer the preceding assistant turn; dropped")
+            return
+        raw = message.get("content") or ""
+        payload = {"tool_call_id": call_id, "name": self.open_calls.pop(call_id), "content": _content(raw)}
+        self.results.append(f"<tool_response>\n{json.dumps(payload)}\n</tool_response>")
+
+    def close_tool_turn(self) -> None:
+        if self.results:
+            self.turns.append({"from": "tool", "value": "\n".join(self.results)})
+        for call_id, name in self.open_calls.items():
+            self.warn(f"tool call {call_id!r} ({name}) has no result")
+        self.results, self.open_calls = [], {}
+
+
+def _text(content: Any) -> str:
+    """A user message's text; multimodal content keeps its text parts (no base64 blobs)."""
+    if isinstance(content, list):
+        return "\n".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
+    return content if isinstance(content, str) else ""
+
+
+def _content(raw: str) -> Any:
+    """Tool output embedded as JSON when it is a JSON object or array, else as the raw string."""
+    if raw.strip()[:1] in ("{", "["):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def convert(messages: Sequence[Mapping[str, Any]], tool_schemas: Sequence[Mapping[str, Any]]) -> ShareGPT:
+    """ShareGPT turns for an API history (user/assistant/tool messages), plus what was lost."""
+    converter = _Converter(tool_schemas)
+    for message in messages:
+        converter.feed(message)
+    converter.close_tool_turn()
+    return ShareGPT(converter.turns, converter.warnings)
+
+
+def to_sharegpt(
+    messages: Sequence[Mapping[str, Any]], tool_schemas: Sequence[Mapping[str, Any]]
+) -> list[dict[str, str]]:
+    """The conversations of `convert` (its warnings are logged; use `convert` to keep them)."""
+    return convert(messages, tool_schemas).conversations
+
+
+@dataclass(frozen=True)
+class ReasoningStats:
+    assistant_turns: int
+    turns_with_reasoning: int
+
+    @property
+    def turns_without_reasoning(self) -> int:
+        return self.assistant_turns - self.turns_with_reasoning
+
+    @property
+    def has_any_reasoning(self) -> bool:
+        return self.turns_with_reasoning > 0
+
+
+def reasoning_stats(messages: Sequence[Mapping[str, Any]]) -> ReasoningStats:
+    """Assistant turns (injected ones excluded) and how many carry reasoning, native or inline."""
+    turns = [m for m in messages if m.get("role") == "assistant" and not m.get("_injected")]
+    with_reasoning = sum(1 for m in turns if _turn_reasoning(m)[0])
+    return ReasoningStats(len(turns), with_reasoning)
+
+
+def save_trajectory(
+    conversations: Sequence[Mapping[str, str]],
+    model: str,
+    completed: bool,
+    filename: str | None = None,
+    directory: str | os.PathLike[str] = ".",
+) -> Path:
+    """Append one `{"conversations", "timestamp", "model", "completed"}` line; returns the file.
+
+    Default file: `trajectory_samples.jsonl` when completed, else `failed_trajectories.jsonl`.
+    The line is flushed and fsynced before returning; an exclusive lock keeps concurrent
+    writers from interleaving. A torn last line (a writer killed mid-line) is repaired first,
+    see `_repair_torn_tail`."""
+    name = filename or ("trajectory_samples.jsonl" if completed else "failed_trajectories.jsonl")
+    path = Path(directory) / name
+    entry = {
+        "conversations": list(conversations),
+        "timestamp": datetime.now().isoformat(),
+        "model": model,
+        "completed": completed,
+    }
+    line = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        _repair_torn_tail(fh, path)
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return path
+
+
+def _repair_torn_tail(fh: BinaryIO, path: Path) -> None:
+    """Make the file end with a newline before appending.
+
+    A tail without a newline that still parses as JSON lost only its newline: it is kept and
+    the newline added. Otherwise it is a torn, unparseable fragment: gluing our line to it
+    would corrupt both, so it is moved to `<file>.torn` (appended, fsynced) and truncated away,
+    with a logged warning."""
+    size = fh.seek(0, os.SEEK_END)
+    if size == 0:
+        return
+    fh.seek(size - 1)
+    if fh.read(1) == b"\n":
+        return
+    start = _last_line_start(fh, size)
+    fh.seek(start)
+    tail = fh.read()
+    try:
+        json.loads(tail)
+    except ValueError:
+        torn = path.with_name(path.name + ".torn")
+        with open(torn, "ab") as aside:
+            aside.write(tail + b"\n")
+            aside.flush()
+            os.fsync(aside.fileno())
+        os.ftruncate(fh.fileno(), start)
+        log.warning("%s: torn last line (%d bytes) moved to %s", path, len(tail), torn)
+        return
+    fh.write(b"\n")
+
+
+def _last_line_start(fh: BinaryIO, size: int, block: int = 1 << 16) -> int:
+    """Offset just after the last newline (0 when there is none), scanning back by blocks."""
+    end = size
+    while end > 0:
+        lo = max(0, end - block)
+        fh.seek(lo)
+        newline = fh.read(end - lo).rfind(b"\n")
+        if newline >= 0:
+            return lo + newline + 1
+        end = lo
+    return 0

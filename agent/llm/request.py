@@ -1,0 +1,104 @@
+"""Building the chat-completions request: what the model sees on each call.
+
+The ephemeral system prompt and prefill messages are added here, at call time, and never
+enter the saved history. Provider routing and reasoning control go where the endpoint's
+dialect understands them; a flag that cannot be honoured is said once in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from agent.config.agent_config import AgentConfig
+from agent.protocols import ChatRequest
+
+log = logging.getLogger(__name__)
+
+BASE_SYSTEM_PROMPT = (
+    "You are a capable assistant working in a private sandbox. Use the tools provided when they "
+    "help you answer; think before acting; when you have the answer, reply without calling tools."
+)
+
+_said: set[str] = set()
+_said_lock = threading.Lock()
+
+
+def say_once(key: str, message: str) -> None:
+    """Log `message` at WARNING the first time `key` is seen in this process."""
+    with _said_lock:
+        if key in _said:
+            return
+        _said.add(key)
+    log.warning(message)
+
+
+def _provider_block(config: AgentConfig) -> dict[str, Any]:
+    block: dict[str, Any] = {}
+    if config.providers_allowed:
+        block["only"] = list(config.providers_allowed)
+    if config.providers_ignored:
+        block["ignore"] = list(config.providers_ignored)
+    if config.providers_order:
+        block["order"] = list(config.providers_order)
+    if config.provider_sort:
+        block["sort"] = config.provider_sort
+    return block
+
+
+def _dialect_fields(config: AgentConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(extra_body, top-level params) for routing and reasoning in the endpoint's dialect."""
+    extra: dict[str, Any] = {}
+    params: dict[str, Any] = {}
+    provider = _provider_block(config)
+    reasoning = config.reasoning_config
+    dialect = config.dialect
+    if dialect == "openrouter":
+        if provider:
+            extra["provider"] = provider
+        if reasoning:
+            extra["reasoning"] = dict(reasoning)
+        return extra, params
+    if provider:
+        say_once(
+            f"provider:{config.base_url}",
+            f"provider routing flags are ignored: {config.base_url} is not OpenRouter "
+            "(pass --api_dialect=openrouter to send them anyway)",
+        )
+    if reasoning and dialect == "openai":
+        params["reasoning_effort"] = reasoning.get("effort", "medium")
+    elif reasoning:
+        say_once(
+            f"reasoning:{config.base_url}",
+            f"reasoning flags are not sent: {config.base_url} has no known reasoning parameter "
+            "(pass --api_dialect=openrouter or openai to send them)",
+        )
+    return extra, params
+
+
+def system_prompt(config: AgentConfig) -> str:
+    if config.ephemeral_system_prompt:
+        return BASE_SYSTEM_PROMPT + "\n\n" + config.ephemeral_system_prompt
+    return BASE_SYSTEM_PROMPT
+
+
+def _api_copy(message: dict[str, Any]) -> dict[str, Any]:
+    """The history message as sent: our private fields (reasoning, _injected…) removed."""
+    out = {k: v for k, v in message.items() if k in ("role", "content", "tool_calls", "tool_call_id", "name")}
+    if message.get("reasoning_details"):
+        out["reasoning_details"] = message["reasoning_details"]  # providers continue signed reasoning
+    return out
+
+
+def build_request(
+    config: AgentConfig, history: Sequence[dict[str, Any]], tools: list[dict[str, Any]]
+) -> ChatRequest:
+    messages = [{"role": "system", "content": system_prompt(config)}]
+    messages += [dict(m) for m in config.prefill_messages]
+    messages += [_api_copy(m) for m in history]
+    extra, params = _dialect_fields(config)
+    return ChatRequest(
+        messages=messages, tools=tools, max_tokens=config.max_tokens, extra_body=extra, extra_params=params
+    )

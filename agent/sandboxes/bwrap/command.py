@@ -1,0 +1,123 @@
+"""The bubblewrap command line for one sandboxed process: namespaces, the read-only root,
+the writable binds, the cleared environment and the rlimits.
+
+The root is bwrap's own tmpfs, remounted read-only at the end, holding read-only binds of
+either the host's system directories (`/usr` and its merged-usr links plus a short list of
+harmless `/etc` files: no `/etc/shadow`, no home directories) or every top-level entry of an
+unpacked image root. Writable: `/workspace`, `/tmp` and, when the prompt's cwd lies elsewhere,
+that directory; all three are per-sandbox host directories.
+
+Limits are rlimits set by `prlimit` around bwrap: address space (the memory option; it counts
+virtual memory, so runtimes that reserve large arenas need more), processes (the pids option),
+file size, open files and no core dumps. The process limit only binds a uid other than host
+root, which is one reason a root runner starts bwrap under a per-sandbox uid (inside, the
+sandbox still sees itself as root of its own user namespace).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+
+from agent.sandboxes.options import SandboxOptions
+
+HOST_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+HOST_ETC = (
+    "alternatives",
+    "ca-certificates",
+    "debian_version",
+    "group",
+    "hosts",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "protocols",
+    "services",
+    "ssl",
+)
+IMAGE_SKIP = {"proc", "dev", "sys", "tmp", "workspace"}  # mounted fresh, never from the image
+FILE_SIZE_LIMIT = 1 << 30
+OPEN_FILES_LIMIT = 4096
+ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/workspace",
+    "LANG": "C.UTF-8",
+    "TMPDIR": "/tmp",
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where things are: `image_root` None means the host's system directories."""
+
+    image_root: str | None
+    binds: tuple[tuple[str, str], ...]  # (host dir, sandbox dir), writable
+    workdir: str
+
+
+def _entry(source: str, target: str) -> list[str]:
+    """Mirrors one path read-only: a symlink stays a symlink, anything else is bound."""
+    if os.path.islink(source):
+        return ["--symlink", os.readlink(source), target]
+    return ["--ro-bind", source, target]
+
+
+def root_mounts(image_root: str | None) -> list[str]:
+    args: list[str] = []
+    if image_root is None:
+        for name in HOST_SYSTEM:
+            if os.path.lexists(f"/{name}"):
+                args += _entry(f"/{name}", f"/{name}")
+        etc = [f"/etc/{name}" for name in HOST_ETC] + sorted(glob.glob("/etc/python3*"))
+        for path in etc:
+            if os.path.lexists(path):
+                args += _entry(path, path)
+        return args
+    for name in sorted(os.listdir(image_root)):
+        if name not in IMAGE_SKIP:
+            args += _entry(os.path.join(image_root, name), f"/{name}")
+    return args
+
+
+# The launcher dies with the runner (SIGKILL once the thread that started it ends), without
+# the race of a runner that dies between fork and prctl: then $PPID is no longer the runner.
+DIE_WITH_RUNNER = [
+    "setpriv",
+    "--pdeathsig",
+    "KILL",
+    "--",
+    "/bin/sh",
+    "-c",
+    '[ "$PPID" = "$0" ] || exit 125; exec "$@"',
+]
+
+
+def bwrap_argv(
+    layout: Layout, options: SandboxOptions, nproc: int, script: str, args: list[str]
+) -> list[str]:
+    """`setpriv --pdeathsig KILL ... prlimit ... -- bwrap ... -- /bin/sh -c script sh args...`."""
+    limits = [
+        *DIE_WITH_RUNNER,
+        str(os.getpid()),
+        "prlimit",
+        f"--as={options.memory_mb * 1024 * 1024}",
+        f"--nproc={nproc}",
+        f"--fsize={FILE_SIZE_LIMIT}",
+        f"--nofile={OPEN_FILES_LIMIT}",
+        "--core=0",
+        "--",
+    ]
+    isolation = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "0", "--gid", "0"]
+    isolation += ["--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"]
+    mounts = [*root_mounts(layout.image_root), "--proc", "/proc", "--dev", "/dev"]
+    for host_dir, sandbox_dir in layout.binds:
+        mounts += ["--bind", host_dir, sandbox_dir]
+    mounts += ["--remount-ro", "/", "--chdir", layout.workdir]
+    env = [arg for name, value in ENV.items() for arg in ("--setenv", name, value)]
+    return [*limits, *isolation, *mounts, *env, "--", "/bin/sh", "-c", script, "sh", *args]

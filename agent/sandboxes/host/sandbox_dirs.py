@@ -1,0 +1,87 @@
+"""Per-sandbox host directories (bwrap): made with an owner record beside the sandbox's own
+places, removed even when the sandbox took permissions away, reaped (with any process still
+using them) when their owner died.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import suppress
+
+from agent.sandboxes.host.owner import current_owner, owner_is_dead
+
+OWNER_FILE = "owner.json"  # beside workspace/ and tmp/, out of the sandbox's sight
+
+
+def make_sandbox_dir(prefix: str, root: str | None) -> str:
+    directory = tempfile.mkdtemp(prefix=prefix, dir=root)
+    with open(os.path.join(directory, OWNER_FILE), "w", encoding="utf-8") as handle:
+        json.dump(current_owner(), handle)
+    return directory
+
+
+def remove_tree(path: str) -> None:
+    """rmtree that first restores permissions a command may have taken away (chmod 000 on a
+    directory, or a read-only one): needed by any user without CAP_DAC_OVERRIDE."""
+
+    def retry(func: Callable[..., object], failed: str, _exc: object) -> None:
+        os.chmod(os.path.dirname(failed), 0o700)
+        if func in (os.unlink, os.rmdir):  # the parent was not writable
+            func(failed)
+        else:  # the directory itself could not be opened or listed
+            os.chmod(failed, 0o700)
+            shutil.rmtree(failed, onerror=retry)
+
+    if os.path.lexists(path):
+        shutil.rmtree(path, onerror=retry)
+
+
+def reap_dirs(root: str, prefix: str) -> list[str]:
+    """Removes the `prefix`* directories under `root` whose owner is dead; returns them."""
+    removed = []
+    for entry in os.scandir(root):
+        if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            with open(os.path.join(entry.path, OWNER_FILE), encoding="utf-8") as handle:
+                owner = json.load(handle)
+        except (OSError, ValueError):
+            continue  # not one of ours, or being made right now
+        if isinstance(owner, dict) and owner_is_dead(owner):
+            kill_processes_using(entry.path)
+            remove_tree(entry.path)
+            removed.append(entry.path)
+    return removed
+
+
+def kill_processes_using(directory: str, rounds: int = 10) -> None:
+    """SIGKILLs every process with a mount from `directory` (a sandbox that outlived its
+    runner: bwrap cannot close the race of its parent dying while it starts)."""
+    needle = f"/{os.path.basename(directory)}/".encode()
+    for _ in range(rounds):
+        found = [pid for pid in _pids() if needle in _mountinfo(pid)]
+        if not found:
+            return
+        for pid in found:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)  # SIGKILL is delivered asynchronously
+
+
+def _pids() -> list[int]:
+    own = os.getpid()
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != own]
+
+
+def _mountinfo(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/mountinfo", "rb") as handle:
+            return handle.read()
+    except OSError:  # gone, or not ours to inspect
+        return b""

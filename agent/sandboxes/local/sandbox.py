@@ -1,0 +1,224 @@
+"""The `local` sandbox backend: a private host directory per prompt, commands run by host bash.
+
+A sandbox is a slot of a `SlotPool` (see `local_slots` for the layout and why slots are reused):
+`workspace/` is the default cwd, `home/` is HOME, `tmp/` is TMPDIR. Leaving `open_sandbox`'s
+block kills the sandbox's processes and deletes the slot; a run's workers share one pool per
+process (`open_pool`), so a slot is emptied and handed to the next prompt.
+
+This backend isolates files and environment variables, not the host: commands run as the
+runner's user with the host's filesystem visible. The path checks keep the file tools inside
+the sandbox dir; they are no defence against a hostile command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
+
+from agent.errors import SandboxError, SandboxPathError, SandboxUnavailable
+from agent.protocols import ExecResult, Sandbox, SandboxFactory, SandboxSpec
+from agent.sandboxes.host.process_groups import ProcessGroups
+from agent.sandboxes.local import slots as local_slots
+from agent.sandboxes.local.slots import SlotPool
+from agent.sandboxes.options import SandboxOptions
+
+MAX_READ_BYTES = 50 << 20  # read_file refuses larger files (the whole file is loaded)
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+NO_BASH = "bash was not found on PATH; install bash to use the local backend"
+PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "USER")  # plus LC_*; everything else is dropped
+
+
+def default_root() -> str:
+    return os.path.join(tempfile.gettempdir(), "agent-sandboxes")
+
+
+def unavailable_reason(options: SandboxOptions) -> str | None:
+    if shutil.which("bash") is None:
+        return NO_BASH
+    return None
+
+
+@contextmanager
+def open_sandbox(spec: SandboxSpec, options: SandboxOptions) -> Iterator[LocalSandbox]:
+    """A fresh sandbox for `spec`, in a pool of its own; leaving the block kills its processes
+    and deletes it."""
+    pool = SlotPool(options.root or default_root(), spec.run_name, spec.prompt_key)
+    with pool, Session(spec, pool, shutil.which("bash")) as sandbox:
+        yield sandbox
+
+
+@contextmanager
+def open_pool(options: SandboxOptions, run_name: str) -> Iterator[SandboxFactory]:
+    """A factory for all of a run's sandboxes in this process: each is a slot of one pool,
+    emptied and reused after its prompt. Leaving the block deletes the pool."""
+    bash = shutil.which("bash")
+    with SlotPool(options.root or default_root(), run_name, f"w{os.getpid()}") as pool:
+
+        def factory(spec: SandboxSpec) -> AbstractContextManager[Sandbox]:
+            return Session(spec, pool, bash)
+
+        yield factory
+
+
+class Session:
+    """One prompt's sandbox on a slot of `pool`: `with` from a thread, or `async with` on the
+    event loop, where opening (taking a free slot) is quick and closing stays on the loop unless
+    it has processes to kill or a big tree to delete."""
+
+    def __init__(self, spec: SandboxSpec, pool: SlotPool, bash: str | None) -> None:
+        self._spec, self._pool, self._bash = spec, pool, bash
+        self._sandbox: LocalSandbox | None = None
+
+    def __enter__(self) -> LocalSandbox:
+        if self._bash is None:
+            raise SandboxUnavailable(NO_BASH)
+        sandbox = LocalSandbox(self._pool, self._pool.acquire(), self._bash)
+        try:
+            sandbox._workdir = sandbox._make_workdir(self._spec.cwd)
+        except BaseException:
+            sandbox.close(strict=False)  # never let a cleanup failure mask what is propagating
+            raise
+        self._sandbox = sandbox
+        return sandbox
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close(strict=kind is None)
+
+    async def __aenter__(self) -> LocalSandbox:
+        return self.__enter__()
+
+    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.aclose(strict=kind is None)
+
+
+class LocalSandbox:
+    """A prompt's private directory on the host. Create it with `open_sandbox` or `open_pool`."""
+
+    def __init__(self, pool: SlotPool, slot: str, bash: str):
+        self.root = slot  # realpath of the sandbox dir; every file path must stay under it
+        self._pool = pool
+        self._workdir = os.path.join(slot, "workspace")
+        self._bash = bash
+        self._env = _scrubbed_env(slot, bash)
+        self._processes = ProcessGroups(slot)
+        self._closed = False
+
+    @property
+    def workdir(self) -> str:
+        return self._workdir
+
+    # ------------------------------------------------------------ commands
+
+    def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
+        """Run `bash -c command` in its own process group; on timeout kill the whole group."""
+        directory = self._workdir if cwd is None else self._existing_dir(cwd)
+        return self._processes.run([self._bash, "-c", command], cwd=directory, env=self._env, timeout=timeout)
+
+    async def aexec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
+        """`exec` from the event loop, without a thread."""
+        directory = self._workdir if cwd is None else self._existing_dir(cwd)
+        argv = [self._bash, "-c", command]
+        return await self._processes.arun(argv, cwd=directory, env=self._env, timeout=timeout)
+
+    # ------------------------------------------------------------ files
+
+    def resolve_path(self, path: str) -> str:
+        """The host path for `path` (relative to workdir); SandboxPathError outside the sandbox."""
+        if self._closed:  # its slot may belong to another prompt by now
+            raise SandboxError(f"sandbox {self.root} is closed")
+        real = os.path.realpath(os.path.join(self._workdir, path))
+        if real != self.root and not real.startswith(self.root + os.sep):
+            raise SandboxPathError(f"{path}: outside the sandbox (paths must stay under {self.root})")
+        return real
+
+    def read_file(self, path: str) -> bytes:
+        real = self.resolve_path(path)
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)  # a FIFO must not hang us
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, "Not a regular file", path)
+            if info.st_size > MAX_READ_BYTES:
+                limit = f"{info.st_size} bytes, limit {MAX_READ_BYTES}"
+                raise OSError(errno.EFBIG, f"File too large to load ({limit}); use the terminal", path)
+            return handle.read()
+
+    def write_file(self, path: str, data: bytes) -> None:
+        real = self.resolve_path(path)
+        parent = os.path.dirname(real)
+        os.makedirs(parent, exist_ok=True)
+        try:
+            mode = stat.S_IMODE(os.stat(real).st_mode)  # keep e.g. the executable bit
+        except FileNotFoundError:
+            mode = 0o644
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(real)}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.chmod(tmp, mode)
+            os.replace(tmp, real)
+        except BaseException:
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    # ------------------------------------------------------------ lifecycle
+
+    def close(self, *, strict: bool = True) -> None:
+        """Kill every process the sandbox started, then empty its slot for the next prompt."""
+        if self._closed:
+            return
+        self._closed = True
+        self._processes.close()
+        self._pool.release(self.root, strict=strict)
+
+    async def aclose(self, *, strict: bool = True) -> None:
+        """`close` from the event loop: done on the loop when no process is left and the slot
+        holds a few files at most; killing (which waits for deaths) and deleting a tree go to a thread."""
+        if self._closed:
+            return
+        if not self._processes.close_if_idle():
+            await asyncio.to_thread(self.close, strict=strict)
+            return
+        self._closed = True
+        if not self._pool.release_small(self.root):
+            await asyncio.to_thread(self._pool.release, self.root, strict=strict)
+
+    def _make_workdir(self, cwd: str | None) -> str:
+        if not cwd:
+            return os.path.join(self.root, "workspace")
+        # The dataset's cwd ("/app", "src") names a directory inside the sandbox dir.
+        target = os.path.realpath(os.path.join(self.root, cwd.lstrip("/")))
+        if target != self.root and not target.startswith(self.root + os.sep):
+            raise SandboxPathError(f"cwd {cwd!r} leaves the sandbox {self.root}")
+        os.makedirs(target, exist_ok=True)
+        return target
+
+    def _existing_dir(self, cwd: str) -> str:
+        real = self.resolve_path(cwd)
+        if not os.path.isdir(real):
+            raise FileNotFoundError(errno.ENOENT, "No such directory", cwd)
+        return real
+
+
+def reap_stale(root: str | None = None) -> list[str]:
+    """Delete sandbox pools under `root` whose owner process is dead; returns the paths removed."""
+    return local_slots.reap_stale(root or default_root())
+
+
+def _scrubbed_env(root: str, bash: str) -> dict[str, str]:
+    """An allowlisted environment: no API keys or other host secrets reach commands."""
+    env = {k: v for k, v in os.environ.items() if k in PASSED_ENV or k.startswith("LC_")}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.update(TERM="dumb", HOME=os.path.join(root, "home"), TMPDIR=os.path.join(root, "tmp"), SHELL=bash)
+    return env

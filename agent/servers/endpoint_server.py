@@ -1,0 +1,321 @@
+"""The OpenAI-compatible HTTP face of any `Responder`: chat completions (plain or SSE), models, errors.
+
+Owns the aiohttp server, the background thread it runs in, the OpenAI error shape, and the
+deliberate misbehaviour (`EndpointFault`) that tests and benchmarks use to exercise a client's
+error handling. Streaming replies are cut into chunks by `agent.servers.completion_stream`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+from agent.protocols import Responder
+from agent.servers.completion_stream import DONE, completion_chunks, sse_event
+
+log = logging.getLogger(__name__)
+
+FAULT_KINDS = ("http", "hang", "drop")
+_ERROR_TYPES = {
+    400: ("invalid_request_error", "bad_request"),
+    401: ("authentication_error", "invalid_api_key"),
+    403: ("permission_error", "forbidden"),
+    404: ("not_found_error", "not_found"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+}
+_MAX_BODY = 64 * 1024 * 1024  # long agent histories exceed aiohttp's 1 MiB default
+
+
+class EndpointFault(Exception):
+    """Raised by a responder to make the server answer with an error or misbehave.
+
+    kind "http": an error response in OpenAI's error shape with `status` and `headers`;
+    "hang": never answer (the connection is held until the client gives up or the server
+    stops); "drop": abort the TCP connection without any response.
+    """
+
+    def __init__(
+        self,
+        status: int = 500,
+        message: str = "simulated server error",
+        *,
+        headers: dict[str, str] | None = None,
+        kind: str = "http",
+    ) -> None:
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"EndpointFault kind must be one of {FAULT_KINDS}, not {kind!r}")
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = dict(headers or {})
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """What the server knows about the request a responder is answering, besides its body."""
+
+    path: str
+    headers: dict[str, str]  # names lower-cased: HTTP header names are case-insensitive
+    received_at: float  # time.time()
+
+
+_CURRENT: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
+    "endpoint_request", default=None
+)
+
+
+def current_request() -> RequestContext | None:
+    """The request being answered, when called from inside a responder (None elsewhere)."""
+    return _CURRENT.get()
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """An error in the shape the OpenAI API (and so its SDK) uses."""
+    kind, code = _ERROR_TYPES.get(status, ("server_error" if status >= 500 else "api_error", str(status)))
+    return {"error": {"message": message, "type": kind, "code": code}}
+
+
+def _error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(error_body(status, message), status=status, headers=headers)
+
+
+def _abort(request: web.BaseRequest) -> web.StreamResponse:
+    """Close the TCP connection without answering; the client sees a connection error."""
+    if request.transport is not None:
+        request.transport.abort()
+    return web.Response(status=500)  # never written: the transport is already gone
+
+
+class EndpointServer:
+    """Serves a `Responder` as an OpenAI-compatible endpoint on `base_url`."""
+
+    def __init__(
+        self,
+        responder: Responder,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        model_ids: Sequence[str] = ("sim-model",),
+    ) -> None:
+        self._responder = responder
+        self._host = host
+        self._requested_port = port
+        self._model_ids = tuple(model_ids)
+        self._port: int | None = None
+        self._runner: web.AppRunner | None = None
+        self._stopping: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._requests_total = 0
+        self._inflight = 0
+        self._peak_inflight = 0
+        self._first_request_at: float | None = None
+
+    # ------------------------------------------------------------ public surface
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("EndpointServer is not listening; call start() first")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self._host in ("", "0.0.0.0") else self._host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}/v1"
+
+    @property
+    def requests_total(self) -> int:
+        return self._requests_total
+
+    @property
+    def first_request_at(self) -> float | None:
+        """time.monotonic() when the first chat request arrived (None before it)."""
+        return self._first_request_at
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    @property
+    def peak_inflight(self) -> int:
+        return self._peak_inflight
+
+    def start(self) -> None:
+        """Serve from a background daemon thread with its own event loop; return once listening."""
+        with self._lock:
+            if self._thread is not None:
+                raise RuntimeError("EndpointServer already started")
+            ready = threading.Event()
+            failure: list[BaseException] = []
+            thread = threading.Thread(
+                target=self._run_thread, args=(ready, failure), name="endpoint-server", daemon=True
+            )
+            thread.start()
+            ready.wait()
+            if failure:
+                thread.join()
+                raise failure[0]
+            self._thread = thread
+
+    def stop(self) -> None:
+        """Close every connection (hung ones too) and join the thread. Safe to call twice."""
+        with self._lock:
+            thread, loop = self._thread, self._loop
+            self._thread = None
+        if thread is None or loop is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+
+    def __enter__(self) -> EndpointServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def serve_forever(self, on_ready: Callable[[], None] | None = None) -> None:
+        """Serve in the running loop until cancelled; `on_ready` is called once listening."""
+        await self._listen()
+        try:
+            if on_ready is not None:
+                on_ready()
+            await asyncio.Event().wait()
+        finally:
+            await self._shutdown()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _run_thread(self, ready: threading.Event, failure: list[BaseException]) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            try:
+                loop.run_until_complete(self._listen())
+            except BaseException as exc:  # noqa: BLE001 -- handed to start(), which re-raises it
+                failure.append(exc)
+                return
+            finally:
+                ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._shutdown())
+        finally:
+            _close_loop(loop)
+
+    async def _listen(self) -> None:
+        self._stopping = asyncio.Event()
+        app = web.Application(client_max_size=_MAX_BODY)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        # handler_cancellation: a client that gives up frees its handler (and its hang).
+        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self._host, self._requested_port, backlog=4096)
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self._port = int(runner.addresses[0][1])
+
+    async def _shutdown(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()  # hung handlers drop their connections now
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    # ------------------------------------------------------------ handlers
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        self._requests_total += 1
+        if self._first_request_at is None:
+            self._first_request_at = time.monotonic()
+        self._inflight += 1
+        self._peak_inflight = max(self._peak_inflight, self._inflight)
+        try:
+            return await self._answer(request)
+        except EndpointFault as fault:
+            return await self._misbehave(request, fault)
+        finally:
+            self._inflight -= 1
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error_response(400, "request body is not valid JSON")
+        if not isinstance(body, dict):
+            return _error_response(400, "request body must be a JSON object")
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        _CURRENT.set(RequestContext(request.path, headers, time.time()))
+        try:
+            completion = await self._responder(body)
+        except EndpointFault:
+            raise
+        except Exception as exc:
+            log.exception("responder failed on %s", request.path)
+            return _error_response(500, f"{type(exc).__name__}: {exc}")
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await self._stream(request, completion, include_usage)
+        return web.json_response(completion)
+
+    async def _stream(
+        self, request: web.Request, completion: dict[str, Any], include_usage: bool
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        try:
+            for chunk in completion_chunks(completion, include_usage=include_usage):
+                await response.write(sse_event(chunk))
+            await response.write(DONE)
+            await response.write_eof()
+        except ConnectionResetError:
+            log.debug("client left during a stream")  # its choice; nothing to answer
+        return response
+
+    async def _misbehave(self, request: web.Request, fault: EndpointFault) -> web.StreamResponse:
+        if fault.kind == "http":
+            return _error_response(fault.status, fault.message, fault.headers)
+        if fault.kind == "hang" and self._stopping is not None:
+            await self._stopping.wait()
+        return _abort(request)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "local"} for m in self._model_ids]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return _error_response(404, f"no route for {request.method} {request.path}")
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is left on the loop and close it, so nothing warns about leaked tasks."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()

@@ -1,0 +1,312 @@
+"""A scripted OpenAI-compatible endpoint for tests and benchmarks, and its CLI.
+
+Owns which reply a request gets (per-conversation scripts of `Turn`s, else the default
+policy), seeded fault injection (429 with Retry-After, 5xx, hang, drop), latency, and the
+record of every request received. What a reply looks like is `agent.servers.simulated.replies`'s
+job; HTTP is `agent.servers.endpoint_server`'s.
+
+    python -m agent.servers.simulated.server --port=0 --latency=0.5 --rate_429=0.2
+prints `listening on http://127.0.0.1:PORT/v1` and serves until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import signal
+import sys
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from agent.servers.endpoint_server import EndpointFault, EndpointServer, current_request
+from agent.servers.simulated.replies import (
+    POLICIES,
+    REASONING_STYLES,
+    Turn,
+    build_completion,
+    first_user_text,
+    policy_turn,
+)
+
+__all__ = ["EndpointFault", "EndpointStats", "RecordedRequest", "SimulatedEndpoint", "Turn", "main"]
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    body: dict[str, Any]
+    headers: dict[str, str]
+    path: str
+    received_at: float  # time.time()
+
+
+@dataclass(frozen=True)
+class EndpointStats:
+    requests_total: int
+    inflight: int
+    peak_inflight: int
+    faults: Mapping[str, int]  # "429", "500", … for HTTP faults; "hang", "drop"
+    first_request_at: float | None = None  # time.monotonic() of the first chat request
+
+
+class SimulatedEndpoint:
+    """An `EndpointServer` whose responder is a scripted, fault-injecting simulated model.
+
+    Scripts are keyed by a conversation's first user message. The reply to a request is the
+    turn for the number of assistant messages already in its history, so a retried request
+    gets the same reply. Faults in a script are consumed: the retry after a scripted fault
+    gets the next turn. A script that ends in faults keeps failing with its last one.
+    """
+
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        policy: str = "tool_then_answer",
+        reasoning: str = "field",
+        seed: int = 0,
+        rate_429: float = 0.0,
+        retry_after: float | None = 1.0,
+        rate_5xx: float = 0.0,
+        rate_hang: float = 0.0,
+        rate_drop: float = 0.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        record: bool = True,
+        max_recorded: int | None = None,
+        model_ids: Sequence[str] = ("sim-model",),
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
+        if reasoning not in REASONING_STYLES:
+            raise ValueError(f"reasoning must be one of {REASONING_STYLES}, not {reasoning!r}")
+        rates = (rate_429, rate_5xx, rate_hang, rate_drop)
+        if min(rates) < 0 or sum(rates) > 1 + 1e-9:
+            raise ValueError("fault rates must be >= 0 and sum to at most 1")
+        self._latency, self._policy, self._reasoning = latency, policy, reasoning
+        self._rates, self._retry_after = rates, retry_after
+        self._rng = random.Random(seed)
+        self._record = record
+        self._recorded: deque[RecordedRequest] = deque(maxlen=max_recorded)
+        self._lock = threading.Lock()
+        self._scripts: dict[str, tuple[tuple[Turn, ...], ...]] = {}
+        self._default_script: tuple[tuple[Turn, ...], ...] | None = None
+        self._attempts: Counter[tuple[str, int]] = Counter()
+        self._faults: Counter[str] = Counter()
+        self._default_model = model_ids[0]
+        self.server = EndpointServer(self._respond, host=host, port=port, model_ids=model_ids)
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def start(self) -> None:
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def __enter__(self) -> SimulatedEndpoint:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def serve_forever(self, on_ready: Callable[[], None] | None = None) -> None:
+        await self.server.serve_forever(on_ready)
+
+    # ------------------------------------------------------------ scripting and inspection
+
+    def script(self, prompt: str, turns: Sequence[Turn]) -> None:
+        """Replies for the conversation whose first user message is `prompt`."""
+        with self._lock:
+            self._scripts[prompt] = _slots(turns)
+
+    def set_default_script(self, turns: Sequence[Turn]) -> None:
+        """Replies for every conversation without its own script (instead of the policy)."""
+        with self._lock:
+            self._default_script = _slots(turns)
+
+    def clear(self) -> None:
+        """Forget every script and which scripted faults were consumed."""
+        with self._lock:
+            self._scripts.clear()
+            self._default_script = None
+            self._attempts.clear()
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of the requests received so far (empty when record=False)."""
+        with self._lock:
+            return list(self._recorded)
+
+    def clear_requests(self) -> None:
+        with self._lock:
+            self._recorded.clear()
+
+    @property
+    def stats(self) -> EndpointStats:
+        with self._lock:
+            faults = dict(self._faults)
+        server = self.server
+        return EndpointStats(
+            server.requests_total, server.inflight, server.peak_inflight, faults, server.first_request_at
+        )
+
+    # ------------------------------------------------------------ answering
+
+    async def _respond(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._remember(body)
+        injected = self._draw_fault()  # answered at once: an overloaded server does not think first
+        if injected is not None:
+            raise self._counted(injected)
+        turn = self._choose_turn(body)
+        if self._latency + turn.delay > 0:
+            await asyncio.sleep(self._latency + turn.delay)
+        if turn.fault is not None:
+            raise self._counted(turn.fault)
+        return build_completion(body, turn, self._default_model)
+
+    def _counted(self, fault: EndpointFault) -> EndpointFault:
+        with self._lock:
+            self._faults[str(fault.status) if fault.kind == "http" else fault.kind] += 1
+        return fault
+
+    def _remember(self, body: dict[str, Any]) -> None:
+        if not self._record:
+            return
+        context = current_request()
+        headers, path = (context.headers, context.path) if context else ({}, "")
+        with self._lock:
+            self._recorded.append(RecordedRequest(body, headers, path, time.time()))
+
+    def _draw_fault(self) -> EndpointFault | None:
+        with self._lock:
+            draw = self._rng.random()
+            status = self._rng.choice((500, 502, 503))
+        rate_429, rate_5xx, rate_hang, rate_drop = self._rates
+        if draw < rate_429:
+            headers = {} if self._retry_after is None else {"Retry-After": f"{self._retry_after:g}"}
+            return EndpointFault(429, "rate limit exceeded (simulated)", headers=headers)
+        draw -= rate_429
+        if draw < rate_5xx:
+            return EndpointFault(status, "upstream error (simulated)")
+        draw -= rate_5xx
+        if draw < rate_hang:
+            return EndpointFault(kind="hang")
+        if draw - rate_hang < rate_drop:
+            return EndpointFault(kind="drop")
+        return None
+
+    def _choose_turn(self, body: dict[str, Any]) -> Turn:
+        messages = body.get("messages") or []
+        prompt = first_user_text(messages)
+        replied = sum(1 for message in messages if message.get("role") == "assistant")
+        with self._lock:
+            slots = self._scripts.get(prompt, self._default_script)
+            if slots is not None and replied < len(slots):
+                attempt = self._attempts[(prompt, replied)]
+                self._attempts[(prompt, replied)] += 1
+                slot = slots[replied]
+                return slot[min(attempt, len(slot) - 1)]
+        return policy_turn(self._policy, self._reasoning, messages, body.get("tools") or [])
+
+
+def _slots(turns: Sequence[Turn]) -> tuple[tuple[Turn, ...], ...]:
+    """Group turns into one slot per assistant reply: the faults before a reply, then the reply."""
+    slots: list[tuple[Turn, ...]] = []
+    pending: list[Turn] = []
+    for turn in turns:
+        pending.append(turn)
+        if turn.fault is None:
+            slots.append(tuple(pending))
+            pending = []
+    if pending:
+        slots.append(tuple(pending))
+    return tuple(slots)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _optional_float(text: str) -> float | None:
+    return None if text.lower() in ("none", "") else float(text)
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m agent.servers.simulated.server", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per reply")
+    parser.add_argument("--policy", choices=POLICIES, default="tool_then_answer")
+    parser.add_argument("--reasoning", choices=REASONING_STYLES, default="field")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rate_429", type=float, default=0.0)
+    parser.add_argument("--retry_after", type=_optional_float, default=1.0, help="seconds, or none")
+    parser.add_argument("--rate_5xx", type=float, default=0.0)
+    parser.add_argument("--rate_hang", type=float, default=0.0)
+    parser.add_argument("--rate_drop", type=float, default=0.0)
+    parser.add_argument("--model", action="append", help="model id to list (repeatable)")
+    return parser.parse_args(argv)
+
+
+async def _serve_until_signal(endpoint: SimulatedEndpoint) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+
+    def announce() -> None:
+        print(f"listening on {endpoint.base_url}", flush=True)  # benchmarks read this exact line
+
+    server = asyncio.create_task(endpoint.serve_forever(on_ready=announce))
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait({server, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    server.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await server  # re-raises a failure to listen
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    try:
+        endpoint = SimulatedEndpoint(
+            latency=args.latency,
+            policy=args.policy,
+            reasoning=args.reasoning,
+            seed=args.seed,
+            rate_429=args.rate_429,
+            retry_after=args.retry_after,
+            rate_5xx=args.rate_5xx,
+            rate_hang=args.rate_hang,
+            rate_drop=args.rate_drop,
+            host=args.host,
+            port=args.port,
+            record=False,  # nobody reads the record of a CLI endpoint; keep memory flat
+            model_ids=args.model or ("sim-model",),
+        )
+        asyncio.run(_serve_until_signal(endpoint))
+    except (ValueError, OSError) as exc:
+        print(f"simulated endpoint: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

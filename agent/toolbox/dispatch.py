@@ -1,0 +1,90 @@
+"""Dispatching one tool call to its handler. Dispatch never renames a near-miss tool name: an
+unknown name is an error the model sees. Argument problems and handler failures also become
+tool results (`{"error": ...}`), never exceptions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from agent.common.unicode_text import encodable
+from agent.protocols import JSON, Sandbox, ToolSpec
+from agent.sandboxes import to_the_end
+from agent.toolbox.arguments import drop_null_optionals, parse_arguments, validate_arguments
+from agent.toolbox.registry import unavailable_reason
+
+log = logging.getLogger(__name__)
+
+
+def _error(message: str) -> str:
+    return encodable(json.dumps({"error": message}, ensure_ascii=False))  # may quote what a tool read
+
+
+def unknown_tool_result(name: str, allowed: Mapping[str, ToolSpec]) -> str:
+    """The tool result for a call to a tool that is not offered (no fuzzy renaming)."""
+    return _error(f"Unknown tool '{name}'. Available tools: {', '.join(sorted(allowed)) or 'none'}")
+
+
+def handle_function_call(
+    name: str, raw_arguments: str, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]
+) -> str:
+    """Run one tool call; returns the tool message content (errors as `{"error": ...}`)."""
+    prepared = _prepare(name, raw_arguments, allowed)
+    if isinstance(prepared, str):
+        return prepared
+    spec, args = prepared
+    assert spec.handler is not None  # _prepare checked
+    try:
+        return _content(spec.handler(args, sandbox))
+    except Exception as exc:  # any handler failure is a tool result the model reads
+        log.debug("tool %s raised", name, exc_info=True)
+        return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
+
+
+async def ahandle_function_call(
+    name: str, raw_arguments: str, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]
+) -> str:
+    """`handle_function_call` from the event loop: a tool's `async_handler` runs on the loop,
+    a tool without one runs in a thread."""
+    spec = allowed.get(name)
+    if spec is None or spec.async_handler is None:
+        # Awaited to the end even when cancelled: the sandbox closes as a cancellation unwinds.
+        work = asyncio.to_thread(handle_function_call, name, raw_arguments, sandbox, allowed)
+        return await to_the_end(asyncio.ensure_future(work))
+    prepared = _prepare(name, raw_arguments, allowed)
+    if isinstance(prepared, str):
+        return prepared
+    try:
+        return _content(await spec.async_handler(prepared[1], sandbox))
+    except Exception as exc:  # any handler failure is a tool result the model reads
+        log.debug("tool %s raised", name, exc_info=True)
+        return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
+
+
+def _prepare(
+    name: str, raw_arguments: str, allowed: Mapping[str, ToolSpec]
+) -> tuple[ToolSpec, dict[str, Any]] | str:
+    """The tool and its checked arguments, or the tool result that says what is wrong."""
+    spec = allowed.get(name)
+    if spec is None:
+        return unknown_tool_result(name, allowed)
+    if spec.handler is None:
+        return _error(f"Tool '{name}' is not available: {unavailable_reason(spec)}")
+    parsed = parse_arguments(name, raw_arguments)
+    if isinstance(parsed, str):
+        return _error(parsed)
+    parameters: Mapping[str, Any] = spec.schema.get("parameters") or {}
+    args = drop_null_optionals(parsed, parameters)
+    problems = validate_arguments(args, parameters)
+    if problems:
+        return _error(f"Invalid arguments for '{name}': {'; '.join(problems)}")
+    return spec, args
+
+
+def _content(result: JSON) -> str:
+    """The tool message, valid UTF-8 whatever the tool read (a diff of a Latin-1 file holds
+    surrogateescape characters)."""
+    return encodable(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))

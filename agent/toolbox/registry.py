@@ -1,0 +1,135 @@
+"""The static tool registry, derived from the families' declarations (`tools.FAMILIES`): every
+tool's spec, the toolset table, which toolset each tool belongs to, and which tools a run
+offers the model.
+
+`ALL_TOOLS`, `TOOLSETS` and `TOOL_TO_TOOLSET_MAP` are the same on every machine (tools without
+a backend are declared too, and simply never offered), so trajectories written anywhere share
+one `tool_stats` schema and merge cleanly.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from agent.errors import ConfigError
+from agent.protocols import Toolset, ToolSpec
+from tools import FAMILIES
+
+log = logging.getLogger(__name__)
+
+ALL = "all"  # pseudo-toolset: every toolset
+
+
+def _collect(families: Iterable[Toolset]) -> tuple[dict[str, Toolset], dict[str, ToolSpec]]:
+    """Toolsets by name (in family order) and tools by name (sorted), checked for clashes."""
+    toolsets: dict[str, Toolset] = {}
+    specs: dict[str, ToolSpec] = {}
+    for family in families:
+        if family.name in toolsets or family.name == ALL:
+            raise RuntimeError(f"toolset {family.name!r} is declared twice (or named {ALL!r})")
+        toolsets[family.name] = family
+        for spec in family.tools:
+            if spec.name in specs or spec.schema.get("name") != spec.name:
+                raise RuntimeError(f"toolset {family.name}: tool {spec.name!r} is duplicated or misnamed")
+            specs[spec.name] = spec
+    return toolsets, dict(sorted(specs.items()))
+
+
+TOOLSETS, ALL_TOOLS = _collect(FAMILIES)
+TOOL_TO_TOOLSET_MAP: dict[str, str] = dict(
+    sorted((spec.name, toolset.name) for toolset in TOOLSETS.values() for spec in toolset.tools)
+)
+
+
+@dataclass(frozen=True)
+class ResolvedTools:
+    specs: tuple[ToolSpec, ...]  # usable tools, by name
+    definitions: list[dict[str, Any]]  # API tool definitions of `specs`
+    toolsets_used: list[str]  # enabled toolsets with at least one usable tool
+    unavailable: dict[str, str]  # enabled tool -> why it is not offered
+
+    @property
+    def allowed(self) -> dict[str, ToolSpec]:
+        return {spec.name: spec for spec in self.specs}
+
+
+_reported: set[str] = set()  # tools whose unavailability this process has logged
+
+
+def unavailable_reason(spec: ToolSpec) -> str | None:
+    """Why `spec` cannot run on this machine, None when it can."""
+    reason = spec.available()
+    if spec.handler is None and spec.async_handler is None:
+        return reason or "no handler is implemented"
+    return reason
+
+
+def _report(spec: ToolSpec, reason: str) -> None:
+    if spec.name in _reported:
+        return
+    _reported.add(spec.name)
+    # A declared-only tool is unavailable by design; a real tool missing its backend is news.
+    declared_only = spec.handler is None and spec.async_handler is None
+    log.log(logging.INFO if declared_only else logging.WARNING, "tool %s not offered: %s", spec.name, reason)
+
+
+def resolve_toolset(name: str) -> list[str]:
+    """The tools of a toolset (`all`: every tool, toolset by toolset)."""
+    if name == ALL:
+        return [tool for toolset in TOOLSETS.values() for tool in toolset.tool_names]
+    try:
+        return list(TOOLSETS[name].tool_names)
+    except KeyError:
+        valid = ", ".join([*sorted(TOOLSETS), ALL])
+        raise ConfigError(f"unknown toolset {name!r}; valid: {valid}") from None
+
+
+def expand_toolsets(names: Iterable[str]) -> list[str]:
+    """Toolset names with `all` expanded, de-duplicated; unknown names raise ConfigError."""
+    if isinstance(names, str):  # one name, not its characters
+        names = [names]
+    out: list[str] = []
+    for name in names:
+        resolve_toolset(name)  # raises ConfigError for an unknown name
+        for toolset in TOOLSETS if name == ALL else (name,):
+            if toolset not in out:
+                out.append(toolset)
+    return out
+
+
+def resolve_tools(
+    enabled_toolsets: Iterable[str] | None, disabled_toolsets: Iterable[str] | None = None
+) -> ResolvedTools:
+    """The tools offered for these toolsets (None: all), minus the disabled ones."""
+    disabled = set(expand_toolsets(disabled_toolsets or ()))
+    wanted = [ALL] if enabled_toolsets is None else enabled_toolsets
+    enabled = [t for t in expand_toolsets(wanted) if t not in disabled]
+    specs: list[ToolSpec] = []
+    unavailable: dict[str, str] = {}
+    for name in sorted({tool for toolset in enabled for tool in TOOLSETS[toolset].tool_names}):
+        spec = ALL_TOOLS[name]
+        reason = unavailable_reason(spec)
+        if reason is None:
+            specs.append(spec)
+        else:
+            unavailable[name] = reason
+            _report(spec, reason)
+    return ResolvedTools(
+        specs=tuple(specs),
+        definitions=[{"type": "function", "function": copy.deepcopy(spec.schema)} for spec in specs],
+        toolsets_used=[t for t in enabled if any(TOOL_TO_TOOLSET_MAP[spec.name] == t for spec in specs)],
+        unavailable=unavailable,
+    )
+
+
+def toolset_availability() -> dict[str, str | None]:
+    """Per toolset: None when at least one of its tools runs here, else why none does."""
+    out: dict[str, str | None] = {}
+    for name, toolset in TOOLSETS.items():
+        reasons = [unavailable_reason(spec) for spec in toolset.tools]
+        out[name] = None if None in reasons else "; ".join(dict.fromkeys(r for r in reasons if r))
+    return out
