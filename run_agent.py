@@ -16,7 +16,8 @@ from typing import Any
 import model_tools
 from agent.config.agent_config import DEFAULT_BASE_URL, DEFAULT_MODEL, AgentConfig
 from agent.errors import ConfigError, ModelAPIError
-from agent.export.sharegpt import save_trajectory, to_sharegpt
+from agent.export.samples_file import save_trajectory
+from agent.export.sharegpt import to_sharegpt
 from agent.llm.client import OpenAIChatModel
 from agent.llm.rate_limit import AdaptiveLimiter
 from agent.llm.request import build_request

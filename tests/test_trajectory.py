@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from agent.export.samples_file import save_trajectory
 from agent.export.sharegpt import (
     ShareGPT,
     convert,
     hermes_system_message,
     reasoning_stats,
-    save_trajectory,
     to_sharegpt,
 )
 

@@ -88,3 +88,7 @@ def _content(result: JSON) -> str:
     """The tool message, valid UTF-8 whatever the tool read (a diff of a Latin-1 file holds
     surrogateescape characters)."""
     return encodable(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
+
+
+# The loop's name for the one async dispatch path.
+dispatch = ahandle_function_call
