@@ -90,7 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "agent.servers.simulated.server", f"--port={port}", "--latency=0"]
+        [sys.executable, "-m", "agent.servers.simulated", f"--port={port}", "--latency=0"]
     )
     base_url = f"http://127.0.0.1:{port}/v1"
     try:

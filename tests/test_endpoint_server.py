@@ -17,7 +17,9 @@ import openai
 import pytest
 
 from agent.servers.completion_stream import completion_chunks
-from agent.servers.endpoint_server import EndpointFault, EndpointServer, current_request
+from agent.servers.endpoint_server import EndpointServer
+from agent.servers.faults import EndpointFault
+from agent.servers.traffic import current_request
 
 MESSAGES: list[Any] = [{"role": "user", "content": "hi"}]
 

@@ -8,13 +8,8 @@ from typing import Any
 
 from rich.console import Console
 
-from agent.store.statistics import (
-    HISTORY_POINTS,
-    RunStatistics,
-    has_reasoning,
-    merge_histories,
-    render_statistics,
-)
+from agent.store.statistics import HISTORY_POINTS, RunStatistics, has_reasoning, merge_histories
+from agent.store.summary_view import render_statistics
 
 EMPTY_THINK = "<think>\n</think>\n"
 

@@ -19,7 +19,7 @@ import httpx2
 import openai
 import pytest
 
-from agent.servers.endpoint_server import EndpointFault
+from agent.servers.faults import EndpointFault
 from agent.servers.simulated.replies import choose_tool_call
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 
@@ -417,7 +417,7 @@ def test_cli_prints_its_url_serves_and_stops_on_sigterm() -> None:
     command = [
         sys.executable,
         "-m",
-        "agent.servers.simulated.server",
+        "agent.servers.simulated",
         "--port=0",
         "--latency=0.05",
         "--policy=answer",
@@ -446,7 +446,7 @@ def test_cli_reports_a_bad_option_in_one_line() -> None:
     command = [
         sys.executable,
         "-m",
-        "agent.servers.simulated.server",
+        "agent.servers.simulated",
         "--port=0",
         "--rate_429=0.9",
         "--rate_5xx=0.9",

@@ -1,19 +1,17 @@
 """The OpenAI-compatible HTTP face of any `Responder`: chat completions (plain or SSE), models, errors.
 
-Owns the aiohttp server, the background thread it runs in, the OpenAI error shape, and the
-deliberate misbehaviour (`EndpointFault`) that tests and benchmarks use to exercise a client's
-error handling. Streaming replies are cut into chunks by `agent.servers.completion_stream`.
+Owns the aiohttp server and the background thread it runs in. How an error or a deliberate
+fault is answered is `agent.servers.faults`'s job, the request being answered and the counts
+are `agent.servers.traffic`'s, and streaming replies are cut into chunks by
+`agent.servers.completion_stream`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -21,79 +19,15 @@ from aiohttp import web
 
 from agent.protocols import Responder
 from agent.servers.completion_stream import DONE, completion_chunks, sse_event
+from agent.servers.faults import EndpointFault, error_response, misbehave
+from agent.servers.traffic import Traffic, current_request, enter_request
+
+# EndpointFault and current_request are re-exported: responders and tests import them from here.
+__all__ = ["EndpointFault", "EndpointServer", "current_request"]
 
 log = logging.getLogger(__name__)
 
-FAULT_KINDS = ("http", "hang", "drop")
-_ERROR_TYPES = {
-    400: ("invalid_request_error", "bad_request"),
-    401: ("authentication_error", "invalid_api_key"),
-    403: ("permission_error", "forbidden"),
-    404: ("not_found_error", "not_found"),
-    429: ("rate_limit_error", "rate_limit_exceeded"),
-}
 _MAX_BODY = 64 * 1024 * 1024  # long agent histories exceed aiohttp's 1 MiB default
-
-
-class EndpointFault(Exception):
-    """Raised by a responder to make the server answer with an error or misbehave.
-
-    kind "http": an error response in OpenAI's error shape with `status` and `headers`;
-    "hang": never answer (the connection is held until the client gives up or the server
-    stops); "drop": abort the TCP connection without any response.
-    """
-
-    def __init__(
-        self,
-        status: int = 500,
-        message: str = "simulated server error",
-        *,
-        headers: dict[str, str] | None = None,
-        kind: str = "http",
-    ) -> None:
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"EndpointFault kind must be one of {FAULT_KINDS}, not {kind!r}")
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = dict(headers or {})
-        self.kind = kind
-
-
-@dataclass(frozen=True)
-class RequestContext:
-    """What the server knows about the request a responder is answering, besides its body."""
-
-    path: str
-    headers: dict[str, str]  # names lower-cased: HTTP header names are case-insensitive
-    received_at: float  # time.time()
-
-
-_CURRENT: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
-    "endpoint_request", default=None
-)
-
-
-def current_request() -> RequestContext | None:
-    """The request being answered, when called from inside a responder (None elsewhere)."""
-    return _CURRENT.get()
-
-
-def error_body(status: int, message: str) -> dict[str, Any]:
-    """An error in the shape the OpenAI API (and so its SDK) uses."""
-    kind, code = _ERROR_TYPES.get(status, ("server_error" if status >= 500 else "api_error", str(status)))
-    return {"error": {"message": message, "type": kind, "code": code}}
-
-
-def _error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response(error_body(status, message), status=status, headers=headers)
-
-
-def _abort(request: web.BaseRequest) -> web.StreamResponse:
-    """Close the TCP connection without answering; the client sees a connection error."""
-    if request.transport is not None:
-        request.transport.abort()
-    return web.Response(status=500)  # never written: the transport is already gone
 
 
 class EndpointServer:
@@ -117,10 +51,7 @@ class EndpointServer:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
-        self._requests_total = 0
-        self._inflight = 0
-        self._peak_inflight = 0
-        self._first_request_at: float | None = None
+        self._traffic = Traffic()
 
     # ------------------------------------------------------------ public surface
 
@@ -138,20 +69,20 @@ class EndpointServer:
 
     @property
     def requests_total(self) -> int:
-        return self._requests_total
+        return self._traffic.requests_total
 
     @property
     def first_request_at(self) -> float | None:
         """time.monotonic() when the first chat request arrived (None before it)."""
-        return self._first_request_at
+        return self._traffic.first_request_at
 
     @property
     def inflight(self) -> int:
-        return self._inflight
+        return self._traffic.inflight
 
     @property
     def peak_inflight(self) -> int:
-        return self._peak_inflight
+        return self._traffic.peak_inflight
 
     def start(self) -> None:
         """Serve from a background daemon thread with its own event loop; return once listening."""
@@ -245,34 +176,30 @@ class EndpointServer:
     # ------------------------------------------------------------ handlers
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        self._requests_total += 1
-        if self._first_request_at is None:
-            self._first_request_at = time.monotonic()
-        self._inflight += 1
-        self._peak_inflight = max(self._peak_inflight, self._inflight)
+        self._traffic.arrived()
         try:
             return await self._answer(request)
         except EndpointFault as fault:
-            return await self._misbehave(request, fault)
+            return await misbehave(request, fault, self._stopping)
         finally:
-            self._inflight -= 1
+            self._traffic.left()
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await request.json()
         except ValueError:
-            return _error_response(400, "request body is not valid JSON")
+            return error_response(400, "request body is not valid JSON")
         if not isinstance(body, dict):
-            return _error_response(400, "request body must be a JSON object")
+            return error_response(400, "request body must be a JSON object")
         headers = {name.lower(): value for name, value in request.headers.items()}
-        _CURRENT.set(RequestContext(request.path, headers, time.time()))
+        enter_request(request.path, headers)
         try:
             completion = await self._responder(body)
         except EndpointFault:
             raise
         except Exception as exc:
             log.exception("responder failed on %s", request.path)
-            return _error_response(500, f"{type(exc).__name__}: {exc}")
+            return error_response(500, f"{type(exc).__name__}: {exc}")
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return await self._stream(request, completion, include_usage)
@@ -294,19 +221,12 @@ class EndpointServer:
             log.debug("client left during a stream")  # its choice; nothing to answer
         return response
 
-    async def _misbehave(self, request: web.Request, fault: EndpointFault) -> web.StreamResponse:
-        if fault.kind == "http":
-            return _error_response(fault.status, fault.message, fault.headers)
-        if fault.kind == "hang" and self._stopping is not None:
-            await self._stopping.wait()
-        return _abort(request)
-
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "local"} for m in self._model_ids]
         return web.json_response({"object": "list", "data": data})
 
     async def _not_found(self, request: web.Request) -> web.Response:
-        return _error_response(404, f"no route for {request.method} {request.path}")
+        return error_response(404, f"no route for {request.method} {request.path}")
 
 
 def _close_loop(loop: asyncio.AbstractEventLoop) -> None:

@@ -1,10 +1,13 @@
-"""Run statistics: what `statistics.json` holds and the summary printed after a run.
+"""Run statistics: the accumulator behind `statistics.json` (`RunStatistics`).
 
 Two scopes are kept apart. The merged output (`add_entry`, called for every entry of
 `trajectories.jsonl`) gives tool usage, reasoning coverage, outcomes and tokens of the data set
 as it now stands, resumed runs included. This invocation (`add_processed`, `add_discard`,
 `add_failure`, `add_limiter`) gives what this process did: prompts finished, discards per
 filter, failures per class, tokens spent and how the endpoint throttled us.
+
+The summary printed after a run is `agent.store.summary_view`'s; `render_statistics` is
+re-exported here for the callers that import it with `RunStatistics`.
 """
 
 from __future__ import annotations
@@ -15,31 +18,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from rich.console import Console, Group
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
+from agent.store.jsonl import json_int
+from agent.store.summary_view import render_statistics
+
+__all__ = ["HISTORY_POINTS", "RunStatistics", "has_reasoning", "merge_histories", "render_statistics"]
 
 HISTORY_POINTS = 500  # limit history kept in statistics.json, thinned evenly beyond this
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _TOKEN_KEYS = ("prompt", "completion", "reasoning", "total")
 _ENTRY_KEYS = ("entries", "completed", "partial", "api_calls")
+_RUN_KEYS = ("processed", "completed", "partial", "discarded", "failed")
 _LIMITER_COUNTS = ("rate_limited", "server_errors", "timeouts", "connection_errors", "calls", "peak_inflight")
-
-
-def _int(value: Any) -> int:
-    """An int field of an entry read from JSON; anything else (absent, null, bool) counts 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _add_tokens(total: Counter[str], usage: Any) -> None:
     """Add `{prompt, completion, reasoning, total}` from an OpenAI-style usage mapping."""
     usage = usage if isinstance(usage, Mapping) else {}
-    prompt, completion = _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+    prompt, completion = json_int(usage.get("prompt_tokens")), json_int(usage.get("completion_tokens"))
     total["prompt"] += prompt
     total["completion"] += completion
-    total["reasoning"] += _int(usage.get("reasoning_tokens"))
-    total["total"] += _int(usage.get("total_tokens")) if "total_tokens" in usage else prompt + completion
+    total["reasoning"] += json_int(usage.get("reasoning_tokens"))
+    total["total"] += json_int(usage.get("total_tokens")) if "total_tokens" in usage else prompt + completion
 
 
 def _percent(part: int, whole: int) -> float:
@@ -94,10 +93,24 @@ class RunStatistics:
     def add_entry(self, entry: Mapping[str, Any]) -> None:
         """Count one entry of the merged output. Runs once per entry at the end of every run,
         in the parent, so it stays lean: entries are parsed JSON (dicts, never other
-        mappings), and `type(v) is int` is `_int` without the bools, zero counts skipped."""
-        tools = self._tools
+        mappings), and `type(v) is int` is `json_int` without the bools, zero counts skipped."""
         stats = entry.get("tool_stats")
-        for tool, counts in stats.items() if isinstance(stats, dict) else ():
+        if isinstance(stats, dict):
+            self._add_tool_stats(stats)
+        self._add_turns(entry.get("conversations") or ())
+        entries = self._entries
+        entries["entries"] += 1
+        entries["completed"] += entry.get("completed") is True
+        entries["partial"] += entry.get("partial") is True
+        entries["api_calls"] += json_int(entry.get("api_calls"))
+        metadata = entry.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        self._outcomes[str(metadata.get("outcome") or "unknown")] += 1
+        _add_tokens(self._tokens, metadata.get("usage"))
+
+    def _add_tool_stats(self, stats: dict[Any, Any]) -> None:
+        tools = self._tools
+        for tool, counts in stats.items():
             row = tools.get(tool)
             if row is None:
                 row = tools[str(tool)] = Counter()
@@ -106,8 +119,11 @@ class RunStatistics:
                     value = counts.get(key)
                     if type(value) is int and value:
                         row[key] += value
+
+    def _add_turns(self, conversations: Iterable[Any]) -> None:
+        """Assistant turns, those with reasoning, and whether the entry has any."""
         turns = with_reasoning = 0
-        for turn in entry.get("conversations") or ():
+        for turn in conversations:
             if isinstance(turn, dict) and turn.get("from") == "gpt":
                 turns += 1
                 with_reasoning += has_reasoning(str(turn.get("value") or ""))
@@ -115,15 +131,6 @@ class RunStatistics:
         counted["turns"] += turns
         counted["with_reasoning"] += with_reasoning
         counted["entries"] += with_reasoning > 0
-        entries = self._entries
-        entries["entries"] += 1
-        entries["completed"] += entry.get("completed") is True
-        entries["partial"] += entry.get("partial") is True
-        entries["api_calls"] += _int(entry.get("api_calls"))
-        metadata = entry.get("metadata")
-        metadata = metadata if isinstance(metadata, dict) else {}
-        self._outcomes[str(metadata.get("outcome") or "unknown")] += 1
-        _add_tokens(self._tokens, metadata.get("usage"))
 
     def add_discard(self, reason: str) -> None:
         self._discards[reason] += 1
@@ -169,10 +176,23 @@ class RunStatistics:
 
     def _rate_limiting(self) -> dict[str, Any]:
         limiters = list(self._limiters.values())
-        totals: dict[str, Any] = {key: sum(_int(s.get(key)) for s in limiters) for key in _LIMITER_COUNTS}
+        totals: dict[str, Any] = {key: sum(json_int(s.get(key)) for s in limiters) for key in _LIMITER_COUNTS}
         totals["workers"] = len(limiters)
         totals["limit_history"] = merge_histories(s.get("history") or [] for s in limiters)
         return totals
+
+    def _token_statistics(self) -> dict[str, dict[str, int]]:
+        return {
+            "merged_output": {key: self._tokens[key] for key in _TOKEN_KEYS},
+            "this_invocation": {key: self._run_tokens[key] for key in _TOKEN_KEYS},
+        }
+
+    def _this_invocation(self, duration_seconds: float) -> dict[str, Any]:
+        run: dict[str, Any] = {key: self._run[key] for key in _RUN_KEYS}
+        rate = run["processed"] / duration_seconds if duration_seconds > 0 else 0.0
+        run["outcomes"] = dict(sorted(self._run_outcomes.items()))
+        run["prompts_per_second"] = round(rate, 3)
+        return run
 
     def to_dict(
         self,
@@ -188,8 +208,6 @@ class RunStatistics:
         dataset: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The `statistics.json` document (JSON-serialisable)."""
-        run = {key: self._run[key] for key in ("processed", "completed", "partial", "discarded", "failed")}
-        rate = run["processed"] / duration_seconds if duration_seconds > 0 else 0.0
         return {
             "run_name": run_name,
             "distribution": distribution,
@@ -204,132 +222,11 @@ class RunStatistics:
             "discarded_no_reasoning": self._discards["no_reasoning"],
             "discarded": dict(sorted(self._discards.items())),
             "failures": dict(sorted(self._failures.items())),
-            "trajectories": {
-                key: self._entries[key] for key in ("entries", "completed", "partial", "api_calls")
-            },
+            "trajectories": {key: self._entries[key] for key in _ENTRY_KEYS},
             "outcomes": dict(sorted(self._outcomes.items())),
-            "tokens": {
-                "merged_output": {key: self._tokens[key] for key in _TOKEN_KEYS},
-                "this_invocation": {key: self._run_tokens[key] for key in _TOKEN_KEYS},
-            },
-            "this_invocation": {
-                **run,
-                "outcomes": dict(sorted(self._run_outcomes.items())),
-                "prompts_per_second": round(rate, 3),
-            },
+            "tokens": self._token_statistics(),
+            "this_invocation": self._this_invocation(duration_seconds),
             "rate_limiting": self._rate_limiting(),
             "merge": dict(merge or {}),
             "dataset": dict(dataset or {}),
         }
-
-
-# ---------------------------------------------------------------- the printed summary
-
-
-def _n(value: Any) -> str:
-    return f"{_int(value):,}"
-
-
-def _duration(seconds: float) -> str:
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d} ({seconds:.2f} s)"
-
-
-def _token_line(tokens: Mapping[str, Any]) -> str:
-    return (
-        f"{_n(tokens.get('total'))} (prompt {_n(tokens.get('prompt'))} · completion "
-        f"{_n(tokens.get('completion'))} · reasoning {_n(tokens.get('reasoning'))})"
-    )
-
-
-def _counts_line(counts: Mapping[str, Any]) -> str:
-    """`a 1 · b 2` for the non-zero numbers of a mapping, or "none"."""
-    items = [f"{key} {_n(value)}" for key, value in counts.items() if _int(value)]
-    return " · ".join(items) or "none"
-
-
-def _summary(stats: Mapping[str, Any]) -> Panel:
-    run, merged = stats.get("this_invocation") or {}, stats.get("trajectories") or {}
-    tokens = stats.get("tokens") or {}
-    lines = [
-        f"Prompts processed this run: {_n(run.get('processed'))} (✓ {_n(run.get('completed'))} completed, "
-        f"◐ {_n(run.get('partial'))} partial, ⌫ {_n(run.get('discarded'))} discarded, "
-        f"✗ {_n(run.get('failed'))} failed) · {run.get('prompts_per_second', 0.0):.2f} prompts/s",
-        f"Trajectories in merged file: {_n(merged.get('entries'))} (completed {_n(merged.get('completed'))}, "
-        f"partial {_n(merged.get('partial'))})",
-        f"Duration: {_duration(float(stats.get('duration_seconds') or 0.0))}",
-        f"Tokens this run: {_token_line(tokens.get('this_invocation') or {})}",
-        f"Tokens in merged file: {_token_line(tokens.get('merged_output') or {})}",
-        f"Model: {stats.get('model')} · distribution: {stats.get('distribution')} · "
-        f"{_n(stats.get('total_prompts'))} prompts, {_n(stats.get('total_batches'))} batches of "
-        f"{_n(stats.get('batch_size'))} this run",
-    ]
-    for label in ("dataset", "merge"):
-        if any(_int(value) for value in (stats.get(label) or {}).values()):
-            lines.append(f"{label.capitalize()}: {_counts_line(stats[label])}")
-    return Panel(
-        Text("\n".join(lines)), title=Text(f"Run statistics — {stats.get('run_name')}"), expand=False
-    )
-
-
-def _tool_table(tools: Mapping[str, Mapping[str, Any]]) -> Table | Text:
-    used = {name: row for name, row in tools.items() if _int(row.get("count"))}
-    if not used:
-        return Text(f"No tool calls ({len(tools)} tools available).")
-    table = Table(title="Tool usage", title_justify="left")
-    table.add_column("Tool")
-    for heading in ("Calls", "Success", "Failure", "Success rate"):
-        table.add_column(heading, justify="right")
-    for name, row in used.items():
-        table.add_row(
-            Text(name),
-            _n(row.get("count")),
-            _n(row.get("success")),
-            _n(row.get("failure")),
-            f"{row.get('success_rate', 0.0):.2f}%",
-        )
-    if len(tools) > len(used):
-        unused = len(tools) - len(used)
-        table.caption = f"{unused} tool{'s' if unused > 1 else ''} with no calls not shown"
-    return table
-
-
-def _reasoning(stats: Mapping[str, Any]) -> Text:
-    r = stats.get("reasoning_statistics") or {}
-    return Text(
-        f"Reasoning coverage: {r.get('coverage_percent', 0.0):.2f}% of "
-        f"{_n(r.get('total_assistant_turns'))} assistant turns "
-        f"({_n(r.get('turns_with_reasoning'))} with reasoning, "
-        f"{_n(r.get('turns_without_reasoning'))} without); "
-        f"{_n(r.get('entries_with_reasoning'))} entries have reasoning"
-    )
-
-
-def _problems(stats: Mapping[str, Any]) -> Text:
-    lines = [f"Discarded this run: {_counts_line(stats.get('discarded') or {})}"]
-    failures = stats.get("failures") or {}
-    lines.append(f"Failed this run: {_counts_line(failures)}")
-    if any(_int(value) for value in failures.values()):
-        lines.append("  rerun with --resume to retry them")
-    return Text("\n".join(lines))
-
-
-def _rate_limiting(stats: Mapping[str, Any]) -> Text:
-    r = stats.get("rate_limiting") or {}
-    limits = [point[1] for point in r.get("limit_history") or []]
-    line = (
-        f"Endpoint: {_n(r.get('calls'))} calls · {_n(r.get('rate_limited'))} rate-limited (429) · "
-        f"{_n(r.get('server_errors'))} server errors · {_n(r.get('timeouts'))} timeouts · "
-        f"{_n(r.get('connection_errors'))} connection errors\n"
-        f"  peak {_n(r.get('peak_inflight'))} in flight (sum over {_n(r.get('workers'))} workers)"
-    )
-    if limits:
-        line += f" · in-flight limit {min(limits):g}–{max(limits):g}, final {limits[-1]:g}"
-    return Text(line)
-
-
-def render_statistics(stats: Mapping[str, Any], console: Console) -> None:
-    """Print the summary of a `to_dict` document (or a loaded `statistics.json`)."""
-    parts: list[Any] = [_summary(stats), _tool_table(stats.get("tool_statistics") or {}), _reasoning(stats)]
-    parts += [_problems(stats), _rate_limiting(stats)]
-    console.print(Group(*parts))

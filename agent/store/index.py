@@ -1,0 +1,64 @@
+"""What a run directory already holds: which prompts are done, discarded or failed.
+
+The scan streams every file line by line and never stops on a bad line: a line that is not
+UTF-8, not JSON, not an object, or has no key is counted as invalid and skipped. How a line's
+key is found is `agent.store.keys`'s job.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.store.jsonl import read_lines
+from agent.store.keys import KeyResolver, is_tombstone, record_key
+from agent.store.layout import DISCARDED_FILE, FAILURES_FILE, batch_files
+
+
+@dataclass
+class RunIndex:
+    done: set[str] = field(default_factory=set)  # keys with a result line in batch files
+    discarded: set[str] = field(default_factory=set)  # keys in discarded.jsonl (or tombstones)
+    failures: dict[str, int] = field(default_factory=dict)  # key -> attempts, not done/discarded
+    results: int = 0  # result lines with a key (duplicates included)
+    invalid_lines: int = 0
+
+
+def scan_run(directory: Path) -> RunIndex:
+    """Which prompts already have a result, a discard record or failure records."""
+    index = RunIndex()
+    _scan_results(directory, index)
+    for key in _record_keys(directory / DISCARDED_FILE, index):
+        index.discarded.add(key)
+    attempts = Counter(_record_keys(directory / FAILURES_FILE, index))
+    index.failures = {
+        key: n for key, n in attempts.items() if key not in index.done and key not in index.discarded
+    }
+    return index
+
+
+def _scan_results(directory: Path, index: RunIndex) -> None:
+    resolver = KeyResolver()
+    for path in batch_files(directory):
+        for _line, entry in read_lines(path):
+            key = resolver.result_key(entry) if entry is not None else None
+            if entry is None or key is None:
+                index.invalid_lines += 1
+            elif is_tombstone(entry):
+                index.discarded.add(key)
+            else:
+                index.results += 1
+                index.done.add(key)
+
+
+def _record_keys(path: Path, index: RunIndex) -> Iterator[str]:
+    """The keys of a discard or failure log, streamed in file order; a line without one is
+    counted in `index.invalid_lines`."""
+    for _line, record in read_lines(path):
+        key = record_key(record)
+        if key is None:
+            index.invalid_lines += 1
+        else:
+            yield key

@@ -1,0 +1,53 @@
+"""One JSONL line: how a record is encoded, how a line is parsed, how a file's lines are read.
+
+Readers never stop on a bad line: a line that is not UTF-8, not JSON, or not an object
+parses to None and the caller counts it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+
+def encode_line(record: Mapping[str, Any]) -> bytes:
+    """One JSONL line (UTF-8, newline-terminated). Raises ValueError (NaN: not JSON, and strict
+    readers such as pyarrow reject it), TypeError or UnicodeEncodeError for what is not JSON."""
+    return (json.dumps(dict(record), ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+def checked_line(line: bytes) -> bytes:
+    """`line` itself when it looks like what `encode_line` makes; ValueError otherwise."""
+    if not (line.startswith(b"{") and line.endswith(b"}\n")) or line.count(b"\n") != 1:
+        raise ValueError("a pre-encoded record must be one newline-terminated JSON object line")
+    return line
+
+
+def parse_object(line: bytes) -> dict[str, Any] | None:
+    """The JSON object on this line, or None when it is anything else."""
+    try:
+        value = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_lines(path: Path) -> Iterator[tuple[bytes, dict[str, Any] | None]]:
+    """(line without its terminator, parsed object or None when invalid) for each non-blank
+    line; a missing file has no lines."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        for raw in handle:
+            line = raw.rstrip(b"\r\n")
+            if line.strip():
+                yield line, parse_object(line)
+
+
+def json_int(value: Any) -> int:
+    """An int field of a document read from JSON; anything else (absent, null, bool) counts 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -1,0 +1,28 @@
+"""The names of a run directory's files, and the order its batch files are read in."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+LOCK_FILE = ".lock"
+DISCARDED_FILE = "discarded.jsonl"
+FAILURES_FILE = "failures.jsonl"
+TRAJECTORIES_FILE = "trajectories.jsonl"
+BATCH_GLOB = "batch_*.jsonl"
+_BATCH_NAME = re.compile(r"batch_(\d+)\.jsonl")
+
+
+def batch_file_name(batch_num: int) -> str:
+    return f"batch_{int(batch_num)}.jsonl"
+
+
+def batch_files(directory: Path) -> list[Path]:
+    """Every `batch_*.jsonl`, numbered ones in numeric order (batch_2 before batch_10),
+    then any others by name."""
+
+    def order(path: Path) -> tuple[int, int, str]:
+        match = _BATCH_NAME.fullmatch(path.name)
+        return (0, int(match.group(1)), "") if match else (1, 0, path.name)
+
+    return sorted((p for p in directory.glob(BATCH_GLOB) if p.is_file()), key=order)

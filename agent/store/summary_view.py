@@ -1,0 +1,126 @@
+"""The summary printed after a run: a `statistics.json` document rendered with rich.
+
+Reads only the document (a `RunStatistics.to_dict` result or a loaded `statistics.json`),
+so a summary can be printed again from the file alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from agent.store.jsonl import json_int
+
+
+def _n(value: Any) -> str:
+    return f"{json_int(value):,}"
+
+
+def _duration(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d} ({seconds:.2f} s)"
+
+
+def _token_line(tokens: Mapping[str, Any]) -> str:
+    return (
+        f"{_n(tokens.get('total'))} (prompt {_n(tokens.get('prompt'))} · completion "
+        f"{_n(tokens.get('completion'))} · reasoning {_n(tokens.get('reasoning'))})"
+    )
+
+
+def _counts_line(counts: Mapping[str, Any]) -> str:
+    """`a 1 · b 2` for the non-zero numbers of a mapping, or "none"."""
+    items = [f"{key} {_n(value)}" for key, value in counts.items() if json_int(value)]
+    return " · ".join(items) or "none"
+
+
+def _summary(stats: Mapping[str, Any]) -> Panel:
+    run, merged = stats.get("this_invocation") or {}, stats.get("trajectories") or {}
+    tokens = stats.get("tokens") or {}
+    lines = [
+        f"Prompts processed this run: {_n(run.get('processed'))} (✓ {_n(run.get('completed'))} completed, "
+        f"◐ {_n(run.get('partial'))} partial, ⌫ {_n(run.get('discarded'))} discarded, "
+        f"✗ {_n(run.get('failed'))} failed) · {run.get('prompts_per_second', 0.0):.2f} prompts/s",
+        f"Trajectories in merged file: {_n(merged.get('entries'))} (completed {_n(merged.get('completed'))}, "
+        f"partial {_n(merged.get('partial'))})",
+        f"Duration: {_duration(float(stats.get('duration_seconds') or 0.0))}",
+        f"Tokens this run: {_token_line(tokens.get('this_invocation') or {})}",
+        f"Tokens in merged file: {_token_line(tokens.get('merged_output') or {})}",
+        f"Model: {stats.get('model')} · distribution: {stats.get('distribution')} · "
+        f"{_n(stats.get('total_prompts'))} prompts, {_n(stats.get('total_batches'))} batches of "
+        f"{_n(stats.get('batch_size'))} this run",
+    ]
+    for label in ("dataset", "merge"):
+        if any(json_int(value) for value in (stats.get(label) or {}).values()):
+            lines.append(f"{label.capitalize()}: {_counts_line(stats[label])}")
+    return Panel(
+        Text("\n".join(lines)), title=Text(f"Run statistics — {stats.get('run_name')}"), expand=False
+    )
+
+
+def _tool_table(tools: Mapping[str, Mapping[str, Any]]) -> Table | Text:
+    used = {name: row for name, row in tools.items() if json_int(row.get("count"))}
+    if not used:
+        return Text(f"No tool calls ({len(tools)} tools available).")
+    table = Table(title="Tool usage", title_justify="left")
+    table.add_column("Tool")
+    for heading in ("Calls", "Success", "Failure", "Success rate"):
+        table.add_column(heading, justify="right")
+    for name, row in used.items():
+        table.add_row(
+            Text(name),
+            _n(row.get("count")),
+            _n(row.get("success")),
+            _n(row.get("failure")),
+            f"{row.get('success_rate', 0.0):.2f}%",
+        )
+    if len(tools) > len(used):
+        unused = len(tools) - len(used)
+        table.caption = f"{unused} tool{'s' if unused > 1 else ''} with no calls not shown"
+    return table
+
+
+def _reasoning(stats: Mapping[str, Any]) -> Text:
+    r = stats.get("reasoning_statistics") or {}
+    return Text(
+        f"Reasoning coverage: {r.get('coverage_percent', 0.0):.2f}% of "
+        f"{_n(r.get('total_assistant_turns'))} assistant turns "
+        f"({_n(r.get('turns_with_reasoning'))} with reasoning, "
+        f"{_n(r.get('turns_without_reasoning'))} without); "
+        f"{_n(r.get('entries_with_reasoning'))} entries have reasoning"
+    )
+
+
+def _problems(stats: Mapping[str, Any]) -> Text:
+    lines = [f"Discarded this run: {_counts_line(stats.get('discarded') or {})}"]
+    failures = stats.get("failures") or {}
+    lines.append(f"Failed this run: {_counts_line(failures)}")
+    if any(json_int(value) for value in failures.values()):
+        lines.append("  rerun with --resume to retry them")
+    return Text("\n".join(lines))
+
+
+def _rate_limiting(stats: Mapping[str, Any]) -> Text:
+    r = stats.get("rate_limiting") or {}
+    limits = [point[1] for point in r.get("limit_history") or []]
+    line = (
+        f"Endpoint: {_n(r.get('calls'))} calls · {_n(r.get('rate_limited'))} rate-limited (429) · "
+        f"{_n(r.get('server_errors'))} server errors · {_n(r.get('timeouts'))} timeouts · "
+        f"{_n(r.get('connection_errors'))} connection errors\n"
+        f"  peak {_n(r.get('peak_inflight'))} in flight (sum over {_n(r.get('workers'))} workers)"
+    )
+    if limits:
+        line += f" · in-flight limit {min(limits):g}–{max(limits):g}, final {limits[-1]:g}"
+    return Text(line)
+
+
+def render_statistics(stats: Mapping[str, Any], console: Console) -> None:
+    """Print the summary of a `to_dict` document (or a loaded `statistics.json`)."""
+    parts: list[Any] = [_summary(stats), _tool_table(stats.get("tool_statistics") or {}), _reasoning(stats)]
+    parts += [_problems(stats), _rate_limiting(stats)]
+    console.print(Group(*parts))
