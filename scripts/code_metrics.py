@@ -15,6 +15,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXCLUDED = {"tests", "bench", "data", "scripts", ".git", ".venv", "build"}
 MODULE_MAX, MODULE_MEDIAN, FUNCTION_MAX, FUNCTION_P90 = 300, 120, 40, 20
+# Bottom to top (ARCHITECTURE.md): a module may import its own layer and the ones below.
+LAYERS = (
+    ("agent", "agent.errors", "agent.protocols", "agent.common"),
+    ("agent.config", "agent.sandboxes", "agent.llm", "agent.servers", "agent.export", "agent.store"),
+    ("tools",),
+    ("agent.toolbox",),
+    ("agent.loop",),
+    ("agent.batch",),
+    ("agent.cli",),
+    ("batch_runner", "run_agent", "model_tools", "toolsets"),
+)
+
+
+def layer(module: str) -> int:
+    """The layer of a module: that of the longest prefix listed in LAYERS."""
+    best, depth = 0, -1
+    for level, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and prefix.count(".") > depth:
+                best, depth = level, prefix.count(".")
+    return best
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from a module to one in a higher layer."""
+    return sorted(
+        f"{src} -> {dst}" for src, targets in graph.items() for dst in targets if layer(dst) > layer(src)
+    )
 
 
 def sources() -> list[Path]:
@@ -130,7 +158,11 @@ def main(argv: list[str]) -> int:
     for cycle in found_cycles:
         print(f"  import cycle: {' <-> '.join(cycle)}")
     print(f"import cycles: {len(found_cycles)}")
-    broken = bool(over or long or found_cycles)
+    up = upward(graph)
+    for edge in up:
+        print(f"  upward import: {edge}")
+    print(f"upward imports: {len(up)}")
+    broken = bool(over or long or found_cycles or up)
     broken |= statistics.median(sizes) > MODULE_MEDIAN or p90 > FUNCTION_P90
     return 1 if "--check" in argv and broken else 0
 
