@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 import model_tools
 from agent.config.agent_config import DEFAULT_BASE_URL, DEFAULT_MODEL, AgentConfig
+from agent.config.query_config import QueryConfig
 from agent.errors import ConfigError, ModelAPIError
 from agent.export.samples_file import save_trajectory
 from agent.export.sharegpt import to_sharegpt
@@ -211,7 +213,42 @@ class AIAgent:
         return results
 
 
-if __name__ == "__main__":
-    from agent.cli.agent_cli import main
+# ---------------------------------------------------------------- the single-query command line
 
+
+def answer(config: QueryConfig) -> int:
+    """Run `config.query` once and print the answer; the exit code says how it ended."""
+    from agent.config.agent_config import serving
+
+    with serving(config.agent, config.embedded_threads) as cfg:
+        agent = AIAgent(  # every AgentConfig field is an AIAgent keyword of the same name
+            **vars(cfg),
+            save_trajectories=config.save_trajectories,
+            verbose_logging=config.verbose,
+            quiet_mode=config.quiet,
+            sandbox=config.sandbox,
+        )
+        result = agent.run_conversation(config.query)
+    if result["failed"]:
+        error_class, error = result["error_class"], result["error"]
+        print(f"error: the model endpoint at {cfg.base_url} failed ({error_class}): {error}", file=sys.stderr)
+        return 1
+    if not result["completed"]:
+        outcome, error = result["outcome"], result["error"]
+        print(f"error: the conversation ended without a final answer ({outcome}): {error}", file=sys.stderr)
+        return 4
+    print(result["final_response"])
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python run_agent.py --query=...`: flags read by Fire and checked against the flag table
+    (agent.cli.flags), one QueryConfig built from them, then `answer`; never returns."""
+    from agent.cli.agent_cli import run_query_command  # here: a library import loads no CLI code
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    run_query_command(answer, argv)
+
+
+if __name__ == "__main__":
     main()

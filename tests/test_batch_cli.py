@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import toolsets
+from agent.cli.flags import BATCH
 from agent.servers.simulated.server import SimulatedEndpoint
 from model_tools import toolset_availability
 from tests.test_batch_support import (
@@ -26,11 +27,27 @@ from tests.test_batch_support import (
     requested_prompts,
     write_dataset,
 )
+from tests.test_flags import assert_lists_every_flag
 
 
 @pytest.fixture
 def cli(tmp_path: Path, sim_endpoint: SimulatedEndpoint) -> BatchCLI:
     return BatchCLI(tmp_path, sim_endpoint)
+
+
+def run_at_once(cli: BatchCLI, argvs: dict[str, list[str]]) -> dict[str, Finished]:
+    """Each command line in its own runner process, all started before any is awaited."""
+    procs = {
+        key: subprocess.Popen(
+            argv, cwd=cli.workdir, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for key, argv in argvs.items()
+    }
+    runs = {}
+    for key, proc in procs.items():
+        out, err = proc.communicate(timeout=240)
+        runs[key] = Finished(proc.returncode, out.decode(), err.decode())
+    return runs
 
 
 def error_lines(run: Finished) -> list[str]:
@@ -184,6 +201,22 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("--dataset_file=nowhere.jsonl", "--batch_size=2", "--run_name=checked"),
         ("nowhere.jsonl",),
     ),
+    # Each of these once ran the whole job, exit 0: Fire dropped the unknown flag.
+    "misspelled_max_turns": (
+        (*VALID, "--max_turn=1"),
+        ("unknown flag --max_turn: did you mean --max_turns?",),
+    ),
+    "misspelled_max_samples": (
+        (*VALID, "--max_sample=1"),
+        ("unknown flag --max_sample: did you mean --max_samples?",),
+    ),
+    "unknown_flag": ((*VALID, "--bogus_flag=1"), ("unknown flag --bogus_flag", "the nearest is --")),
+    "run_agent_flag": ((*VALID, "--query=hi"), ("--query is a flag of run_agent.py",)),
+    "positional_argument": ((*VALID, "prompts.jsonl"), ("unexpected argument 'prompts.jsonl'",)),
+    "not_a_boolean": ((*VALID, "--resume=maybe"), ("--resume=maybe: must be true or false",)),
+    "integer_as_word": ((*VALID, "--num_workers=four"), ("--num_workers must be an integer, got 'four'",)),
+    "bare_valued_flag": ((*VALID, "--model", "--resume"), ("--model needs a value",)),
+    "list_distributions_false": (("--list_distributions=0",), ("--dataset_file is required",)),
 }
 
 
@@ -197,23 +230,14 @@ def validation_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
         taken = cli.run_dir("taken")
         taken.mkdir(parents=True)
         (taken / "batch_0.jsonl").write_text('{"prompt_index": 0}\n')
-        procs = {
-            case: subprocess.Popen(
-                cli.argv(*flags), cwd=workdir, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-            )
-            for case, (flags, _) in CASES.items()
-        }
-        runs = {}
-        for case, proc in procs.items():
-            out, err = proc.communicate(timeout=240)
-            runs[case] = Finished(proc.returncode, out.decode(), err.decode())
+        runs = run_at_once(cli, {case: cli.argv(*flags) for case, (flags, _) in CASES.items()})
         yield {"runs": runs, "cli": cli, "requests": len(endpoint.requests)}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_invalid_command_line_gives_one_clear_line(validation_runs: dict[str, Any], case: str) -> None:
     run: Finished = validation_runs["runs"][case]
-    assert run.returncode not in (0, None), run
+    assert run.returncode == 2, run
     lines = error_lines(run)
     assert len(lines) == 1, run
     assert "Traceback" not in run.stderr
@@ -223,6 +247,78 @@ def test_invalid_command_line_gives_one_clear_line(validation_runs: dict[str, An
     assert not (cli.output_dir / "checked").exists()  # refused before anything was created
     assert not (cli.workdir / "x").exists() and not (cli.output_dir.parent / "x").exists()
     assert validation_runs["requests"] == 0  # and before a token was spent
+
+
+# ---------------------------------------------------------------- booleans and --help
+
+
+BOOLEANS = ("resume", "verbose", "reasoning_disabled", "sandbox_network", "keep_no_reasoning")
+SPELLINGS = {"false": False, "False": False, "0": False, "no": False, "true": True, "1": True, "YES": True}
+BARE = "(bare)"
+
+
+def spelled(name: str, spelling: str) -> str:
+    return f"--{name}" if spelling == BARE else f"--{name}={spelling}"
+
+
+@pytest.fixture(scope="module")
+def boolean_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One small run per spelling, every boolean flag spelled that way, all at once."""
+    workdir = tmp_path_factory.mktemp("booleans")
+    spellings = [*SPELLINGS, BARE]
+    with SimulatedEndpoint() as endpoint:
+        cli = BatchCLI(workdir, endpoint)
+        argvs = {}
+        for i, spelling in enumerate(spellings):
+            prompts_dataset(workdir / f"p{i}.jsonl", [f"boolean prompt {i}"])
+            flags = [spelled(name, spelling) for name in BOOLEANS]
+            if not SPELLINGS.get(spelling, True):
+                flags.append(spelled("list_distributions", spelling))  # false: the run goes ahead
+            argvs[spelling] = cli.argv(
+                f"--dataset_file=p{i}.jsonl", "--batch_size=1", f"--run_name=b{i}", "--num_workers=1",
+                "--api_dialect=openrouter", *flags,
+            )  # fmt: skip
+        runs = run_at_once(cli, argvs)
+        bodies = {
+            spelling: [r.body for r in endpoint.requests if f"boolean prompt {i}" in json.dumps(r.body)]
+            for i, spelling in enumerate(spellings)
+        }
+        configs = {spelling: cli.run_dir(f"b{i}") / "run_config.json" for i, spelling in enumerate(spellings)}
+        yield {"runs": runs, "configs": configs, "bodies": bodies}
+
+
+@pytest.mark.parametrize("spelling", [*SPELLINGS, BARE])
+def test_every_boolean_flag_is_recorded_as_spelled(boolean_runs: dict[str, Any], spelling: str) -> None:
+    run: Finished = boolean_runs["runs"][spelling]
+    assert run.returncode == 0, run
+    expected = SPELLINGS.get(spelling, True)
+    config = read_json(boolean_runs["configs"][spelling])
+    recorded = {
+        "resume": config["resume"],
+        "verbose": config["verbose"],
+        "reasoning_disabled": config["agent"]["reasoning_config"] == {"effort": "none"},
+        "sandbox_network": config["sandbox"]["network"],
+        "keep_no_reasoning": config["keep_no_reasoning"],
+    }
+    assert recorded == dict.fromkeys(BOOLEANS, expected)
+    bodies = boolean_runs["bodies"][spelling]
+    assert bodies, run
+    for body in bodies:  # --reasoning_disabled=false once sent {"effort": "none"}
+        assert body.get("reasoning") == ({"effort": "none"} if expected else None)
+
+
+def test_list_distributions_takes_a_spelled_true(cli: BatchCLI, sim_endpoint: SimulatedEndpoint) -> None:
+    run = cli.run("--list_distributions=yes", output=False)
+    assert run.returncode == 0, run
+    assert "Sandbox backends on this machine:" in run.stdout.splitlines()
+
+
+def test_help_lists_every_flag_with_its_default(cli: BatchCLI, sim_endpoint: SimulatedEndpoint) -> None:
+    run = cli.run("--help", "--max_turn=1")  # --help wins, even over a misspelled flag
+    assert (run.returncode, run.stderr) == (0, ""), run
+    defaults = {"max_turns": "10", "max_retries": "6", "request_timeout": "600", "num_workers": "4"}
+    assert_lists_every_flag(run.stdout, BATCH, defaults)
+    assert sim_endpoint.requests == [] and not cli.output_dir.exists()
 
 
 # ---------------------------------------------------------------- dataset lines

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from agent.cli.flags import QUERY
 from agent.servers.endpoint_server import EndpointFault
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
+from tests.test_flags import assert_lists_every_flag
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-test-CLI-9876543210fedcba"
@@ -181,4 +183,58 @@ def test_a_bad_flag_is_one_line_exit_2(
     assert (done.returncode, done.stdout) == (2, "")
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: ") and message in line
+    assert sim_endpoint.requests == []
+
+
+# ---------------------------------------------------------------- flags: names, booleans, --help
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        ("--bogus=1", "error: unknown flag --bogus (the nearest is --"),
+        ("--max_turn=1", "error: unknown flag --max_turn: did you mean --max_turns?"),
+        ("--save_trajectory", "error: unknown flag --save_trajectory: did you mean --save_trajectories?"),
+        ("--num_workers=2", "error: --num_workers is a flag of batch_runner.py, not of run_agent.py"),
+        ("what is six times seven", "error: unexpected argument 'what is six times seven'"),
+        ("--reasoning_disabled=maybe", "error: --reasoning_disabled=maybe: must be true or false"),
+    ],
+)
+def test_an_unknown_flag_or_argument_is_one_line_exit_2_before_any_request(
+    sim_endpoint: SimulatedEndpoint, tmp_path: Path, argument: str, message: str
+) -> None:
+    done = run_cli(tmp_path, *endpoint_flags(sim_endpoint, "hi"), argument)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(message), line
+    assert sim_endpoint.requests == []
+
+
+BOOLEANS = ("save_trajectories", "reasoning_disabled", "verbose", "quiet")
+
+
+@pytest.mark.parametrize(
+    ("spelling", "expected"),
+    [
+        *((word, False) for word in ("false", "False", "0", "no")),
+        *((word, True) for word in ("true", "1", "Yes", None)),
+    ],
+)
+def test_every_boolean_flag_means_what_it_spells(
+    sim_endpoint: SimulatedEndpoint, tmp_path: Path, spelling: str | None, expected: bool
+) -> None:
+    script_tool_then_answer(sim_endpoint, "booleans", "spelled.")
+    flags = [f"--{name}" if spelling is None else f"--{name}={spelling}" for name in BOOLEANS]
+    done = run_cli(tmp_path, *endpoint_flags(sim_endpoint, "booleans"), "--api_dialect=openrouter", *flags)
+    assert (done.returncode, done.stdout) == (0, "spelled.\n"), done.stderr
+    assert (tmp_path / "trajectory_samples.jsonl").exists() is expected  # --save_trajectories
+    reasoning = {"effort": "none"} if expected else None  # --reasoning_disabled=false once sent it
+    assert [r.body.get("reasoning") for r in sim_endpoint.requests] == [reasoning, reasoning]
+    assert ("terminal" in done.stderr) is expected  # --verbose logs the tool call (--quiet yields)
+
+
+def test_help_lists_every_flag_with_its_default(sim_endpoint: SimulatedEndpoint, tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "--help", "--bogus=1")  # --help wins, even over an unknown flag
+    assert (done.returncode, done.stderr) == (0, "")
+    assert_lists_every_flag(done.stdout, QUERY, {"max_turns": "10", "max_retries": "6"})  # max_retries was 2
     assert sim_endpoint.requests == []

@@ -1,16 +1,13 @@
-"""The agent's typed, frozen configuration, and the conversions from CLI values into it.
-
-python-fire infers types from flag values (`--run_name=2024` arrives as an int, `a,b` as a
-tuple), so every CLI edge converts through the helpers here before building a config.
-"""
+"""The agent's typed, frozen configuration, its defaults (one constant each), and the checks
+and loaders that turn already-typed flag values into it (flag text is parsed in agent.cli)."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,58 +18,32 @@ PROVIDER_SORTS = ("price", "throughput", "latency")
 DIALECTS = ("auto", "openrouter", "openai", "generic")
 DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
 DEFAULT_MODEL = "anthropic/claude-sonnet-4.6"
+# Written once: AgentConfig's defaults, hence both CLIs' (agent.cli.flags reads them from the
+# dataclass) and AIAgent's keyword defaults.
+DEFAULT_MAX_TURNS = 10  # the spec's --max_turns default: model calls per conversation
+DEFAULT_MAX_RETRIES = 6
+DEFAULT_REQUEST_TIMEOUT = 600.0
+DEFAULT_LOG_PREFIX_CHARS = 100
 
 
-def as_str(value: Any, flag: str) -> str | None:
-    """A flag value as text, whatever type Fire inferred (None stays None)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ConfigError(f"--{flag} needs a value")
-    if isinstance(value, (tuple, list)):
-        return ",".join(str(v) for v in value)
-    return str(value)
+def check_choice(flag: str, value: str | None, choices: tuple[str, ...]) -> None:
+    """A value that must be one of `choices` (None: not set)."""
+    if value is not None and value not in choices:
+        raise ConfigError(f"--{flag}={value}: must be one of {', '.join(choices)}")
 
 
-def as_str_list(value: Any, flag: str) -> tuple[str, ...]:
-    """A comma-separated flag (`a,b` arrives as a tuple, `a` as a str) as a tuple of names."""
-    if value is None or value == "":
-        return ()
-    if isinstance(value, bool):
-        raise ConfigError(f"--{flag} needs a comma-separated list")
-    items = value if isinstance(value, (tuple, list)) else str(value).split(",")
-    return tuple(str(item).strip() for item in items if str(item).strip())
-
-
-def as_int(value: Any, flag: str, *, minimum: int | None = None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ConfigError(f"--{flag} must be an integer, got {value!r}")
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigError(f"--{flag} must be an integer, got {value!r}") from None
-    if minimum is not None and number < minimum:
-        raise ConfigError(f"--{flag} must be at least {minimum}, got {number}")
-    return number
-
-
-def reasoning_config(effort: Any, disabled: Any) -> dict[str, Any] | None:
+def reasoning_config(effort: str | None, disabled: bool) -> dict[str, Any] | None:
     """The reasoning request object from --reasoning_effort / --reasoning_disabled."""
     if disabled:
         return {"effort": "none"}
-    name = as_str(effort, "reasoning_effort")
-    if name is None:
+    if effort is None:
         return None
-    if name not in REASONING_EFFORTS:
-        raise ConfigError(f"--reasoning_effort={name}: must be one of {', '.join(REASONING_EFFORTS)}")
-    return {"enabled": True, "effort": name}
+    check_choice("reasoning_effort", effort, REASONING_EFFORTS)
+    return {"enabled": True, "effort": effort}
 
 
-def load_prefill(path: Any) -> tuple[dict[str, Any], ...]:
+def load_prefill(name: str | None) -> tuple[dict[str, Any], ...]:
     """Prefill messages from a JSON file holding a list of {role, content} objects."""
-    name = as_str(path, "prefill_messages_file")
     if not name:
         return ()
     try:
@@ -90,27 +61,8 @@ def load_prefill(path: Any) -> tuple[dict[str, Any], ...]:
     return tuple(data)
 
 
-def call_settings(flags: Mapping[str, Any]) -> dict[str, Any]:
-    """The flags both CLIs share for how each model call is made, converted once. The keys are
-    both `AgentConfig` fields and `AIAgent` keywords."""
-    return {
-        "max_iterations": as_int(flags["max_turns"], "max_turns", minimum=1) or 10,
-        "ephemeral_system_prompt": as_str(flags["ephemeral_system_prompt"], "ephemeral_system_prompt"),
-        "prefill_messages": load_prefill(flags["prefill_messages_file"]),
-        "max_tokens": as_int(flags["max_tokens"], "max_tokens", minimum=1),
-        "reasoning_config": reasoning_config(flags["reasoning_effort"], flags["reasoning_disabled"]),
-        "providers_allowed": as_str_list(flags["providers_allowed"], "providers_allowed"),
-        "providers_ignored": as_str_list(flags["providers_ignored"], "providers_ignored"),
-        "providers_order": as_str_list(flags["providers_order"], "providers_order"),
-        "provider_sort": as_str(flags["provider_sort"], "provider_sort"),
-        "api_dialect": as_str(flags["api_dialect"], "api_dialect") or "auto",
-        "max_retries": as_int(flags["max_retries"], "max_retries", minimum=0) or 0,
-    }
-
-
-def resolve_api_key(api_key: Any, base_url: str) -> str | None:
+def resolve_api_key(key: str | None, base_url: str) -> str | None:
     """The key from the flag, else OPENROUTER_API_KEY / OPENAI_API_KEY from the environment."""
-    key = as_str(api_key, "api_key")
     if key:
         return key
     order = ("OPENROUTER_API_KEY", "OPENAI_API_KEY")
@@ -126,7 +78,7 @@ class AgentConfig:
     model: str = DEFAULT_MODEL
     base_url: str = DEFAULT_BASE_URL
     api_key: str | None = field(default=None, repr=False)
-    max_iterations: int = 90
+    max_iterations: int = DEFAULT_MAX_TURNS
     enabled_toolsets: tuple[str, ...] = ()
     disabled_toolsets: tuple[str, ...] = ()
     ephemeral_system_prompt: str | None = None
@@ -138,17 +90,14 @@ class AgentConfig:
     providers_order: tuple[str, ...] = ()
     provider_sort: str | None = None
     api_dialect: str = "auto"
-    request_timeout: float = 600.0
-    max_retries: int = 6
-    log_prefix_chars: int = 100
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    max_retries: int = DEFAULT_MAX_RETRIES
+    log_prefix_chars: int = DEFAULT_LOG_PREFIX_CHARS
     log_prefix: str = ""
 
     def __post_init__(self) -> None:
-        if self.provider_sort is not None and self.provider_sort not in PROVIDER_SORTS:
-            choices = ", ".join(PROVIDER_SORTS)
-            raise ConfigError(f"--provider_sort={self.provider_sort}: must be one of {choices}")
-        if self.api_dialect not in DIALECTS:
-            raise ConfigError(f"--api_dialect={self.api_dialect}: must be one of {', '.join(DIALECTS)}")
+        check_choice("provider_sort", self.provider_sort, PROVIDER_SORTS)
+        check_choice("api_dialect", self.api_dialect, DIALECTS)
         if self.max_iterations < 1:
             raise ConfigError(f"--max_turns must be at least 1, got {self.max_iterations}")
 
@@ -196,3 +145,13 @@ def served_endpoint(model: str, base_url: str, threads: int) -> Iterator[tuple[s
         yield server.base_url, server.model_id
     finally:
         server.stop()
+
+
+@contextmanager
+def serving(config: AgentConfig, threads: int) -> Iterator[AgentConfig]:
+    """The config to talk with for the block: `config` itself or, for `--model=embedded[:path]`,
+    one pointing at the embedded model served on loopback (no real key is sent, not even there)."""
+    with served_endpoint(config.model, config.base_url, threads) as (url, model):
+        if is_embedded(config.model):
+            config = replace(config, base_url=url, model=model, api_key="local")
+        yield config

@@ -1,0 +1,86 @@
+"""The batch runner's command line (`python batch_runner.py ...`): its typed flag values into
+one frozen RunConfig, the checks that must pass before a token is spent, and the
+`--list_distributions` text."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agent.cli.flag_values import check_required
+from agent.cli.flags import BATCH
+from agent.cli.shared_config import build_agent_config
+from agent.config.agent_config import is_embedded, is_loopback, resolve_api_key
+from agent.config.run_config import RunConfig, check_run_name
+from agent.errors import ConfigError
+from agent.sandboxes import SandboxOptions, available_backends, resolve_backend, unavailable_reason
+from agent.toolbox.distributions import format_distributions, get_distribution
+from agent.toolbox.registry import toolset_availability
+
+# RunConfig fields filled by the flag of the same name, as parsed.
+_SAME_NAME = (
+    "dataset_file",
+    "batch_size",
+    "output_dir",
+    "distribution",
+    "seed",
+    "num_workers",
+    "resume",
+    "verbose",
+    "max_samples",
+    "keep_no_reasoning",
+    "prompt_timeout",
+    "rpm",
+    "tpm",
+    "embedded_threads",
+)
+
+
+def build_run_config(values: Mapping[str, Any]) -> RunConfig:
+    """The run's config from typed flag values; one clear ConfigError per problem."""
+    check_required(BATCH, values)
+    api_key = resolve_api_key(values["api_key"], values["base_url"])
+    agent = build_agent_config(values, api_key=api_key)
+    get_distribution(values["distribution"])  # unknown → ConfigError listing the valid ones
+    sandbox = SandboxOptions(
+        backend=resolve_backend(values["sandbox"]),
+        default_image=values["image"],
+        network=values["sandbox_network"],
+    )
+    return RunConfig(
+        **{name: values[name] for name in _SAME_NAME},
+        run_name=check_run_name(values["run_name"]),
+        agent=agent,
+        max_inflight=max(values["num_workers"], values["max_inflight"]),
+        sandbox=sandbox,
+    )
+
+
+def check_ready(config: RunConfig) -> None:
+    """Problems that would waste the run, found before a token is spent."""
+    reason = unavailable_reason(config.sandbox)
+    if reason is not None:
+        raise ConfigError(f"--sandbox={config.sandbox.backend} is unavailable here: {reason}")
+    needs_key = not is_embedded(config.agent.model) and not is_loopback(config.agent.base_url)
+    if needs_key and not config.agent.api_key:
+        raise ConfigError(
+            f"no API key for {config.agent.base_url}: "
+            "pass --api_key or set OPENROUTER_API_KEY / OPENAI_API_KEY"
+        )
+    run_dir = config.run_dir
+    if not config.resume and run_dir.exists() and any(run_dir.glob("*.jsonl")):
+        raise ConfigError(
+            f"{run_dir} already holds results: "
+            "pass --resume to continue that run, or choose another --run_name"
+        )
+
+
+def list_distributions_text() -> str:
+    """Every distribution with its toolsets' availability, then the sandbox backends."""
+    backends = available_backends()
+    lines = [format_distributions(toolset_availability()), "", "Sandbox backends on this machine:"]
+    lines += [
+        f"  {name:8} {'available' if why is None else 'unavailable: ' + why}"
+        for name, why in backends.items()
+    ]
+    return "\n".join(lines)

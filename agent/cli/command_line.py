@@ -1,0 +1,95 @@
+"""The command-line edge both scripts share: Fire reads the command line, this module checks it
+against the flag table, prints `--help`, and turns operator errors into one line and an exit.
+
+Fire stays the entry point and does what it is good at: splitting `--name=value`,
+`--name value`, bare `--name` (and `--noname`) and `--name-with-dashes` into names and values.
+It is handed a `**flags` function whose values it must not interpret (`SetParseFn(str)`), so
+no flag is ever bound to a Python parameter: the names are checked against the table here
+(an unknown one is exit 2 with the nearest valid one), and the text is converted by the
+table's types (agent.cli.flag_values) instead of Fire's literal guessing, which turned
+`--run_name=2024` into an int, `a,b` into a tuple and `--resume=false` into a true string.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
+
+import fire
+
+from agent.cli.flag_values import parse_flags
+from agent.cli.help_page import help_page
+from agent.errors import AgentError, ConfigError
+
+Values = Mapping[str, Any]
+_HELP = ("help", "h")
+
+
+def _is_flag(token: str) -> bool:
+    """Fire's own test: a leading dash that does not start a negative number."""
+    return token.startswith("--") or re.match("^-[a-zA-Z]", token) is not None
+
+
+def flag_tokens(argv: Sequence[str]) -> dict[str, tuple[str, bool]]:
+    """Each flag as Fire names it: (the flag as typed, whether it came without a value)."""
+    found = {}
+    for i, token in enumerate(argv):
+        if not _is_flag(token):
+            continue
+        typed = token.partition("=")[0]
+        name = typed.lstrip("-").replace("-", "_")
+        bare = "=" not in token and (i + 1 == len(argv) or _is_flag(argv[i + 1]))
+        if bare and name.startswith("no"):
+            name = name[2:]  # Fire reads a bare --noX as X=False
+        found[name] = (typed, bare)
+    return found
+
+
+def fire_split(argv: Sequence[str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """(flags by name, positional arguments) as Fire splits `argv`, every value as typed."""
+    seen: dict[str, Any] = {}
+
+    def command(*positional: str, **flags: str) -> None:
+        seen.update(positional=positional, flags=flags)
+
+    fire.Fire(fire.decorators.SetParseFn(str)(command), command=list(argv))
+    return seen["flags"], seen["positional"]
+
+
+def read_command_line(cli: str, argv: Sequence[str]) -> dict[str, Any] | None:
+    """Every flag of the table, typed (see `parse_flags`), or None when --help was asked for."""
+    if "--" in argv:  # Fire's own flags (--interactive, --trace) follow it: not for operators
+        raise ConfigError("unexpected argument '--': flags are written --name=value (see --help)")
+    given, positional = fire_split(argv)
+    if any(name in given for name in _HELP):
+        return None
+    if positional:
+        raise ConfigError(
+            f"unexpected argument {positional[0]!r}: flags are written --name=value (see --help)"
+        )
+    tokens = flag_tokens(argv)
+    bare = {name for name, (_, no_value) in tokens.items() if no_value}
+    spelled = {name: typed for name, (typed, _) in tokens.items()}
+    return parse_flags(cli, given, bare=bare, spelled=spelled)
+
+
+def run_command(
+    cli: str, handle: Callable[[Values], int], say: Callable[[str], None], argv: Sequence[str] | None = None
+) -> NoReturn:
+    """Parse the command line of `cli`, hand the values to `handle` and exit with the code it
+    returns (0 after `--help`). An AgentError is one `error:` line and its exit code; Ctrl-C
+    (and SIGTERM, where the script turns it into KeyboardInterrupt) is 130."""
+    try:
+        values = read_command_line(cli, sys.argv[1:] if argv is None else argv)
+        if values is None:
+            print(help_page(cli))
+            sys.exit(0)
+        code = handle(values)
+    except AgentError as exc:
+        say(f"error: {exc}")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(code)

@@ -1,0 +1,179 @@
+"""The flag table of both command lines (`batch_runner.py` and `run_agent.py`): one row per flag
+with its type, default, one-line help, help group and the CLIs that accept it.
+
+The table drives everything about flags: parsing and checking (agent.cli.flag_values), the
+`--help` pages (agent.cli.help_page) and, through the configs built from the parsed values,
+`run_config.json`. Defaults are not written here: each is read from the field of the frozen
+config it fills (AgentConfig, RunConfig, SandboxOptions), so a default lives in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, Literal
+
+from agent.config.agent_config import DIALECTS, PROVIDER_SORTS, REASONING_EFFORTS, AgentConfig
+from agent.config.run_config import RunConfig
+from agent.sandboxes import BACKENDS, SandboxOptions
+
+Kind = Literal["str", "int", "float", "bool", "list"]
+
+BATCH = "batch_runner.py"
+QUERY = "run_agent.py"
+CLIS = (BATCH, QUERY)
+_BOTH = frozenset(CLIS)
+_BATCH = frozenset({BATCH})
+_QUERY = frozenset({QUERY})
+
+GROUPS = (
+    "Run",
+    "Query",
+    "Model endpoint",
+    "Conversation",
+    "Provider routing (OpenRouter)",
+    "Workers and budgets",
+    "Sandbox",
+    "Logging",
+)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag. `shown` replaces the default in `--help` where the value alone says too little
+    (None defaults, environment fallbacks). Floats are always positive and finite."""
+
+    name: str
+    kind: Kind
+    default: Any
+    help: str
+    group: str
+    clis: frozenset[str] = _BOTH
+    required: bool = False
+    minimum: int | None = None  # int flags
+    choices: tuple[str, ...] = ()
+    shown: str | None = None
+
+    @property
+    def shown_default(self) -> str:
+        if self.shown is not None:
+            return self.shown
+        if self.kind == "bool":
+            return "true" if self.default else "false"
+        if isinstance(self.default, float) and self.default.is_integer():
+            return str(int(self.default))
+        return str(self.default)
+
+
+def _default(config: type, name: str) -> Any:
+    """The default of field `name` of the dataclass `config`."""
+    (found,) = (f for f in fields(config) if f.name == name)
+    assert found.default is not MISSING, f"{config.__name__}.{name} has no plain default"
+    return found.default
+
+
+def _agent(name: str) -> Any:
+    return _default(AgentConfig, name)
+
+
+def _run(name: str) -> Any:
+    return _default(RunConfig, name)
+
+
+FLAGS: tuple[Flag, ...] = (
+    # Run
+    Flag("dataset_file", "str", None, "JSONL dataset of prompts", "Run", _BATCH, required=True),
+    Flag("batch_size", "int", None, "prompts per output shard batch_N.jsonl", "Run", _BATCH,
+         required=True, minimum=1),
+    Flag("run_name", "str", None, "run directory name under --output_dir (letters, digits, ._-)", "Run",
+         _BATCH, required=True),
+    Flag("output_dir", "str", _run("output_dir"), "where run directories go", "Run", _BATCH),
+    Flag("resume", "bool", _run("resume"), "continue a run: skip prompts already done, retry failed ones",
+         "Run", _BATCH),
+    Flag("max_samples", "int", _run("max_samples"), "first N valid prompts only", "Run", _BATCH,
+         minimum=1, shown="all"),
+    Flag("distribution", "str", _run("distribution"), "toolset distribution sampled per prompt", "Run",
+         _BATCH),
+    Flag("seed", "int", _run("seed"), "toolset sampling seed (reproducible per prompt)", "Run", _BATCH),
+    Flag("list_distributions", "bool", False,
+         "print distributions, toolset and sandbox availability, then exit", "Run", _BATCH),
+    # Query
+    Flag("query", "str", None, "the question to answer", "Query", _QUERY, required=True),
+    Flag("enabled_toolsets", "list", _agent("enabled_toolsets"), "comma list of toolsets to offer",
+         "Query", _QUERY, shown="all"),
+    Flag("disabled_toolsets", "list", _agent("disabled_toolsets"), "comma list of toolsets to leave out",
+         "Query", _QUERY, shown="none"),
+    Flag("save_trajectories", "bool", False,
+         "save the conversation to trajectory_samples.jsonl (also: agent.save_trajectories in config.yaml)",
+         "Query", _QUERY),
+    # Model endpoint
+    Flag("model", "str", _agent("model"), "model id; embedded or embedded:/path.gguf serves a local model",
+         "Model endpoint"),
+    Flag("base_url", "str", _agent("base_url"), "any OpenAI-compatible endpoint", "Model endpoint"),
+    Flag("api_key", "str", _agent("api_key"), "never written anywhere", "Model endpoint",
+         shown="OPENROUTER_API_KEY / OPENAI_API_KEY"),
+    Flag("api_dialect", "str", _agent("api_dialect"), "which request extensions the endpoint understands",
+         "Model endpoint", choices=DIALECTS),
+    Flag("request_timeout", "float", _agent("request_timeout"), "seconds per model call", "Model endpoint",
+         _BATCH),
+    Flag("max_retries", "int", _agent("max_retries"), "retries of a transient model-call failure",
+         "Model endpoint", minimum=0),
+    Flag("embedded_threads", "int", _run("embedded_threads"), "CPU threads of the embedded model",
+         "Model endpoint", minimum=1),
+    # Conversation
+    Flag("max_turns", "int", _agent("max_iterations"), "model calls per conversation", "Conversation",
+         minimum=1),
+    Flag("max_tokens", "int", _agent("max_tokens"), "output-token cap per model call", "Conversation",
+         minimum=1, shown="model default"),
+    Flag("reasoning_effort", "str", None, "reasoning effort requested", "Conversation",
+         choices=REASONING_EFFORTS, shown="model default"),
+    Flag("reasoning_disabled", "bool", False, 'disable reasoning: sends {"effort": "none"}',
+         "Conversation"),
+    Flag("ephemeral_system_prompt", "str", _agent("ephemeral_system_prompt"),
+         "system prompt used at call time, never saved", "Conversation", shown="none"),
+    Flag("prefill_messages_file", "str", None,
+         "JSON array of {role, content} inserted after the system message, never saved", "Conversation",
+         shown="none"),
+    # Provider routing
+    Flag("providers_allowed", "list", _agent("providers_allowed"), "comma list of providers to allow",
+         "Provider routing (OpenRouter)", shown="any"),
+    Flag("providers_ignored", "list", _agent("providers_ignored"), "comma list of providers to skip",
+         "Provider routing (OpenRouter)", shown="none"),
+    Flag("providers_order", "list", _agent("providers_order"), "comma list of providers to try first",
+         "Provider routing (OpenRouter)", shown="none"),
+    Flag("provider_sort", "str", _agent("provider_sort"), "how providers are ranked",
+         "Provider routing (OpenRouter)", choices=PROVIDER_SORTS, shown="none"),
+    # Workers and budgets
+    Flag("num_workers", "int", _run("num_workers"), "worker processes", "Workers and budgets", _BATCH,
+         minimum=1),
+    Flag("max_inflight", "int", _run("max_inflight"), "conversations in flight across all workers",
+         "Workers and budgets", _BATCH, minimum=1),
+    Flag("prompt_timeout", "float", _run("prompt_timeout"), "wall-clock seconds per prompt",
+         "Workers and budgets", _BATCH, shown="none"),
+    Flag("rpm", "float", _run("rpm"), "requests per minute, split across workers", "Workers and budgets",
+         _BATCH, shown="none"),
+    Flag("tpm", "float", _run("tpm"), "tokens per minute, split across workers", "Workers and budgets",
+         _BATCH, shown="none"),
+    # Sandbox
+    Flag("sandbox", "str", None, f"where tool calls run: {', '.join(BACKENDS)}", "Sandbox",
+         shown="local (or TERMINAL_ENV)"),
+    Flag("image", "str", _default(SandboxOptions, "default_image"), "default container image (docker)",
+         "Sandbox", _BATCH),
+    Flag("sandbox_network", "bool", _default(SandboxOptions, "network"), "allow network inside containers",
+         "Sandbox", _BATCH),
+    # Logging
+    Flag("verbose", "bool", _run("verbose"), "log every tool call and result", "Logging"),
+    Flag("quiet", "bool", False, "warnings and errors only", "Logging", _QUERY),
+    Flag("log_prefix_chars", "int", _agent("log_prefix_chars"), "preview length in verbose logs",
+         "Logging", _BATCH, minimum=0),
+    Flag("keep_no_reasoning", "bool", _run("keep_no_reasoning"),
+         "keep samples without reasoning (default: discard them)", "Logging", _BATCH),
+)  # fmt: skip
+
+BY_NAME = {flag.name: flag for flag in FLAGS}
+assert len(BY_NAME) == len(FLAGS), "a flag is declared twice"
+assert {flag.group for flag in FLAGS} <= set(GROUPS)
+
+
+def flags_of(cli: str) -> tuple[Flag, ...]:
+    """The flags `cli` accepts, in table order."""
+    return tuple(flag for flag in FLAGS if cli in flag.clis)

@@ -1,0 +1,261 @@
+"""The flag table and its edge, in process but through the real Fire tokeniser
+(`read_command_line`): every flag of both CLIs, every boolean spelling, unknown names with the
+nearest valid one, integer flags given words, values kept as typed, `--help` from the table,
+and every default written once. The subprocess tests (test_batch_cli, test_run_agent_cli)
+check the same through the scripts, the configs they record and what reaches the endpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.cli.agent_cli import build_query_config
+from agent.cli.batch_cli import build_run_config
+from agent.cli.command_line import read_command_line
+from agent.cli.flags import BATCH, BY_NAME, CLIS, FLAGS, QUERY, flags_of
+from agent.cli.help_page import help_page
+from agent.config.agent_config import AgentConfig
+from agent.config.run_config import RunConfig
+from agent.errors import ConfigError
+
+FALSE_SPELLINGS = ("false", "False", "FALSE", "0", "no", "No")
+TRUE_SPELLINGS = ("true", "True", "1", "yes", "YES")
+REQUIRED = {BATCH: ["--dataset_file=d.jsonl", "--batch_size=2", "--run_name=r"], QUERY: ["--query=q"]}
+
+
+def read(cli: str, *argv: str) -> dict[str, Any]:
+    values = read_command_line(cli, [*REQUIRED[cli], *argv])
+    assert values is not None
+    return values
+
+
+def refused(cli: str, *argv: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        read_command_line(cli, [*REQUIRED[cli], *argv])
+    return str(caught.value)
+
+
+def of_kind(kind: str) -> list[tuple[str, str]]:
+    return [(cli, flag.name) for cli in CLIS for flag in flags_of(cli) if flag.kind == kind]
+
+
+# ---------------------------------------------------------------- booleans
+
+
+@pytest.mark.parametrize(("cli", "name"), of_kind("bool"))
+def test_every_boolean_flag_reads_false_and_true_in_every_spelling(cli: str, name: str) -> None:
+    for spelling in FALSE_SPELLINGS:
+        assert read(cli, f"--{name}={spelling}")[name] is False, spelling
+        assert read(cli, f"--{name}", spelling)[name] is False, f"--{name} {spelling}"
+    for spelling in TRUE_SPELLINGS:
+        assert read(cli, f"--{name}={spelling}")[name] is True, spelling
+    assert read(cli, f"--{name}")[name] is True  # bare, last
+    assert read(cli, f"--{name}", "--verbose")[name] is True  # bare, before another flag
+    assert read(cli, f"--no{name}")[name] is False  # Fire's negation
+    assert read(cli)[name] is BY_NAME[name].default is False
+
+
+@pytest.mark.parametrize(("cli", "name"), of_kind("bool"))
+def test_a_boolean_flag_with_another_word_is_refused_naming_it(cli: str, name: str) -> None:
+    message = refused(cli, f"--{name}=maybe")
+    assert message.startswith(f"--{name}=maybe: must be true or false"), message
+
+
+def test_false_booleans_reach_the_configs() -> None:
+    run = build_run_config(
+        read(
+            BATCH,
+            "--resume=false",
+            "--verbose=no",
+            "--reasoning_disabled=0",
+            "--sandbox_network=False",
+            "--keep_no_reasoning=NO",
+        )
+    )
+    assert (run.resume, run.verbose, run.sandbox.network, run.keep_no_reasoning) == (False,) * 4
+    assert run.agent.reasoning_config is None
+    query = build_query_config(
+        read(QUERY, "--save_trajectories=false", "--verbose=0", "--quiet=no", "--reasoning_disabled=False")
+    )
+    assert (query.save_trajectories, query.verbose, query.quiet) == (False, False, False)
+    assert query.agent.reasoning_config is None
+
+
+def test_true_booleans_reach_the_configs() -> None:
+    run = build_run_config(
+        read(BATCH, "--resume", "--verbose=yes", "--reasoning_disabled=1", "--sandbox_network=true")
+    )
+    assert (run.resume, run.verbose, run.sandbox.network) == (True, True, True)
+    assert run.agent.reasoning_config == {"effort": "none"}
+    query = build_query_config(read(QUERY, "--save_trajectories", "--quiet=YES", "--reasoning_disabled"))
+    assert (query.save_trajectories, query.quiet) == (True, True)
+    assert query.agent.reasoning_config == {"effort": "none"}
+
+
+# ---------------------------------------------------------------- unknown names, positionals
+
+
+@pytest.mark.parametrize(
+    ("cli", "typed", "nearest"),
+    [
+        (BATCH, "--max_turn=1", "--max_turns"),
+        (BATCH, "--max_sample=1", "--max_samples"),
+        (BATCH, "--num_worker=2", "--num_workers"),
+        (BATCH, "--resum", "--resume"),
+        (BATCH, "--reasoning-efort=high", "--reasoning_effort"),
+        (QUERY, "--max_turn=1", "--max_turns"),
+        (QUERY, "--querry=hi", "--query"),
+        (QUERY, "--enabled_toolset=terminal", "--enabled_toolsets"),
+    ],
+)
+def test_a_misspelled_flag_names_the_nearest_valid_one(cli: str, typed: str, nearest: str) -> None:
+    message = refused(cli, typed)
+    assert message == f"unknown flag {typed.partition('=')[0]}: did you mean {nearest}?"
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_an_unknown_flag_far_from_any_still_names_the_nearest(cli: str) -> None:
+    message = refused(cli, "--bogus_flag=1")
+    assert message.startswith("unknown flag --bogus_flag (the nearest is --"), message
+    nearest = re.search(r"the nearest is --(\w+)", message)
+    assert nearest is not None and nearest.group(1) in {flag.name for flag in flags_of(cli)}
+
+
+def test_the_other_commands_flag_is_named_as_such() -> None:
+    assert "--query is a flag of run_agent.py, not of batch_runner.py" in refused(BATCH, "--query=hi")
+    assert "--num_workers is a flag of batch_runner.py, not of run_agent.py" in refused(
+        QUERY, "--num_workers=2"
+    )
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_positional_arguments_and_fires_separator_are_refused(cli: str) -> None:
+    assert refused(cli, "what is 2+2").startswith("unexpected argument 'what is 2+2'")
+    assert refused(cli, "--", "--interactive").startswith("unexpected argument '--'")
+
+
+# ---------------------------------------------------------------- values
+
+
+@pytest.mark.parametrize(("cli", "name"), of_kind("int"))
+def test_an_integer_flag_given_a_word_is_refused_naming_it(cli: str, name: str) -> None:
+    assert refused(cli, f"--{name}=ten") == f"--{name} must be an integer, got 'ten'"
+    assert refused(cli, f"--{name}=2.5") == f"--{name} must be an integer, got '2.5'"
+
+
+@pytest.mark.parametrize(("cli", "name"), of_kind("float"))
+def test_a_number_flag_must_be_a_positive_number(cli: str, name: str) -> None:
+    assert refused(cli, f"--{name}=soon") == f"--{name} must be a number, got 'soon'"
+    for bad in ("0", "-3", "nan", "inf"):
+        assert refused(cli, f"--{name}={bad}") == f"--{name} must be positive, got {bad}"
+    assert read(cli, f"--{name}=1.5")[name] == 1.5
+
+
+def test_minimums_and_choices_are_checked_with_the_flag_named() -> None:
+    assert refused(BATCH, "--batch_size=2", "--num_workers=0") == "--num_workers must be at least 1, got 0"
+    assert refused(QUERY, "--max_retries=-1") == "--max_retries must be at least 0, got -1"
+    assert (
+        refused(QUERY, "--api_dialect=soap")
+        == "--api_dialect=soap: must be one of auto, openrouter, openai, generic"
+    )
+    assert refused(BATCH, "--provider_sort=cheapest").startswith(
+        "--provider_sort=cheapest: must be one of price"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cli", "name"), [(cli, f.name) for cli in CLIS for f in flags_of(cli) if f.kind != "bool"]
+)
+def test_a_flag_that_needs_a_value_says_so_when_bare(cli: str, name: str) -> None:
+    assert refused(cli, f"--{name}") == f"--{name} needs a value (--{name}=...)"
+
+
+def test_values_stay_as_typed_not_as_fire_would_guess_them() -> None:
+    values = read(BATCH, "--run_name=2024", "--model=None", "--providers_allowed=anthropic, openai")
+    assert values["run_name"] == "2024"
+    assert build_run_config({**values, "dataset_file": "d.jsonl"}).run_name == "2024"
+    assert values["model"] == "None"
+    assert values["providers_allowed"] == ("anthropic", "openai")
+    query = read(QUERY, "--query=yes, no", "--ephemeral_system_prompt=[1, 2]", "--enabled_toolsets=terminal")
+    assert query["query"] == "yes, no"
+    assert query["ephemeral_system_prompt"] == "[1, 2]"
+    assert query["enabled_toolsets"] == ("terminal",)
+    assert read(BATCH, "--run_name", "1_000")["run_name"] == "1_000"  # `--name value` form too
+    assert read(BATCH, "--max-turns=3")["max_turns"] == 3  # Fire's dashes-for-underscores
+
+
+def test_a_required_flag_missing_is_named() -> None:
+    values = read_command_line(BATCH, ["--dataset_file=d.jsonl", "--run_name=r"])
+    assert values is not None
+    with pytest.raises(ConfigError, match=r"^--batch_size is required \(see --help\)$"):
+        build_run_config(values)
+    empty = read_command_line(QUERY, ["--query="])
+    assert empty is not None
+    with pytest.raises(ConfigError, match=r"^--query is required"):
+        build_query_config(empty)
+
+
+# ---------------------------------------------------------------- help and defaults
+
+
+def assert_lists_every_flag(page: str, cli: str, defaults: Mapping[str, str]) -> None:
+    """`page` has one row per flag of `cli`, ending in its default; `defaults` pins some as text."""
+    rows = {
+        line.split()[0].split("=")[0].split("[")[0]: line
+        for line in page.splitlines()
+        if line.startswith("  --")
+    }
+    assert sorted(rows) == sorted(f"--{flag.name}" for flag in flags_of(cli))
+    for flag in flags_of(cli):
+        expected = "[required]" if flag.required else f"[default: {flag.shown_default}]"
+        assert rows[f"--{flag.name}"].endswith(expected), rows[f"--{flag.name}"]
+    for name, default in defaults.items():
+        assert rows[f"--{name}"].endswith(f"[default: {default}]"), rows[f"--{name}"]
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_help_lists_every_flag_of_the_command_with_its_default(cli: str) -> None:
+    assert read_command_line(cli, ["--model=x", "--help"]) is None
+    assert read_command_line(cli, ["-h"]) is None
+    defaults = {"max_turns": "10", "max_retries": "6", "model": "anthropic/claude-sonnet-4.6"}
+    assert_lists_every_flag(help_page(cli), cli, defaults)
+
+
+def test_help_shows_the_batch_runners_literal_defaults() -> None:
+    rows = {line.split()[0]: line for line in help_page(BATCH).splitlines() if line.startswith("  --")}
+    assert rows["--request_timeout=SECONDS"].endswith("[default: 600]")
+    assert rows["--num_workers=N"].endswith("[default: 4]")
+    assert rows["--max_inflight=N"].endswith("[default: 64]")
+    assert rows["--distribution=TEXT"].endswith("[default: default]")
+    assert rows["--resume[=BOOL]"].endswith("[default: false]")
+
+
+def test_every_default_is_the_config_fields_default() -> None:
+    agent = AgentConfig()
+    run = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
+    assert agent.max_iterations == BY_NAME["max_turns"].default == 10
+    assert agent.max_retries == BY_NAME["max_retries"].default == 6
+    assert agent.request_timeout == BY_NAME["request_timeout"].default == 600
+    for cli in CLIS:  # both commands build the same agent config from no flags
+        values = read(cli)
+        assert (values["max_turns"], values["max_retries"]) == (10, 6)
+    for flag in FLAGS:
+        if flag.name in run:
+            assert flag.default == run[flag.name], flag.name
+        if flag.name in AgentConfig.__dataclass_fields__:
+            assert flag.default == getattr(agent, flag.name), flag.name
+
+
+def test_the_readme_table_lists_every_batch_flag_with_its_default() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Batch runner flags", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `--(\w+)` \| ([^|]+) \|", section, flags=re.MULTILINE)
+    documented = {name: default.replace("`", "").strip() for name, default in rows}
+    assert list(documented) == [flag.name for flag in flags_of(BATCH)]
+    for flag in flags_of(BATCH):
+        assert documented[flag.name] == ("required" if flag.required else flag.shown_default), flag.name
