@@ -1,0 +1,96 @@
+"""One pass over a conversation's structured (OpenAI-style) messages: what every export needs.
+
+The pass splits each assistant turn into its reasoning and its content once (native
+`reasoning` and inline `<think>`-style blocks merged) and collects the tool calls and results;
+the trajectory formats render from it and the entry's `tool_stats` and has-reasoning come
+from it, so no one walks the history or parses reasoning again. Messages the agent injected
+itself (`"_injected": True`) are not part of the conversation and are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.export.tool_stats import ToolCounts, calls_of, count_tools
+from agent.llm import reasoning
+
+__all__ = ["Analysis", "ReasoningStats", "TurnText", "analyse", "reasoning_stats", "tool_stats"]
+
+
+@dataclass(frozen=True)
+class TurnText:
+    """An assistant turn's merged reasoning ("" when none) and its content without inline blocks."""
+
+    reasoning: str
+    content: str
+
+
+@dataclass(frozen=True)
+class ReasoningStats:
+    assistant_turns: int
+    turns_with_reasoning: int
+
+    @property
+    def turns_without_reasoning(self) -> int:
+        return self.assistant_turns - self.turns_with_reasoning
+
+    @property
+    def has_any_reasoning(self) -> bool:
+        return self.turns_with_reasoning > 0
+
+
+@dataclass(frozen=True)
+class Analysis:
+    turns: Mapping[int, TurnText]  # assistant messages by position in the history
+    tool_stats: dict[str, ToolCounts]
+    tool_errors: dict[str, int]
+
+    @property
+    def reasoning(self) -> ReasoningStats:
+        return ReasoningStats(len(self.turns), sum(1 for turn in self.turns.values() if turn.reasoning))
+
+    @property
+    def has_reasoning(self) -> bool:
+        return any(turn.reasoning for turn in self.turns.values())
+
+
+def turn_text(message: Mapping[str, Any]) -> TurnText:
+    """Reasoning and content of one assistant message; the loop has usually separated them
+    already, but a history from elsewhere may not have."""
+    native = message.get("reasoning")
+    inline, content = reasoning.split_inline(message.get("content") or "")
+    parts = reasoning.merge_parts([native.strip() if isinstance(native, str) else "", *inline])
+    return TurnText("\n\n".join(parts), content.strip())
+
+
+def analyse(messages: Sequence[Mapping[str, Any]], all_tools: Iterable[str] = ()) -> Analysis:
+    """The analysis of `messages`; `all_tools` are the tools `tool_stats` lists even when unused."""
+    turns: dict[int, TurnText] = {}
+    calls: list[tuple[str, str]] = []
+    results: list[tuple[str, Any]] = []
+    for index, message in enumerate(messages):
+        if message.get("_injected"):
+            continue
+        role = message.get("role")
+        if role == "assistant":
+            turns[index] = turn_text(message)
+            calls.extend(calls_of(message))
+        elif role == "tool":
+            results.append((str(message.get("tool_call_id")), message.get("content")))
+    stats, errors = count_tools(calls, results, all_tools)
+    return Analysis(turns, stats, errors)
+
+
+def tool_stats(
+    messages: Sequence[Mapping[str, Any]], all_tools: Iterable[str]
+) -> tuple[dict[str, ToolCounts], dict[str, int]]:
+    """(`{tool: {"count", "success", "failure"}}`, `{tool: failures}`): see `count_tools`."""
+    analysis = analyse(messages, all_tools)
+    return analysis.tool_stats, analysis.tool_errors
+
+
+def reasoning_stats(messages: Sequence[Mapping[str, Any]]) -> ReasoningStats:
+    """Assistant turns (injected ones excluded) and how many carry reasoning, native or inline."""
+    return analyse(messages).reasoning
