@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from datetime import datetime
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from agent.errors import ConfigError
-from agent.export.analysis import Analysis, ReasoningStats, TurnText, analyse, reasoning_stats
+from agent.export.analysis import ReasoningStats, TurnText, analyse, reasoning_stats
 from agent.export.formats import FORMATS, get_format, render
 from agent.export.samples_file import save_trajectory
 from agent.export.sharegpt import ShareGPT, convert, hermes_system_message, to_sharegpt
@@ -372,7 +373,6 @@ def test_one_analysis_feeds_the_conversion_and_the_statistics() -> None:
     assert rendered.fields == {"conversations": to_sharegpt(messages, [TERMINAL])}
     assert rendered.analysis.turns[1] == TurnText("native\n\ninline", "visible")
     assert rendered.analysis.reasoning == ReasoningStats(assistant_turns=2, turns_with_reasoning=1)
-    assert rendered.analysis.has_reasoning
     assert rendered.analysis.tool_stats == {
         "read_file": {"count": 0, "success": 0, "failure": 0},
         "terminal": {"count": 1, "success": 0, "failure": 1},
@@ -384,8 +384,6 @@ def test_the_sharegpt_format_renders_from_the_analysis_it_is_given() -> None:
     parsing the message again: a doctored analysis shows up in the output."""
     messages = [user("q"), assistant("<think>r</think>a")]
     analysis = analyse(messages)
-    doctored = Analysis(
-        {1: TurnText("from the analysis", "content too")}, analysis.tool_stats, analysis.tool_errors
-    )
+    doctored = dataclasses.replace(analysis, turns={1: TurnText("from the analysis", "content too")})
     (value,) = gpt_values(get_format("sharegpt").render(messages, [], doctored)["conversations"])
     assert value == "<think>\nfrom the analysis\n</think>\ncontent too"

@@ -57,7 +57,7 @@ def build_entry(
         "tool_stats": rendered.analysis.tool_stats,
         "tool_error_counts": rendered.analysis.tool_errors,
     }
-    return entry, rendered.analysis.has_reasoning
+    return entry, rendered.analysis.reasoning.turns_with_reasoning > 0
 
 
 def _metadata(job: Job, result: ConversationResult, usage: dict[str, int]) -> dict[str, Any]:

@@ -46,14 +46,7 @@ class Analysis:
     turns: Mapping[int, TurnText]  # assistant messages by position in the history
     tool_stats: dict[str, ToolCounts]
     tool_errors: dict[str, int]
-
-    @property
-    def reasoning(self) -> ReasoningStats:
-        return ReasoningStats(len(self.turns), sum(1 for turn in self.turns.values() if turn.reasoning))
-
-    @property
-    def has_reasoning(self) -> bool:
-        return any(turn.reasoning for turn in self.turns.values())
+    reasoning: ReasoningStats
 
 
 def turn_text(message: Mapping[str, Any]) -> TurnText:
@@ -80,7 +73,8 @@ def analyse(messages: Sequence[Mapping[str, Any]], all_tools: Iterable[str] = ()
         elif role == "tool":
             results.append((str(message.get("tool_call_id")), message.get("content")))
     stats, errors = count_tools(calls, results, all_tools)
-    return Analysis(turns, stats, errors)
+    with_reasoning = sum(1 for turn in turns.values() if turn.reasoning)
+    return Analysis(turns, stats, errors, ReasoningStats(len(turns), with_reasoning))
 
 
 def tool_stats(
