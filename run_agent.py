@@ -56,19 +56,15 @@ class AIAgent:
         config: AgentConfig | None = None,
         **settings: Any,
     ) -> None:
-        self.config = config or agent_config(
-            base_url=base_url or DEFAULT_BASE_URL, api_key=api_key, model=model, **settings
-        )
-        self.save_trajectories, self.trajectory_dir, self.run_name = (
-            save_trajectories,
-            trajectory_dir,
-            run_name,
-        )
-        self._chat_model, self._limiter = chat_model, limiter
+        if config is not None and settings:
+            raise TypeError(f"AIAgent: config= and config keywords together: {', '.join(sorted(settings))}")
+        base_url = base_url or DEFAULT_BASE_URL
+        self.config = config or agent_config(base_url=base_url, api_key=api_key, model=model, **settings)
+        self.save_trajectories, self.trajectory_dir = save_trajectories, trajectory_dir
+        self.run_name, self._chat_model, self._limiter = run_name, chat_model, limiter
         # Resolved once per agent: every conversation offers the same tools.
-        self.tools = tools_ or resolve_tools(
-            self.config.enabled_toolsets or None, self.config.disabled_toolsets
-        )
+        enabled, disabled = self.config.enabled_toolsets or None, self.config.disabled_toolsets
+        self.tools = tools_ or resolve_tools(enabled, disabled)
         options = sandbox if isinstance(sandbox, SandboxOptions) else SandboxOptions(backend=sandbox)
         self._sandboxes = sandbox_factory_ or (sandbox_factory(options) if self.tools.specs else None)
         _set_log_level(verbose_logging, quiet_mode)

@@ -434,7 +434,6 @@ def test_from_config_runs_a_whole_config_with_the_toolsets_given(
         config,
         enabled_toolsets=["terminal", "file"],
         sandbox=SandboxOptions(backend="local", root=str(tmp_path / "sandboxes")),
-        quiet=True,
     )
     result = agent.run_conversation("cfg")
 
@@ -460,3 +459,8 @@ def test_an_endpoint_on_this_machine_needs_no_key(sim_endpoint: SimulatedEndpoin
     sim_endpoint.script("local", [Turn(content="fine")])
     agent = AIAgent(base_url=sim_endpoint.base_url, model="sim-model", enabled_toolsets=[])
     assert agent.run_conversation("local")["final_response"] == "fine"
+
+
+def test_a_whole_config_and_config_keywords_together_are_refused() -> None:
+    with pytest.raises(TypeError, match="config= and config keywords together: max_iterations"):
+        AIAgent(config=AgentConfig(), max_iterations=3)

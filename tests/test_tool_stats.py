@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from agent.export.analysis import tool_stats
-from agent.export.tool_stats import is_failure, unknown_tools_called
+from agent.export.tool_stats import is_failure, tool_stats, unknown_tools_called
 
 
 def calls(*pairs: tuple[str, str], injected: bool = False) -> dict[str, Any]:

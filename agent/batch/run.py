@@ -112,9 +112,16 @@ class BatchRun:
             if row.key in self.done_keys:
                 continue
             rng = random.Random(f"{cfg.seed}:{row.key}")  # reproducible whatever the scheduling
-            toolsets = tuple(sample_toolsets_from_distribution(cfg.distribution, rng))
-            batch_num = row.index // cfg.batch_size
-            yield Job(row.index, row.key, row.prompt, row.image, row.cwd, row.metadata, batch_num, toolsets)
+            yield Job(
+                index=row.index,
+                key=row.key,
+                prompt=row.prompt,
+                image=row.image,
+                cwd=row.cwd,
+                metadata=row.metadata,
+                batch_num=row.index // cfg.batch_size,
+                toolsets=tuple(sample_toolsets_from_distribution(cfg.distribution, rng)),
+            )
 
     def _schedule(self, todo: int, already_done: int) -> Tally:
         with RunProgress(todo + already_done, already_done, console=self.console) as progress:
