@@ -6,7 +6,7 @@ The value types that cross the seams live here too.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -171,9 +171,33 @@ class Toolset:
 # ---------------------------------------------------------------- run store
 
 
+class StoredKeys(Protocol):
+    """Which prompts a run directory already answered (what a resume skips or retries)."""
+
+    @property
+    def done(self) -> set[str]: ...  # keys with a result line
+
+    @property
+    def discarded(self) -> set[str]: ...  # keys with a discard record
+
+    @property
+    def failures(self) -> dict[str, int]: ...  # key -> failed attempts, for keys not done or discarded
+
+
 class RunStore(Protocol):
-    """Where a run's results go. Appended lines survive kill -9 once the call returns and an
-    OS crash once `sync` returns; `write_json` replaces a file atomically after syncing."""
+    """Where a batch run's results go, as `BatchRun` uses it. `lock` then `repair` before the
+    first append; `close` releases the lock. Appended lines survive kill -9 once the call
+    returns; `write_json` replaces a file atomically after syncing every line appended before
+    it, and `merge` writes the merged trajectories (calling `on_entry` for each) and returns
+    its report, an object whose attributes are the report's JSON fields."""
+
+    def lock(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def repair(self) -> list[str]: ...  # notes on what was repaired, for the log
+
+    def scan(self) -> StoredKeys: ...
 
     def append_result(self, batch_num: int, entry: Mapping[str, Any] | bytes) -> None: ...
 
@@ -181,9 +205,11 @@ class RunStore(Protocol):
 
     def append_failure(self, record: Mapping[str, Any]) -> None: ...
 
-    def sync(self) -> None: ...
-
     def write_json(self, name: str, data: Any) -> None: ...
+
+    def merge(
+        self, valid_tools: Collection[str], on_entry: Callable[[dict[str, Any]], None] | None = None
+    ) -> object: ...
 
 
 # An async function that answers one chat-completions request body (server side of the seam).

@@ -4,6 +4,7 @@ the API key staying out of trajectories, tool output and logs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from agent.config.agent_config import AgentConfig
+from agent.errors import ConfigError
 from agent.llm import client as llm_client
 from agent.sandboxes import SandboxOptions
 from agent.servers.endpoint_server import EndpointFault
@@ -411,3 +414,53 @@ def test_a_patch_of_a_file_that_is_not_utf8_reaches_the_model_and_the_trajectory
     turns = saved(tmp_path, "trajectory_samples.jsonl")[0]["conversations"]
     patch_turn = next(t["value"] for t in turns if t["from"] == "tool" and "diff" in t["value"])
     assert "caf\\ufffd new" in patch_turn or "caf\ufffd new" in patch_turn
+
+
+# ---------------------------------------------------------------- the facade and its config
+
+
+def test_from_config_runs_a_whole_config_with_the_toolsets_given(
+    sim_endpoint: SimulatedEndpoint, tmp_path: Path
+) -> None:
+    sim_endpoint.script("cfg", [Turn(tool_calls=(call("read_file", path="nope.txt"),)), Turn(content="ok")])
+    config = AgentConfig(
+        model="sim-model",
+        base_url=sim_endpoint.base_url,
+        api_key=KEY,
+        max_retries=0,
+        enabled_toolsets=("web",),
+    )
+    agent = AIAgent.from_config(
+        config,
+        enabled_toolsets=["terminal", "file"],
+        sandbox=SandboxOptions(backend="local", root=str(tmp_path / "sandboxes")),
+    )
+    result = agent.run_conversation("cfg")
+
+    assert agent.config == dataclasses.replace(config, enabled_toolsets=("terminal", "file"))
+    assert result["completed"] and result["toolsets_used"] == ["terminal", "file"]
+    assert "error" in json.loads(tool_results(result)[0]["content"])  # the file tool ran: no such file
+    offered = {t["function"]["name"] for t in sim_endpoint.requests[0].body["tools"]}
+    assert {"terminal", "read_file"} <= offered and "web_search" not in offered
+
+
+def test_the_turn_limit_default_is_the_configs(sim_endpoint: SimulatedEndpoint, tmp_path: Path) -> None:
+    assert agent_for(sim_endpoint, tmp_path).config.max_iterations == AgentConfig().max_iterations
+    assert agent_for(sim_endpoint, tmp_path, max_iterations=3).config.max_iterations == 3
+
+
+def test_a_remote_endpoint_without_a_key_is_a_config_error_before_any_call() -> None:
+    agent = AIAgent(base_url="http://192.0.2.1:9/v1", model="m", enabled_toolsets=[])
+    with pytest.raises(ConfigError, match=r"no API key for http://192\.0\.2\.1:9/v1: pass --api_key"):
+        agent.run_conversation("q")
+
+
+def test_an_endpoint_on_this_machine_needs_no_key(sim_endpoint: SimulatedEndpoint) -> None:
+    sim_endpoint.script("local", [Turn(content="fine")])
+    agent = AIAgent(base_url=sim_endpoint.base_url, model="sim-model", enabled_toolsets=[])
+    assert agent.run_conversation("local")["final_response"] == "fine"
+
+
+def test_a_whole_config_and_config_keywords_together_are_refused() -> None:
+    with pytest.raises(TypeError, match="config= and config keywords together: max_iterations"):
+        AIAgent(config=AgentConfig(), max_iterations=3)

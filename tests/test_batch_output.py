@@ -27,7 +27,7 @@ from tests.test_batch_support import (
     write_dataset,
 )
 
-SPEC_FIELDS = {
+SPEC_FIELDS = [  # a trajectory entry's top-level fields, in order
     "prompt_index",
     "conversations",
     "metadata",
@@ -37,7 +37,7 @@ SPEC_FIELDS = {
     "toolsets_used",
     "tool_stats",
     "tool_error_counts",
-}
+]
 ROWS: list[dict[str, Any]] = [
     {"prompt": "Output row zero", "metadata": {"prompt_source": "unit", "difficulty": "easy"}},
     {"prompt": "Output row one", "metadata": {"topic": "math", "level": 3}},
@@ -96,7 +96,7 @@ def test_entries_have_exactly_the_spec_fields(finished: FinishedRun) -> None:
     assert sorted(entries) == sorted(row["prompt"] for row in ROWS)
     for index, row in enumerate(ROWS):
         entry = entries[row["prompt"]]
-        assert set(entry) == SPEC_FIELDS
+        assert list(entry) == SPEC_FIELDS
         assert entry["prompt_index"] == index
         metadata = entry["metadata"]
         assert metadata["batch_num"] == index // 4

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from agent.batch.dataset import prompt_key
-from agent.batch.records import result_record
 from agent.errors import RunLockedError
 from agent.store.directory import RunDirectory, encode_line
 
@@ -102,17 +101,6 @@ def test_a_line_encoded_by_a_worker_is_written_as_it_is(run: RunDirectory) -> No
         with pytest.raises(ValueError, match="one newline-terminated JSON object line"):
             run.append_result(2, bad)
     assert lines_of(run.path / "batch_2.jsonl") == [line]
-
-
-def test_result_record_carries_the_line_and_fails_the_prompt_for_an_entry_that_is_not_json() -> None:
-    job = {"key": "k", "batch_num": 3, "index": 7}
-    result = {"completed": True, "outcome": "completed", "usage": {"total_tokens": 5}}
-    record = result_record(job, result, entry("a"))
-    assert record["kind"] == "result" and json.loads(record["line"]) == entry("a")
-    assert (record["batch_num"], record["prompt_index"], record["outcome"]) == (3, 7, "completed")
-    bad = result_record(job, result, {**entry("a"), "score": float("nan")})
-    assert bad["kind"] == "failure" and bad["record"]["error_class"] == "exception"
-    assert "cannot be written as JSON" in bad["record"]["message"]
 
 
 def test_more_files_than_open_handles_still_get_every_line(tmp_path: Path) -> None:

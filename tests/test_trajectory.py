@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from datetime import datetime
@@ -10,14 +11,11 @@ from typing import Any
 
 import pytest
 
+from agent.errors import ConfigError
+from agent.export.analysis import ReasoningStats, TurnText, analyse, reasoning_stats
+from agent.export.formats import FORMATS, get_format, render
 from agent.export.samples_file import save_trajectory
-from agent.export.sharegpt import (
-    ShareGPT,
-    convert,
-    hermes_system_message,
-    reasoning_stats,
-    to_sharegpt,
-)
+from agent.export.sharegpt import ShareGPT, convert, hermes_system_message, to_sharegpt
 
 GOLDEN = Path(__file__).parent / "golden" / "spec_example.json"
 TERMINAL = {
@@ -353,3 +351,39 @@ def test_torn_tail_longer_than_one_scan_block(tmp_path: Path) -> None:
     save_trajectory([], "m", True, filename="x.jsonl", directory=tmp_path)
     assert read_lines(path)[0] == {"n": 1} and len(read_lines(path)) == 2
     assert (tmp_path / "x.jsonl.torn").read_bytes() == fragment + b"\n"
+
+
+# ---------------------------------------------------------------- the export seam
+
+
+def test_formats_are_chosen_by_name_and_an_unknown_one_is_a_config_error() -> None:
+    assert get_format("sharegpt").name == "sharegpt" and "sharegpt" in FORMATS
+    with pytest.raises(ConfigError, match="unknown trajectory format 'parquet'; valid: sharegpt"):
+        get_format("parquet")
+
+
+def test_one_analysis_feeds_the_conversion_and_the_statistics() -> None:
+    messages = [
+        user("q"),
+        assistant("<think>inline</think>visible", "native", [call("a", "terminal", "{}")]),
+        result("a", "terminal", '{"error": "boom"}'),
+        assistant("answer"),
+    ]
+    rendered = render(messages, [TERMINAL], all_tools=["terminal", "read_file"])
+    assert rendered.fields == {"conversations": to_sharegpt(messages, [TERMINAL])}
+    assert rendered.analysis.turns[1] == TurnText("native\n\ninline", "visible")
+    assert rendered.analysis.reasoning == ReasoningStats(assistant_turns=2, turns_with_reasoning=1)
+    assert rendered.analysis.tool_stats == {
+        "read_file": {"count": 0, "success": 0, "failure": 0},
+        "terminal": {"count": 1, "success": 0, "failure": 1},
+    }
+
+
+def test_the_sharegpt_format_renders_from_the_analysis_it_is_given() -> None:
+    """The conversion reads each turn's reasoning and content from the analysis, never
+    parsing the message again: a doctored analysis shows up in the output."""
+    messages = [user("q"), assistant("<think>r</think>a")]
+    analysis = analyse(messages)
+    doctored = dataclasses.replace(analysis, turns={1: TurnText("from the analysis", "content too")})
+    (value,) = gpt_values(get_format("sharegpt").render(messages, [], doctored)["conversations"])
+    assert value == "<think>\nfrom the analysis\n</think>\ncontent too"

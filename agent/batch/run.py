@@ -17,11 +17,14 @@ from typing import Any
 from rich.console import Console
 
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
+from agent.batch.events import Discarded, Failed, Finished, LimiterReport, WorkerEvent
+from agent.batch.jobs import Job
 from agent.batch.progress import RunProgress
-from agent.batch.scheduler import Scheduler
+from agent.batch.scheduler import Scheduler, Tally
 from agent.config.run_config import RunConfig
+from agent.protocols import RunStore, StoredKeys
 from agent.sandboxes import reap_stale
-from agent.store.directory import RunDirectory, RunIndex
+from agent.store.directory import RunDirectory
 from agent.store.statistics import RunStatistics, render_statistics
 from agent.toolbox.distributions import sample_toolsets_from_distribution
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
@@ -32,10 +35,10 @@ EXIT_OK, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 130
 
 
 class BatchRun:
-    def __init__(self, config: RunConfig, console: Console) -> None:
+    def __init__(self, config: RunConfig, console: Console, store: RunStore | None = None) -> None:
         self.config = config
         self.console = console
-        self.store = RunDirectory(config.run_dir)
+        self.store: RunStore = store if store is not None else RunDirectory(config.run_dir)
         self.stats = RunStatistics()
         self.done_indices: set[int] = set()
         self.batch_stats: dict[int, dict[str, int]] = {}
@@ -69,7 +72,7 @@ class BatchRun:
             return EXIT_FAILURES
         return EXIT_OK
 
-    def _open_run(self) -> RunIndex:
+    def _open_run(self) -> StoredKeys:
         for note in self.store.repair():
             log.warning("%s", note)
         self._reap_sandboxes()
@@ -83,7 +86,7 @@ class BatchRun:
         for name in reap_stale(self.config.sandbox):
             log.warning("removed a sandbox left by a dead process: %s", name)
 
-    def _plan(self, index: RunIndex) -> int:
+    def _plan(self, index: StoredKeys) -> int:
         """How many prompts remain; records which dataset indices are already done."""
         todo = 0
         for row in self._rows():
@@ -103,64 +106,61 @@ class BatchRun:
         number = prompt_index // self.config.batch_size
         return self.batch_stats.setdefault(number, {"total": 0, "processed": 0, "discarded": 0, "failed": 0})
 
-    def _jobs(self) -> Iterator[dict[str, Any]]:
+    def _jobs(self) -> Iterator[Job]:
         cfg = self.config
         for row in self._rows():
             if row.key in self.done_keys:
                 continue
             rng = random.Random(f"{cfg.seed}:{row.key}")  # reproducible whatever the scheduling
-            yield {
-                "index": row.index,
-                "key": row.key,
-                "prompt": row.prompt,
-                "image": row.image,
-                "cwd": row.cwd,
-                "metadata": row.metadata,
-                "batch_num": row.index // cfg.batch_size,
-                "toolsets": sample_toolsets_from_distribution(cfg.distribution, rng),
-            }
+            yield Job(
+                index=row.index,
+                key=row.key,
+                prompt=row.prompt,
+                image=row.image,
+                cwd=row.cwd,
+                metadata=row.metadata,
+                batch_num=row.index // cfg.batch_size,
+                toolsets=tuple(sample_toolsets_from_distribution(cfg.distribution, rng)),
+            )
 
-    def _schedule(self, todo: int, already_done: int) -> Any:
+    def _schedule(self, todo: int, already_done: int) -> Tally:
         with RunProgress(todo + already_done, already_done, console=self.console) as progress:
             self.progress = progress
             scheduler = Scheduler(self.config, self._on_event, self._checkpoint)
             return scheduler.run(self._jobs())
 
-    def _on_event(self, event: dict[str, Any]) -> None:
-        kind = event["kind"]
-        if kind == "result":
-            self.store.append_result(event["batch_num"], event["line"])
-            self._mark_done(event["prompt_index"])
-            outcome = "done" if event["completed"] else "partial"
-            self.stats.add_processed(event["outcome"], event["usage"])
-        elif kind == "discard":
-            record = event["record"]
-            self.store.append_discard(record)
-            self._mark_done(record["prompt_index"], discarded=True)
-            self.stats.add_discard(record["reason"])
-            self.stats.add_processed("discarded", record["entry"]["metadata"]["usage"])
-            outcome = "discarded"
-        elif kind == "failure":
-            record = event["record"]
-            record["attempt"] = self.attempts.get(event["key"], 0) + 1
-            self.store.append_failure(record)
-            self._batch(record["prompt_index"])["failed"] += 1
-            self.stats.add_failure(record["error_class"])
-            self.stats.add_processed("failed", record.get("usage") or {})
-            outcome = "failed"
-            self._report_failure(record)
-        elif kind == "limiter":
-            self.stats.add_limiter(event["stats"])
-            return
-        else:
-            return
+    def _on_event(self, event: WorkerEvent) -> None:
+        match event:
+            case Finished():
+                self.store.append_result(event.batch_num, event.line)
+                self._mark_done(event.prompt_index)
+                self.stats.add_processed(event.outcome, event.usage)
+                self._advance("done" if event.completed else "partial")
+            case Discarded():
+                self.store.append_discard(event.record())
+                self._mark_done(event.prompt_index, discarded=True)
+                self.stats.add_discard(event.reason)
+                self.stats.add_processed("discarded", event.usage)
+                self._advance("discarded")
+            case Failed():
+                self._record_failure(event)
+            case LimiterReport():
+                self.stats.add_limiter(event.stats)
+
+    def _record_failure(self, event: Failed) -> None:
+        self.store.append_failure(event.record(attempt=self.attempts.get(event.key, 0) + 1))
+        self._batch(event.prompt_index)["failed"] += 1
+        self.stats.add_failure(event.error_class)
+        self.stats.add_processed("failed", event.usage)
+        self._report_failure(event)
+        self._advance("failed")
+
+    def _advance(self, outcome: str) -> None:
         if self.progress is not None:
             self.progress.advance(outcome)
 
-    def _report_failure(self, record: dict[str, Any]) -> None:
-        message = (
-            f"prompt {record['prompt_index']} failed ({record['error_class']}): {record['message'][:200]}"
-        )
+    def _report_failure(self, event: Failed) -> None:
+        message = f"prompt {event.prompt_index} failed ({event.error_class}): {event.message[:200]}"
         if self.progress is not None:
             self.progress.log(message)
 
@@ -204,7 +204,7 @@ class BatchRun:
         summary = self._summary(scan, time.monotonic() - started)
         if merge:
             report = self.store.merge(set(TOOL_TO_TOOLSET_MAP), on_entry=self.stats.add_entry)
-            summary["merge"] = dict(report.__dict__)
+            summary["merge"] = dict(vars(report))
         stats = self.stats.to_dict(**summary)
         self.store.write_json("statistics.json", stats)
         render_statistics(stats, self.console)

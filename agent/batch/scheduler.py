@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.batch import worker_entry
-from agent.batch.records import failure_record
+from agent.batch.events import Cancelled, Discarded, Failed, Finished, WorkerEvent, WorkerExit
+from agent.batch.jobs import Job
 from agent.config.run_config import RunConfig
 
 log = logging.getLogger("agent.batch.scheduler")
@@ -31,7 +32,7 @@ STOP_GRACE = 30.0  # seconds workers get to destroy their sandboxes after SIGTER
 
 @dataclass
 class Tally:
-    dispatched: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> job, until answered
+    dispatched: dict[str, Job] = field(default_factory=dict)  # key -> job, until answered
     interrupted: bool = False
 
 
@@ -41,7 +42,7 @@ class Scheduler:
     def __init__(
         self,
         config: RunConfig,
-        on_event: Callable[[dict[str, Any]], None],
+        on_event: Callable[[WorkerEvent], None],
         on_tick: Callable[[], None],
     ) -> None:
         self.config = config
@@ -54,7 +55,7 @@ class Scheduler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
-    def run(self, jobs: Iterable[dict[str, Any]]) -> Tally:
+    def run(self, jobs: Iterable[Job]) -> Tally:
         procs = [
             self.ctx.Process(
                 target=worker_entry.main,
@@ -87,10 +88,10 @@ class Scheduler:
         self._account_lost()
         return self.tally
 
-    def _feed(self, jobs: Iterable[dict[str, Any]]) -> None:
+    def _feed(self, jobs: Iterable[Job]) -> None:
         for job in jobs:
             with self._lock:
-                self.tally.dispatched[job["key"]] = job
+                self.tally.dispatched[job.key] = job
             while not self._put(job):
                 if self._stop.is_set():
                     return
@@ -99,7 +100,7 @@ class Scheduler:
                 if self._stop.is_set():
                     return
 
-    def _put(self, item: dict[str, Any] | None) -> bool:
+    def _put(self, item: Job | None) -> bool:
         try:
             self.jobs.put(item, timeout=0.2)
             return True
@@ -137,17 +138,17 @@ class Scheduler:
         self._drain_leftovers(exited)  # its goodbye may still be in the queue
         return next((i for i, p in enumerate(procs) if i not in exited and p.exitcode is not None), None)
 
-    def _handle(self, event: Any, exited: set[int]) -> None:
-        if isinstance(event, logging.LogRecord):
-            logging.getLogger(event.name).handle(event)
-            return
-        kind = event.get("kind")
-        if kind == "exit":
-            exited.add(event["worker"])
-            return
-        if kind in ("result", "discard", "failure", "cancelled"):
-            with self._lock:
-                self.tally.dispatched.pop(event["key"], None)
+    def _handle(self, event: WorkerEvent | logging.LogRecord, exited: set[int]) -> None:
+        match event:
+            case logging.LogRecord():
+                logging.getLogger(event.name).handle(event)
+                return
+            case WorkerExit(worker=worker):
+                exited.add(worker)
+                return
+            case Finished() | Discarded() | Failed() | Cancelled():
+                with self._lock:
+                    self.tally.dispatched.pop(event.key, None)
         self.on_event(event)
 
     def _drain_leftovers(self, exited: set[int]) -> None:
@@ -188,4 +189,4 @@ class Scheduler:
         if self.tally.interrupted:
             return
         for job in lost:
-            self.on_event(failure_record(job, "worker_lost", "the worker process running it exited early"))
+            self.on_event(Failed.of(job, "worker_lost", "the worker process running it exited early"))

@@ -17,22 +17,24 @@ import os
 import queue
 import signal
 import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
-from agent.batch.records import build_entry, discard_record, failure_record, result_record
+from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, WorkerExit
+from agent.batch.jobs import Job
+from agent.batch.records import answer
 from agent.config.run_config import RunConfig
 from agent.errors import AgentError, SandboxError
-from agent.llm.client import OpenAIChatModel
+from agent.llm.factory import open_chat_model
 from agent.llm.rate_limit import AdaptiveLimiter
+from agent.loop.agent_loop import converse
+from agent.loop.conversation import Prompt
 from agent.protocols import Sandbox, SandboxFactory, SandboxSpec
 from agent.sandboxes import sandbox_pool
 from agent.sandboxes.host import orphans
 from agent.toolbox.registry import ResolvedTools, resolve_tools
-from run_agent import AIAgent
 
 log = logging.getLogger("agent.batch.worker")
 PR_SET_PDEATHSIG = 1
@@ -115,29 +117,20 @@ class Worker:
 
     async def serve(self) -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._stop)
-        cfg = self.config.agent
-        self.model = OpenAIChatModel(
-            base_url=cfg.base_url,
-            api_key=cfg.api_key or "none",
-            model=cfg.model,
-            timeout=cfg.request_timeout,
-            max_retries=cfg.max_retries,
-            limiter=self.limiter,
-            max_connections=self.config.inflight_per_worker + 8,
-        )
+        connections = self.config.inflight_per_worker + 8
+        self.model = open_chat_model(self.config.agent, limiter=self.limiter, max_connections=connections)
         try:
             with sandbox_pool(self.config.sandbox, self.config.run_name) as factory:
                 self.factory = throttled(factory, self.config.sandbox_starts)
                 await self._pull_and_run()
         finally:
             await self.model.aclose()
-            stats = self.limiter.stats
-            self.events.put({"kind": "limiter", "worker": self.id, "stats": stats.__dict__})
-            self.events.put({"kind": "exit", "worker": self.id})
+            self.events.put(LimiterReport(self.id, dict(self.limiter.stats.__dict__)))
+            self.events.put(WorkerExit(self.id))
 
-    async def _next_job(self) -> dict[str, Any] | None:
+    async def _next_job(self) -> Job | None:
         with contextlib.suppress(queue.Empty):  # usually one is waiting: take it without a thread
-            job: dict[str, Any] | None = self.jobs.get_nowait()
+            job: Job | None = self.jobs.get_nowait()
             return job
         while not self.stopping.is_set():
             try:
@@ -154,7 +147,7 @@ class Worker:
             await slots.acquire()  # cancelled conversations free their slots on SIGTERM
             job = await self._next_job()
             if job is not None and self.stopping.is_set():  # got as SIGTERM came: not started
-                self.events.put({"kind": "cancelled", "key": job["key"]})
+                self.events.put(Cancelled(job.key))
             if job is None or self.stopping.is_set():
                 break
             task = asyncio.create_task(self._run_job(job))
@@ -163,62 +156,37 @@ class Worker:
             task.add_done_callback(lambda _: slots.release())
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _run_job(self, job: dict[str, Any]) -> None:
-        started = time.monotonic()
+    async def _run_job(self, job: Job) -> None:
         try:
             event = await self._converse(job)
         except asyncio.CancelledError:
-            self.events.put({"kind": "cancelled", "key": job["key"]})
+            self.events.put(Cancelled(job.key))
             raise
-        event["seconds"] = round(time.monotonic() - started, 3)
         self.events.put(event)
 
-    async def _converse(self, job: dict[str, Any]) -> dict[str, Any]:
-        cfg, run = self.config.agent, self.config
-        toolsets = tuple(job["toolsets"])
+    def _tools(self, toolsets: tuple[str, ...]) -> ResolvedTools:
+        """The tools of a sampled toolset combination, resolved once per worker."""
         if toolsets not in self.tools:
             self.tools[toolsets] = resolve_tools(toolsets or None)
-        agent = AIAgent(
-            model=cfg.model,
-            base_url=cfg.base_url,
-            max_iterations=cfg.max_iterations,
-            enabled_toolsets=job["toolsets"],
-            ephemeral_system_prompt=cfg.ephemeral_system_prompt,
-            log_prefix_chars=cfg.log_prefix_chars,
-            log_prefix=f"[B{job['batch_num']}:P{job['index']}] ",
-            providers_allowed=cfg.providers_allowed,
-            providers_ignored=cfg.providers_ignored,
-            providers_order=cfg.providers_order,
-            provider_sort=cfg.provider_sort,
-            max_tokens=cfg.max_tokens,
-            reasoning_config=cfg.reasoning_config,
-            prefill_messages=cfg.prefill_messages,
-            api_dialect=cfg.api_dialect,
-            verbose_logging=run.verbose,
-            run_name=run.run_name,
-            chat_model=self.model,
-            sandbox_factory_=self.factory,
-            tools_=self.tools[toolsets],
-        )
+        return self.tools[toolsets]
+
+    async def _converse(self, job: Job) -> Answer:
+        run = self.config
+        prompt = Prompt(job.prompt, job.sandbox_spec(run.run_name), job.log_prefix)
         try:
             async with asyncio.timeout(run.prompt_timeout):
-                result = await agent.arun_conversation(
-                    job["prompt"], task_id=job["key"], image=job["image"], cwd=job["cwd"]
+                result = await converse(
+                    run.agent, self.model, self._tools(job.toolsets), prompt, self.factory
                 )
         except TimeoutError:
-            return failure_record(
+            return Failed.of(
                 job, "prompt_timeout", f"no outcome within --prompt_timeout={run.prompt_timeout}s"
             )
         except SandboxError as exc:
-            return failure_record(job, "sandbox", str(exc))
+            return Failed.of(job, "sandbox", str(exc))
         except AgentError as exc:
-            return failure_record(job, "exception", f"{type(exc).__name__}: {exc}")
+            return Failed.of(job, "exception", f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - a bug costs one prompt, not the run; reported, not swallowed
             log.error("%s\n%s", exc, traceback.format_exc())
-            return failure_record(job, "exception", f"{type(exc).__name__}: {exc}")
-        if result["failed"]:
-            return failure_record(job, result["error_class"] or "api", result["error"] or "", result["usage"])
-        entry, has_reasoning = build_entry(job, result)
-        if not has_reasoning and not run.keep_no_reasoning:
-            return discard_record(job, "no_reasoning", entry)
-        return result_record(job, result, entry)
+            return Failed.of(job, "exception", f"{type(exc).__name__}: {exc}")
+        return answer(job, result, keep_no_reasoning=run.keep_no_reasoning)

@@ -1,7 +1,7 @@
-"""Trajectories: converting an API message history to ShareGPT turns, and saving them.
+"""The ShareGPT trajectory format: an API message history as ShareGPT turns.
 
-The conversion follows /work/shared/spec/trajectory-format.md and fixes the reference's
-fidelity bugs:
+One format of the registry in `agent.export.formats`. The conversion follows
+/work/shared/spec/trajectory-format.md and fixes the reference's fidelity bugs:
 - every `gpt` turn has exactly ONE think block: native `reasoning` and any inline
   `<think>` / `<REASONING_SCRATCHPAD>` blocks left in the content are merged (W-TRAJ-1);
 - tool names in tool turns come from the call with the same `tool_call_id`, not from the
@@ -22,16 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.common.identity_memo import IdentityMemo
-from agent.llm import reasoning
+from agent.export.analysis import Analysis, analyse
 
-__all__ = [
-    "ReasoningStats",
-    "ShareGPT",
-    "convert",
-    "hermes_system_message",
-    "reasoning_stats",
-    "to_sharegpt",
-]
+__all__ = ["FORMAT", "ShareGPT", "ShareGPTFormat", "convert", "hermes_system_message", "to_sharegpt"]
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +73,6 @@ def hermes_system_message(tool_schemas: Sequence[Mapping[str, Any]]) -> str:
     return _system_messages(tool_schemas)
 
 
-def _turn_reasoning(message: Mapping[str, Any]) -> tuple[str, str]:
-    """(merged reasoning, content without inline blocks) for one assistant message; the loop
-    has usually separated them already, but a history from elsewhere may not have."""
-    native = message.get("reasoning")
-    inline, content = reasoning.split_inline(message.get("content") or "")
-    parts = reasoning.merge_parts([native.strip() if isinstance(native, str) else "", *inline])
-    return "\n\n".join(parts), content.strip()
-
-
 @dataclass(frozen=True)
 class ShareGPT:
     conversations: list[dict[str, str]]
@@ -98,7 +82,8 @@ class ShareGPT:
 class _Converter:
     """One pass over the history; keeps the calls of the last assistant turn for its results."""
 
-    def __init__(self, tool_schemas: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, tool_schemas: Sequence[Mapping[str, Any]], analysis: Analysis) -> None:
+        self.analysis = analysis
         self.turns: list[dict[str, str]] = [{"from": "system", "value": hermes_system_message(tool_schemas)}]
         self.warnings: list[str] = []
         self.open_calls: dict[str, str] = {}  # call id -> tool name, awaiting results
@@ -108,7 +93,7 @@ class _Converter:
         log.warning("trajectory: %s", text)
         self.warnings.append(text)
 
-    def feed(self, message: Mapping[str, Any]) -> None:
+    def feed(self, index: int, message: Mapping[str, Any]) -> None:
         role = message.get("role")
         if message.get("_injected") or role == "system":
             return
@@ -119,12 +104,13 @@ class _Converter:
         if role == "user":
             self.turns.append({"from": "human", "value": _text(message.get("content"))})
         elif role == "assistant":
-            self.assistant(message)
+            self.assistant(index, message)
         else:
             self.warn(f"message with unknown role {role!r} dropped")
 
-    def assistant(self, message: Mapping[str, Any]) -> None:
-        reasoning, content = _turn_reasoning(message)
+    def assistant(self, index: int, message: Mapping[str, Any]) -> None:
+        text = self.analysis.turns[index]
+        reasoning, content = text.reasoning, text.content
         think = f"<think>\n{reasoning}\n</think>\n" if reasoning else "<think>\n</think>\n"
         calls = message.get("tool_calls") or []
         if not calls:
@@ -193,11 +179,16 @@ def _content(raw: str) -> Any:
     return raw
 
 
-def convert(messages: Sequence[Mapping[str, Any]], tool_schemas: Sequence[Mapping[str, Any]]) -> ShareGPT:
-    """ShareGPT turns for an API history (user/assistant/tool messages), plus what was lost."""
-    converter = _Converter(tool_schemas)
-    for message in messages:
-        converter.feed(message)
+def convert(
+    messages: Sequence[Mapping[str, Any]],
+    tool_schemas: Sequence[Mapping[str, Any]],
+    analysis: Analysis | None = None,
+) -> ShareGPT:
+    """ShareGPT turns for an API history (user/assistant/tool messages), plus what was lost;
+    `analysis` is `analyse(messages)` when the caller has it already."""
+    converter = _Converter(tool_schemas, analysis or analyse(messages))
+    for index, message in enumerate(messages):
+        converter.feed(index, message)
     converter.close_tool_turn()
     return ShareGPT(converter.turns, converter.warnings)
 
@@ -209,22 +200,18 @@ def to_sharegpt(
     return convert(messages, tool_schemas).conversations
 
 
-@dataclass(frozen=True)
-class ReasoningStats:
-    assistant_turns: int
-    turns_with_reasoning: int
+class ShareGPTFormat:
+    """The format as the registry sees it: the entry's `conversations` field."""
 
-    @property
-    def turns_without_reasoning(self) -> int:
-        return self.assistant_turns - self.turns_with_reasoning
+    name = "sharegpt"
 
-    @property
-    def has_any_reasoning(self) -> bool:
-        return self.turns_with_reasoning > 0
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tool_schemas: Sequence[Mapping[str, Any]],
+        analysis: Analysis,
+    ) -> dict[str, Any]:
+        return {"conversations": convert(messages, tool_schemas, analysis).conversations}
 
 
-def reasoning_stats(messages: Sequence[Mapping[str, Any]]) -> ReasoningStats:
-    """Assistant turns (injected ones excluded) and how many carry reasoning, native or inline."""
-    turns = [m for m in messages if m.get("role") == "assistant" and not m.get("_injected")]
-    with_reasoning = sum(1 for m in turns if _turn_reasoning(m)[0])
-    return ReasoningStats(len(turns), with_reasoning)
+FORMAT = ShareGPTFormat()

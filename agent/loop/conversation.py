@@ -1,4 +1,4 @@
-"""A conversation's record: its messages, how it ended, and the result dict callers get.
+"""A conversation's values: what the loop is asked (`Prompt`) and how it ended (`ConversationResult`).
 
 Outcomes are explicit and mutually exclusive. `completed` means a final answer was given;
 `partial` means the model stopped short (turn limit, truncation, empty reply, wall-clock
@@ -8,11 +8,11 @@ a finished conversation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from agent.protocols import ModelReply, ToolCall, Usage
+from agent.protocols import SandboxSpec, Usage
 
 
 class Outcome(StrEnum):
@@ -27,53 +27,53 @@ class Outcome(StrEnum):
 PARTIAL = {Outcome.MAX_ITERATIONS, Outcome.GAVE_UP, Outcome.TRUNCATED, Outcome.TIMEOUT}
 
 
-def assistant_message(reply: ModelReply) -> dict[str, Any]:
-    """The assistant turn as kept in history (reasoning separate from content)."""
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content, "reasoning": reply.reasoning}
-    if reply.tool_calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in reply.tool_calls
-        ]
-    if reply.reasoning_details:
-        message["reasoning_details"] = reply.reasoning_details
-    if reply.finish_reason == "length":
-        message["truncated"] = True
-    return message
+@dataclass(frozen=True)
+class Prompt:
+    """One conversation's own inputs: the user message, its sandbox and its log prefix."""
+
+    text: str
+    sandbox: SandboxSpec  # run name, prompt key, image, working directory
+    log_prefix: str = ""
 
 
-def tool_message(call: ToolCall, content: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
+@dataclass(frozen=True)
+class ConversationResult:
+    """How one conversation ended, with its whole history (structured, OpenAI-style messages)."""
 
-
-@dataclass
-class Conversation:
-    """Mutable while the loop runs; `result()` freezes it into the caller's dict."""
-
+    outcome: Outcome
+    messages: list[dict[str, Any]]
+    api_calls: int
+    usage: Usage
     model: str
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    api_calls: int = 0
-    usage: Usage = field(default_factory=Usage)
-    toolsets_used: list[str] = field(default_factory=list)
-    tool_schemas: list[dict[str, Any]] = field(default_factory=list)
+    toolsets_used: tuple[str, ...]
+    tool_schemas: tuple[dict[str, Any], ...]  # function schemas offered, in offer order
+    final_response: str | None = None
+    error: str | None = None
+    error_class: str | None = None
 
-    def result(
-        self,
-        outcome: Outcome,
-        *,
-        final_response: str | None = None,
-        error: str | None = None,
-        error_class: str | None = None,
-    ) -> dict[str, Any]:
+    @property
+    def completed(self) -> bool:
+        return self.outcome is Outcome.COMPLETED
+
+    @property
+    def partial(self) -> bool:
+        return self.outcome in PARTIAL
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome is Outcome.API_FAILURE
+
+    def as_dict(self) -> dict[str, Any]:
+        """The result dict `AIAgent.run_conversation` returns (the reference's keys and ours)."""
         usage = self.usage.as_dict()
         return {
-            "outcome": outcome.value,
-            "completed": outcome is Outcome.COMPLETED,
-            "partial": outcome in PARTIAL,
-            "failed": outcome is Outcome.API_FAILURE,
-            "error": error,
-            "error_class": error_class,
-            "final_response": final_response,
+            "outcome": self.outcome.value,
+            "completed": self.completed,
+            "partial": self.partial,
+            "failed": self.failed,
+            "error": self.error,
+            "error_class": self.error_class,
+            "final_response": self.final_response,
             "messages": self.messages,
             "api_calls": self.api_calls,
             "model": self.model,

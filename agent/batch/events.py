@@ -1,0 +1,99 @@
+"""What a worker process tells the parent, one frozen, picklable value per event.
+
+`Finished`, `Discarded` and `Failed` answer a job (the parent writes them to the run
+directory), `Cancelled` says a job was given up unanswered (SIGTERM), `LimiterReport` carries
+a worker's rate-limiter statistics and `WorkerExit` is its goodbye. The parent tells them
+apart by type. This module stays light: the parent imports it, never the worker's SDKs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from agent.batch.jobs import Job
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A conversation that reached an outcome; its entry is already one JSONL line, so the
+    parent writes the bytes as they are and reads only the small fields beside them."""
+
+    key: str
+    batch_num: int
+    prompt_index: int
+    line: bytes
+    completed: bool
+    outcome: str
+    usage: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Discarded:
+    """A filtered prompt: kept whole (it was paid for), never merged, never re-run."""
+
+    key: str
+    prompt_index: int
+    reason: str
+    entry: dict[str, Any]
+    usage: dict[str, int]
+    timestamp: str
+
+    def record(self) -> dict[str, Any]:
+        """The line of `discarded.jsonl`."""
+        return {
+            "prompt_key": self.key,
+            "prompt_index": self.prompt_index,
+            "reason": self.reason,
+            "timestamp": self.timestamp,
+            "entry": self.entry,
+        }
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A prompt that did not reach an outcome: retried on resume."""
+
+    key: str
+    prompt_index: int
+    error_class: str
+    message: str
+    usage: dict[str, int]
+    timestamp: str
+
+    @classmethod
+    def of(cls, job: Job, error_class: str, message: str, usage: dict[str, int] | None = None) -> Failed:
+        return cls(job.key, job.index, error_class, message[:2000], usage or {}, datetime.now().isoformat())
+
+    def record(self, attempt: int) -> dict[str, Any]:
+        """The line of `failures.jsonl` for the prompt's `attempt`-th failure."""
+        return {
+            "prompt_key": self.key,
+            "prompt_index": self.prompt_index,
+            "error_class": self.error_class,
+            "message": self.message,
+            "timestamp": self.timestamp,
+            "usage": self.usage,
+            "attempt": attempt,
+        }
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    key: str
+
+
+@dataclass(frozen=True)
+class LimiterReport:
+    worker: int
+    stats: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    worker: int
+
+
+Answer = Finished | Discarded | Failed  # a job's outcome, written to the run directory
+WorkerEvent = Finished | Discarded | Failed | Cancelled | LimiterReport | WorkerExit

@@ -1,0 +1,66 @@
+"""The trajectory formats, by name, and rendering one conversation through one of them.
+
+Inside a worker the conversation's structured (OpenAI-style) messages are the canonical form;
+a format turns them into the fields it contributes to a trajectory entry (ShareGPT: its
+`conversations`). `render` analyses the messages once (`agent.export.analysis`) and hands the
+analysis to the format, so reasoning and tool statistics are never computed twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agent.errors import ConfigError
+from agent.export import sharegpt
+from agent.export.analysis import Analysis, analyse
+
+DEFAULT_FORMAT = "sharegpt"
+
+
+class TrajectoryFormat(Protocol):
+    """A trajectory format: the entry fields it makes from an analysed message history."""
+
+    @property
+    def name(self) -> str: ...
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tool_schemas: Sequence[Mapping[str, Any]],
+        analysis: Analysis,
+    ) -> dict[str, Any]: ...
+
+
+FORMATS: dict[str, TrajectoryFormat] = {fmt.name: fmt for fmt in (sharegpt.FORMAT,)}
+
+
+def get_format(name: str) -> TrajectoryFormat:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown trajectory format {name!r}; valid: {', '.join(sorted(FORMATS))}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A conversation in one format (`fields`), with the analysis its entry's statistics come from."""
+
+    fields: dict[str, Any]
+    analysis: Analysis
+
+
+def render(
+    messages: Sequence[Mapping[str, Any]],
+    tool_schemas: Sequence[Mapping[str, Any]],
+    *,
+    all_tools: Iterable[str] = (),
+    format_name: str = DEFAULT_FORMAT,
+) -> Rendered:
+    """`messages` in the format named `format_name`; `all_tools` as for `count_tools`."""
+    fmt = get_format(format_name)
+    analysis = analyse(messages, all_tools)
+    return Rendered(fmt.render(messages, tool_schemas, analysis), analysis)

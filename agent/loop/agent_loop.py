@@ -1,0 +1,133 @@
+"""The agent loop: one conversation from the user's message to an outcome.
+
+Call the model, run the tool calls it made (in the conversation's sandbox), repeat until it
+answers, fails or runs out of turns. The loop takes the agent's configuration whole, a chat
+model, the resolved tools and, when tools need one, a sandbox factory; it returns a frozen
+`ConversationResult`. Errors the model should see (unknown tools, bad arguments, failing
+tools) come back from dispatch as tool results; an endpoint that fails for good ends the
+conversation as `api_failure`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from agent.config.agent_config import AgentConfig
+from agent.errors import ModelAPIError
+from agent.llm.request import build_request
+from agent.loop.conversation import ConversationResult, Outcome, Prompt
+from agent.protocols import ChatModel, ModelReply, Sandbox, SandboxFactory, ToolCall, Usage
+from agent.sandboxes import sandbox_session
+from agent.toolbox.dispatch import dispatch, unknown_tool_result
+from agent.toolbox.registry import ResolvedTools
+
+log = logging.getLogger("agent.loop")
+
+
+async def converse(
+    config: AgentConfig,
+    model: ChatModel,
+    tools: ResolvedTools,
+    prompt: Prompt,
+    sandboxes: SandboxFactory | None = None,
+) -> ConversationResult:
+    """Run one conversation to an explicit outcome. With `sandboxes`, the conversation gets a
+    fresh sandbox (`prompt.sandbox`), destroyed when it ends, however it ends."""
+    loop = _Loop(config, model, tools, prompt.log_prefix)
+    if sandboxes is None:
+        return await loop.run(prompt.text, None)
+    async with sandbox_session(sandboxes, prompt.sandbox) as sandbox:
+        return await loop.run(prompt.text, sandbox)
+
+
+def assistant_message(reply: ModelReply) -> dict[str, Any]:
+    """The assistant turn as kept in history (reasoning separate from content)."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content, "reasoning": reply.reasoning}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in reply.tool_calls
+        ]
+    if reply.reasoning_details:
+        message["reasoning_details"] = reply.reasoning_details
+    if reply.finish_reason == "length":
+        message["truncated"] = True
+    return message
+
+
+def tool_message(call: ToolCall, content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
+
+
+class _Loop:
+    """One conversation's mutable state while it runs; `end` freezes it into the result."""
+
+    def __init__(self, config: AgentConfig, model: ChatModel, tools: ResolvedTools, log_prefix: str) -> None:
+        self.config, self.model, self.tools, self.prefix = config, model, tools, log_prefix
+        self.messages: list[dict[str, Any]] = []
+        self.api_calls = 0
+        self.usage = Usage()
+
+    async def run(self, text: str, sandbox: Sandbox | None) -> ConversationResult:
+        """The loop: call the model, run its tool calls, repeat until an outcome."""
+        cfg, definitions = self.config, self.tools.definitions
+        self.messages.append({"role": "user", "content": text})
+        while self.api_calls < cfg.max_iterations:
+            self.api_calls += 1
+            try:
+                reply = await self.model.complete(build_request(cfg, self.messages, definitions))
+            except ModelAPIError as exc:
+                # INFO, not WARNING: the outcome is returned, and the caller reports it once.
+                log.info("%sAPI failure (%s): %s", self.prefix, exc.error_class, exc)
+                return self.end(Outcome.API_FAILURE, error=str(exc), error_class=exc.error_class)
+            self.usage += reply.usage
+            self.messages.append(assistant_message(reply))
+            if not reply.tool_calls:
+                return self.answered(reply)
+            self.messages += await self.run_tools(reply.tool_calls, sandbox)
+        return self.end(Outcome.MAX_ITERATIONS, error=f"no final answer within {cfg.max_iterations} calls")
+
+    def answered(self, reply: ModelReply) -> ConversationResult:
+        """The outcome of a reply without tool calls."""
+        if reply.finish_reason == "length":
+            return self.end(Outcome.TRUNCATED, error="final answer cut at max_tokens")
+        if not reply.content.strip():
+            return self.end(Outcome.GAVE_UP, error="the model returned an empty reply")
+        return self.end(Outcome.COMPLETED, final_response=reply.content)
+
+    async def run_tools(self, calls: Sequence[ToolCall], sandbox: Sandbox | None) -> list[dict[str, Any]]:
+        """Every tool call of a turn, in order; failures become tool results the model reads."""
+        n, prefix, allowed = self.config.log_prefix_chars, self.prefix, self.tools.allowed
+        results = []
+        for call in calls:
+            log.debug("%s🔧 %s(%s)", prefix, call.name, call.arguments[:n])
+            if sandbox is None:  # no tool is offered, so this one is unknown
+                content = unknown_tool_result(call.name, allowed)
+            else:
+                content = await dispatch(call.name, call.arguments, sandbox, allowed)
+            log.debug("%s↳ %s", prefix, content[:n])
+            results.append(tool_message(call, content))
+        return results
+
+    def end(
+        self,
+        outcome: Outcome,
+        *,
+        final_response: str | None = None,
+        error: str | None = None,
+        error_class: str | None = None,
+    ) -> ConversationResult:
+        return ConversationResult(
+            outcome=outcome,
+            messages=self.messages,
+            api_calls=self.api_calls,
+            usage=self.usage,
+            model=self.config.model,
+            toolsets_used=tuple(self.tools.toolsets_used),
+            tool_schemas=tuple(d["function"] for d in self.tools.definitions),
+            final_response=final_response,
+            error=error,
+            error_class=error_class,
+        )
