@@ -232,3 +232,35 @@ def test_one_byte_over_the_cap_is_not() -> None:
 
     error, _, _ = failure(over, bound=20, max_reply_bytes=MiB)
     assert error.error_class == "invalid_response"
+
+
+def quick_reply(body: bytes) -> tuple[ModelReply, float]:
+    """The reply to a call answered with `body`, and the seconds the call took."""
+
+    async def answer(server: HostileServer, writer: asyncio.StreamWriter) -> None:
+        await server.send(writer, head(f"Content-Length: {len(body)}") + body)
+
+    async def go() -> tuple[ModelReply, float]:
+        async with HostileServer(answer) as server:
+            start = time.monotonic()
+            reply = await call(server)
+            return reply, time.monotonic() - start
+
+    return asyncio.run(go())
+
+
+def test_many_unclosed_think_tags_are_parsed_in_linear_time() -> None:
+    """Each unclosed opener was matched against the whole rest of the reply: 30,000 of them
+    (210 KB) took over a minute of the event loop, which every conversation shares."""
+    reply, took = quick_reply(completion("answer " + "<think>" * 30_000 + "<thinking>x" * 30_000))
+    assert reply.content == "answer"
+    assert reply.reasoning is not None and reply.reasoning.startswith("<think>" * 29_999)
+    assert took < 5
+
+
+def test_many_reasoning_details_are_merged_in_linear_time() -> None:
+    details = [{"type": "reasoning.text", "text": f"step {i % 10_000}"} for i in range(20_000)]
+    message = {"role": "assistant", "content": "done", "reasoning_details": details}
+    reply, took = quick_reply(json.dumps({"choices": [{"message": message}]}).encode())
+    assert reply.reasoning == "\n\n".join(f"step {i}" for i in range(10_000))  # each copy once
+    assert took < 5
