@@ -34,10 +34,14 @@ def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class HostileServer:
-    """A loopback HTTP/1.1 server: reads each request whole, then lets `respond` write."""
+    """A loopback HTTP/1.1 server: reads each request whole (unless deaf), then lets `respond`
+    write; one request per connection."""
 
-    def __init__(self, respond: Callable[[HostileServer, asyncio.StreamWriter], Awaitable[None]]) -> None:
+    def __init__(
+        self, respond: Callable[[HostileServer, asyncio.StreamWriter], Awaitable[None]], *, deaf: bool = False
+    ) -> None:
         self.respond = respond
+        self.deaf = deaf  # never reads the request
         self.connections = 0
         self.requests = 0
         self.sent = 0
@@ -62,19 +66,23 @@ class HostileServer:
         assert task is not None
         self._handlers.add(task)
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                int(line.split(b":", 1)[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length:")
-            )
-            await reader.readexactly(length)
-            self.requests += 1
+            if not self.deaf:
+                await self._read_request(reader)
             await self.respond(self, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
             return  # the client hung up on us: what these tests want it to do
         finally:
             writer.close()
+
+    async def _read_request(self, reader: asyncio.StreamReader) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        self.requests += 1
 
     async def send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(data)
@@ -264,3 +272,37 @@ def test_many_reasoning_details_are_merged_in_linear_time() -> None:
     reply, took = quick_reply(json.dumps({"choices": [{"message": message}]}).encode())
     assert reply.reasoning == "\n\n".join(f"step {i}" for i in range(10_000))  # each copy once
     assert took < 5
+
+
+def test_a_server_that_never_reads_a_large_request_times_out() -> None:
+    """The request's body fills the socket buffers and the send blocks: the deadline covers it."""
+
+    async def go() -> tuple[ModelAPIError, HostileServer, float]:
+        async with HostileServer(silent, deaf=True) as server:
+            model = OpenAIChatModel(
+                base_url=server.base_url, api_key="k", model="m", timeout=1, max_retries=1
+            )
+            history = [{"role": "user", "content": "x" * (32 * MiB)}]
+            start = time.monotonic()
+            try:
+                with pytest.raises(ModelAPIError) as caught:
+                    async with asyncio.timeout(20):
+                        await model.complete(ChatRequest(messages=history, tools=[]))
+                return caught.value, server, time.monotonic() - start
+            finally:
+                await model.aclose()
+
+    error, server, took = asyncio.run(go())
+    assert error.error_class == "timeout" and error.attempts == 2 and server.connections == 2
+    assert took < 2 + 3
+
+
+def test_endless_headers_are_refused_by_their_limit() -> None:
+    async def headers_forever(server: HostileServer, writer: asyncio.StreamWriter) -> None:
+        await server.send(writer, b"HTTP/1.1 200 OK\r\n")
+        for i in range(1_000_000):
+            await server.send(writer, b"X-%d: %s\r\n" % (i, b"h" * 100))
+
+    error, server, _ = failure(headers_forever, bound=30, max_retries=0)
+    assert error.error_class == "connection"
+    assert server.sent < IN_FLIGHT_SLACK

@@ -17,6 +17,7 @@ whole, raising `ReplyTooLarge`, which the SDK lets through untouched.
 from __future__ import annotations
 
 import asyncio
+import io
 from typing import Any
 
 import aiohttp
@@ -28,6 +29,7 @@ import httpx2
 # call can cost: at most the cap per call in flight.
 DEFAULT_MAX_REPLY_BYTES = 32 * 2**20
 READ_CHUNK = 2**16
+LARGE_BODY = 2**20
 
 
 class ReplyTooLarge(Exception):
@@ -61,6 +63,12 @@ async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes:
             response.close()  # the rest is never read: the connection is dropped, not reused
             raise ReplyTooLarge(cap)
     return bytes(body)
+
+
+def _payload(body: bytes) -> bytes | io.BytesIO | None:
+    # aiohttp warns (ResourceWarning) on a bytes body over 1 MiB, which a long agent history
+    # reaches; as a BytesIO it is written in chunks, yielding to the loop between them.
+    return io.BytesIO(body) if len(body) > LARGE_BODY else body or None
 
 
 def _headers(response: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
@@ -107,7 +115,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         async with self._get_session().request(
             request.method,
             str(request.url),
-            data=body or None,
+            data=_payload(body),
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=None),  # the deadline around the whole attempt rules
             allow_redirects=False,
