@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.batch import dataset as dataset_module
 from agent.batch.dataset import MAX_KEPT_ERRORS, DatasetRow, LineError, iter_rows, prompt_key, scan_dataset
 from agent.batch.row_fields import CWD_RULE
 from agent.errors import ConfigError, DatasetError
@@ -293,3 +294,27 @@ def test_iterating_a_large_file_holds_memory_flat(dataset: Path) -> None:
         tracemalloc.stop()
     assert last is not None and (last.index, last.occurrence) == (49_999, 49_999 // 7)
     assert peak < 2_000_000
+
+
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n"])
+def test_a_line_over_the_length_cap_is_a_bad_line_read_past_without_holding_it(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch, line_end: bytes
+) -> None:
+    monkeypatch.setattr(dataset_module, "MAX_LINE_BYTES", 1000)
+    at_cap = b'{"prompt": "' + b"a" * (1000 - 14) + b'"}'
+    assert len(at_cap) == 1000
+    with dataset.open("wb") as out:
+        out.write(at_cap + line_end)
+        out.write(b'{"prompt": "' + b"b" * 1000 + b'"}' + line_end)
+        out.write(b'{"prompt": "' + b"c" * (8 * 2**20))  # 8 MB, no line end at all
+    tracemalloc.start()
+    try:
+        scan = scan_dataset(dataset)
+        rows = list(iter_rows(dataset))
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    too_long = "line longer than 1000 bytes (MAX_LINE_BYTES)"
+    assert [str(e) for e in scan.errors] == [f"{dataset}:2: {too_long}", f"{dataset}:3: {too_long}"]
+    assert [row.line_no for row in rows] == [1] and (scan.valid, scan.total_lines) == (1, 3)
+    assert peak < 4 * 2**20

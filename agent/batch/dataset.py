@@ -21,6 +21,9 @@ from agent.batch.row_fields import FieldError, LineFields, parse_line
 from agent.errors import ConfigError, DatasetError
 
 MAX_KEPT_ERRORS = 1000
+# The largest context windows hold ~2M tokens (~8 MB of text): a longer line is no prompt.
+MAX_LINE_BYTES = 64 * 2**20
+_SKIP_CHUNK = 2**20
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -85,23 +88,43 @@ def _open(path: Path) -> BinaryIO:
         raise DatasetError(f"{path}: cannot read the dataset file ({exc.strerror})") from None
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, bytes without the line end) of every line, streamed; raises
-    DatasetError on a read error."""
+def _lines(path: Path) -> Iterator[tuple[int, bytes | None]]:
+    """(1-based line number, bytes without the line end, or None for an overlong line) of
+    every line, streamed; raises DatasetError on a read error."""
     with _open(path) as handle:
         line_no = 0
         try:
-            for raw in handle:
+            for raw in _bounded_lines(handle):
                 line_no += 1
-                if line_no == 1 and raw.startswith(_BOM):
+                if line_no == 1 and raw is not None and raw.startswith(_BOM):
                     raw = raw[len(_BOM) :]
-                yield line_no, raw.rstrip(b"\r\n")
+                line = None if raw is None else raw.rstrip(b"\r\n")
+                yield line_no, line if line is None or len(line) <= MAX_LINE_BYTES else None
         except OSError as exc:
             raise DatasetError(f"{path}:{line_no + 1}: read failed ({exc.strerror})") from None
 
 
-def _classify(path: Path, line_no: int, raw: bytes, backend: str | None) -> LineFields | LineError | None:
+def _bounded_lines(handle: BinaryIO) -> Iterator[bytes | None]:
+    """Every line, at most MAX_LINE_BYTES and its line end long; None for a longer one, read
+    past without holding it (a file of one endless line would otherwise be loaded whole)."""
+    limit = MAX_LINE_BYTES + 2  # room for "\r\n"
+    while raw := handle.readline(limit):
+        if len(raw) < limit or raw.endswith(b"\n"):
+            yield raw
+            continue
+        while (rest := handle.readline(_SKIP_CHUNK)) and not rest.endswith(b"\n"):
+            pass
+        yield None
+
+
+def _classify(
+    path: Path, line_no: int, raw: bytes | None, backend: str | None
+) -> LineFields | LineError | None:
     """One line as its fields, its error, or None when it is blank."""
+    if raw is None:
+        return LineError(
+            str(path), line_no, None, f"line longer than {MAX_LINE_BYTES} bytes (MAX_LINE_BYTES)"
+        )
     try:
         return parse_line(raw, backend)
     except FieldError as exc:

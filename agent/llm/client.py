@@ -2,7 +2,9 @@
 
 Retries happen here and only here (the SDK's own retries are off): transient failures
 (429, 5xx, timeouts, dropped connections) are retried with jittered exponential backoff that
-honours `Retry-After`; everything else fails at once as a `ModelAPIError`.
+honours `Retry-After`; everything else fails at once as a `ModelAPIError`. Each attempt is
+bounded by the transport (a deadline for the whole exchange, a cap on the reply body) and
+its body read by `agent.llm.reply`.
 """
 
 from __future__ import annotations
