@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import re
 import tracemalloc
+from collections import deque
 from pathlib import Path
 
 import pytest
 
+from agent.batch import dataset as dataset_module
 from agent.batch.dataset import MAX_KEPT_ERRORS, DatasetRow, LineError, iter_rows, prompt_key, scan_dataset
+from agent.batch.row_fields import CWD_RULE
 from agent.errors import ConfigError, DatasetError
 
 
@@ -167,11 +170,87 @@ def test_unusable_files_raise_one_line_naming_the_file(tmp_path: Path) -> None:
         assert "\n" not in str(info.value)
 
 
-def test_bytes_that_are_not_utf8_stop_the_run_with_the_line(dataset: Path) -> None:
-    dataset.write_bytes(b'{"prompt": "a"}\n{"prompt": "caf\xe9"}\n')
+def test_a_line_that_is_not_utf8_is_a_bad_line_and_the_rest_still_streams(dataset: Path) -> None:
+    dataset.write_bytes(b'{"prompt": "a"}\n{"prompt": "caf\xe9"}\n\xff\xfe\n{"prompt": "b"}\n')
+    scan = scan_dataset(dataset)
+    assert [str(e) for e in scan.errors] == [
+        f"{dataset}:2: not UTF-8 text (byte 0xe9 at column 16)",
+        f"{dataset}:3: not UTF-8 text (byte 0xff at column 1)",
+    ]
+    assert (scan.total_lines, scan.valid, scan.error_count) == (4, 2, 2)
+    assert [(row.line_no, row.prompt) for row in iter_rows(dataset)] == [(1, "a"), (4, "b")]
+
+
+def test_a_file_of_only_non_utf8_lines_has_no_valid_row(dataset: Path) -> None:
+    dataset.write_bytes(b"\xff\n\xc3\n")
     with pytest.raises(DatasetError) as info:
         scan_dataset(dataset)
-    assert str(info.value) == f"{dataset}:2: not UTF-8 text (byte 0xe9 at column 16)"
+    assert str(info.value) == (
+        f"{dataset}: no valid row (2 invalid of 2 lines; "
+        f"first: {dataset}:1: not UTF-8 text (byte 0xff at column 1))"
+    )
+
+
+CWD_ESCAPES = ["..", "../../x", "src/../..", "a/../b", "/../etc", "/app/..", "./.."]
+
+
+@pytest.mark.parametrize("cwd", CWD_ESCAPES)
+def test_a_cwd_with_a_dotdot_component_is_a_bad_line(dataset: Path, cwd: str) -> None:
+    write_lines(dataset, ['{"prompt": "first"}', json.dumps({"prompt": "x", "cwd": cwd})])
+    scan = scan_dataset(dataset)
+    assert [str(e) for e in scan.errors] == [f"{dataset}:2: cwd: {cwd!r} has a '..' component; {CWD_RULE}"]
+    assert [row.prompt for row in iter_rows(dataset)] == ["first"]
+
+
+def test_a_cwd_holding_a_nul_is_a_bad_line(dataset: Path) -> None:
+    write_lines(dataset, ['{"prompt": "first"}', '{"prompt": "x", "cwd": "/app\\u0000x"}'])
+    assert [str(e) for e in scan_dataset(dataset).errors] == [
+        f"{dataset}:2: cwd: holds a NUL character, which no path can"
+    ]
+
+
+@pytest.mark.parametrize("cwd", ["/app", "/", "src", "src/deep/", "./x", "..hidden", "a..b", "/srv/x../y"])
+def test_absolute_and_workspace_relative_cwds_are_kept_as_given(dataset: Path, cwd: str) -> None:
+    write_lines(dataset, [json.dumps({"prompt": "x", "cwd": cwd})])
+    assert scan_dataset(dataset).error_count == 0
+    assert [row.cwd for row in iter_rows(dataset)] == [cwd]
+
+
+IMAGE_ROWS = [
+    '{"prompt": "plain"}',
+    '{"prompt": "registry", "image": "python:3.11"}',
+    '{"prompt": "docker field", "docker_image": "rust:1.75"}',
+    '{"prompt": "rootfs", "image": "/srv/rootfs"}',
+]
+LOCAL = "the local sandbox backend runs no images; use --sandbox=docker"
+BWRAP = (
+    "the bwrap sandbox backend runs no registry images ({!r}), only an unpacked root filesystem named "
+    "by its absolute path; use --sandbox=docker"
+)
+
+
+@pytest.mark.parametrize(
+    ("backend", "errors", "kept"),
+    [
+        (None, [], ["plain", "registry", "docker field", "rootfs"]),
+        ("docker", [], ["plain", "registry", "docker field", "rootfs"]),
+        ("local", [f"2: image: {LOCAL}", f"3: docker_image: {LOCAL}", f"4: image: {LOCAL}"], ["plain"]),
+        (
+            "bwrap",
+            [f"2: image: {BWRAP.format('python:3.11')}", f"3: docker_image: {BWRAP.format('rust:1.75')}"],
+            ["plain", "rootfs"],
+        ),
+    ],
+)
+def test_an_image_the_backend_cannot_run_is_a_bad_line(
+    dataset: Path, backend: str | None, errors: list[str], kept: list[str]
+) -> None:
+    write_lines(dataset, IMAGE_ROWS)
+    scan = scan_dataset(dataset, backend=backend)
+    assert [str(e) for e in scan.errors] == [f"{dataset}:{e}" for e in errors]
+    rows = list(iter_rows(dataset, backend=backend))
+    assert [row.prompt for row in rows] == kept and scan.valid == len(kept)
+    assert [row.index for row in rows] == list(range(len(kept)))
 
 
 def test_only_the_first_thousand_errors_are_kept_but_all_are_counted(dataset: Path) -> None:
@@ -182,21 +261,20 @@ def test_only_the_first_thousand_errors_are_kept_but_all_are_counted(dataset: Pa
 
 
 def test_a_200k_line_file_is_streamed_not_loaded(dataset: Path) -> None:
-    """Rows come out before the reader reaches the end: a reader that loaded the file first
-    would fail on the last line before yielding anything."""
+    """Rows come out before the reader reaches the end: a line appended after the first row
+    came out is still read."""
     with dataset.open("wb") as out:
         for i in range(200_000):
             out.write(b'{"prompt": "task %d", "metadata": {"n": %d}}\n' % (i % 7, i))
-        out.write(b'{"prompt": "\xff"}\n')
     rows = iter_rows(dataset)
     first = next(rows)
     assert (first.index, first.prompt, first.occurrence) == (0, "task 0", 0)
-    with pytest.raises(DatasetError, match=":200001: not UTF-8"):
-        for _row in rows:
-            pass
-    dataset.write_bytes(dataset.read_bytes()[: -len(b'{"prompt": "\xff"}\n')])
+    with dataset.open("ab") as out:  # a reader that had loaded the file would never see this
+        out.write(b'{"prompt": "appended"}\n')
+    last = deque(rows, maxlen=1)[0]
+    assert (last.index, last.line_no, last.prompt) == (200_000, 200_001, "appended")
     scan = scan_dataset(dataset)
-    assert (scan.total_lines, scan.valid, scan.error_count) == (200_000, 200_000, 0)
+    assert (scan.total_lines, scan.valid, scan.error_count) == (200_001, 200_001, 0)
 
 
 def test_iterating_a_large_file_holds_memory_flat(dataset: Path) -> None:
@@ -216,3 +294,27 @@ def test_iterating_a_large_file_holds_memory_flat(dataset: Path) -> None:
         tracemalloc.stop()
     assert last is not None and (last.index, last.occurrence) == (49_999, 49_999 // 7)
     assert peak < 2_000_000
+
+
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n"])
+def test_a_line_over_the_length_cap_is_a_bad_line_read_past_without_holding_it(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch, line_end: bytes
+) -> None:
+    monkeypatch.setattr(dataset_module, "MAX_LINE_BYTES", 1000)
+    at_cap = b'{"prompt": "' + b"a" * (1000 - 14) + b'"}'
+    assert len(at_cap) == 1000
+    with dataset.open("wb") as out:
+        out.write(at_cap + line_end)
+        out.write(b'{"prompt": "' + b"b" * 1000 + b'"}' + line_end)
+        out.write(b'{"prompt": "' + b"c" * (8 * 2**20))  # 8 MB, no line end at all
+    tracemalloc.start()
+    try:
+        scan = scan_dataset(dataset)
+        rows = list(iter_rows(dataset))
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    too_long = "line longer than 1000 bytes (MAX_LINE_BYTES)"
+    assert [str(e) for e in scan.errors] == [f"{dataset}:2: {too_long}", f"{dataset}:3: {too_long}"]
+    assert [row.line_no for row in rows] == [1] and (scan.valid, scan.total_lines) == (1, 3)
+    assert peak < 4 * 2**20

@@ -16,6 +16,7 @@ import pytest
 from agent.errors import ModelAPIError
 from agent.llm import client as llm_client
 from agent.llm.client import OpenAIChatModel, backoff_delay, classify, retry_after
+from agent.llm.reply import MAX_TOOL_CALLS
 from agent.protocols import ChatRequest, ModelReply, ToolCall
 from agent.servers.endpoint_server import EndpointFault
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
@@ -223,7 +224,16 @@ def _status_error(kind: type[openai.APIStatusError], status: int, headers: dict[
 
 @pytest.mark.parametrize(
     ("header", "expected"),
-    [("0.1", 0.1), ("7", 7.0), ("3600", llm_client.RETRY_AFTER_CAP), ("soon", None), (None, None)],
+    [
+        ("0.1", 0.1),
+        ("7", 7.0),
+        ("3600", llm_client.RETRY_AFTER_CAP),
+        ("inf", llm_client.RETRY_AFTER_CAP),
+        ("soon", None),
+        (None, None),
+        ("nan", None),  # a NaN sleep is no sleep: retries would come back to back
+        ("-5", None),
+    ],
 )
 def test_retry_after_is_read_and_capped(header: str | None, expected: float | None) -> None:
     headers = {} if header is None else {"Retry-After": header}
@@ -342,3 +352,50 @@ def test_a_surrogate_sent_as_raw_bytes_is_replaced_too() -> None:
     see. A real character that also starts with 0xED (U+D55C) is kept."""
     raw = b'{"choices": [{"message": {"content": "a \xed\xa0\x80 b \xed\x95\x9c"}}]}'
     assert llm_client.parse_reply(raw).content == "a \ufffd b \ud55c"
+
+
+def _completion(message: Any) -> bytes:
+    return json.dumps({"choices": [{"message": message}]}).encode()
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (_completion({"content": "", "tool_calls": 5}), "tool_calls is not a list"),
+        (_completion({"content": "", "tool_calls": "terminal"}), "tool_calls is not a list"),
+        (b'{"choices": [{"message": {"content": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}]}", "nested"),
+        (
+            _completion({"content": "", "tool_calls": [{"function": {"name": "t"}}] * (MAX_TOOL_CALLS + 1)}),
+            f"{MAX_TOOL_CALLS + 1} tool calls in one reply",
+        ),
+    ],
+    ids=["tool_calls-number", "tool_calls-string", "deep-nesting", "too-many-calls"],
+)
+def test_a_hostile_completion_is_an_invalid_response(raw: bytes, reason: str) -> None:
+    with pytest.raises(ModelAPIError) as caught:
+        llm_client.parse_reply(raw)
+    assert caught.value.error_class == "invalid_response" and reason in str(caught.value)
+
+
+def test_the_most_tool_calls_a_reply_may_hold_are_all_kept() -> None:
+    calls = [{"id": f"c{i}", "function": {"name": "t", "arguments": "{}"}} for i in range(MAX_TOOL_CALLS)]
+    reply = llm_client.parse_reply(_completion({"content": "", "tool_calls": calls}))
+    assert [c.id for c in reply.tool_calls] == [f"c{i}" for i in range(MAX_TOOL_CALLS)]
+
+
+def test_fields_carried_along_are_coerced_to_their_type() -> None:
+    """A list id or a number finish reason would break the history and the outputs later."""
+    message = {"content": "ok", "tool_calls": [{"id": ["x"], "function": {"name": "t", "arguments": "{}"}}]}
+    usage = {
+        "prompt_tokens": -1000,
+        "completion_tokens": True,
+        "completion_tokens_details": {"reasoning_tokens": 7},
+    }
+    raw = json.dumps({"choices": [{"message": message, "finish_reason": {"x": 1}}], "usage": usage}).encode()
+    reply = llm_client.parse_reply(raw)
+    assert reply.tool_calls[0].id == "call_0" and reply.finish_reason == "stop"
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.usage.reasoning_tokens) == (
+        0,
+        0,
+        7,
+    )

@@ -5,28 +5,26 @@ bad dataset is reported before a token is spent), `iter_rows` then yields the va
 file order. Neither holds the file in memory; `iter_rows` keeps only a dict from prompt hash
 to the number of copies seen, which gives each copy of a repeated prompt its own key.
 
-Line rules: blank lines are skipped silently. A line is an error (reported, then skipped)
-when it is not valid JSON, not an object, has no `prompt`, a `prompt` that is not a
-non-blank string, an `image`/`docker_image`/`cwd` that is not a non-empty string, or a
-`metadata` that is not an object. An optional field set to JSON `null` counts as absent:
-Hugging Face and pandas exports write `null` for a column a row does not use.
+Blank lines are skipped silently; every other line is a row or an error (reported with its
+line number, then skipped) by the rules of `agent.batch.row_fields`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from agent.batch.row_fields import FieldError, LineFields, parse_line
 from agent.errors import ConfigError, DatasetError
 
 MAX_KEPT_ERRORS = 1000
-OPTIONAL_STRINGS = ("image", "docker_image", "cwd")
+# The largest context windows hold ~2M tokens (~8 MB of text): a longer line is no prompt.
+MAX_LINE_BYTES = 64 * 2**20
+_SKIP_CHUNK = 2**20
 _BOM = b"\xef\xbb\xbf"
-_JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", int: "number", float: "number"}
 
 
 @dataclass(frozen=True)
@@ -63,14 +61,6 @@ class DatasetScan:
     truncated: int = 0  # valid rows left out by max_samples
 
 
-@dataclass(frozen=True)
-class _Fields:
-    prompt: str
-    image: str | None
-    cwd: str | None
-    metadata: dict[str, Any]
-
-
 def prompt_key(prompt: str, occurrence: int) -> str:
     """The identity of one copy of a prompt: its stripped text's hash plus the copy number."""
     return f"{_prompt_hash(prompt)}:{occurrence}"
@@ -78,14 +68,6 @@ def prompt_key(prompt: str, occurrence: int) -> str:
 
 def _prompt_hash(prompt: str) -> str:
     return hashlib.sha256(prompt.strip().encode("utf-8")).hexdigest()[:20]
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    return _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
 
 
 def _check_max_samples(max_samples: int | None) -> None:
@@ -106,120 +88,68 @@ def _open(path: Path) -> BinaryIO:
         raise DatasetError(f"{path}: cannot read the dataset file ({exc.strerror})") from None
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, decoded text) of every line, streamed; raises DatasetError on
-    a read error or bytes that are not UTF-8."""
+def _lines(path: Path) -> Iterator[tuple[int, bytes | None]]:
+    """(1-based line number, bytes without the line end, or None for an overlong line) of
+    every line, streamed; raises DatasetError on a read error."""
     with _open(path) as handle:
         line_no = 0
         try:
-            for raw in handle:
+            for raw in _bounded_lines(handle):
                 line_no += 1
-                if line_no == 1 and raw.startswith(_BOM):
+                if line_no == 1 and raw is not None and raw.startswith(_BOM):
                     raw = raw[len(_BOM) :]
-                try:
-                    yield line_no, raw.rstrip(b"\r\n").decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    bad = raw[exc.start]
-                    raise DatasetError(
-                        f"{path}:{line_no}: not UTF-8 text (byte 0x{bad:02x} at column {exc.start + 1})"
-                    ) from None
+                line = None if raw is None else raw.rstrip(b"\r\n")
+                yield line_no, line if line is None or len(line) <= MAX_LINE_BYTES else None
         except OSError as exc:
             raise DatasetError(f"{path}:{line_no + 1}: read failed ({exc.strerror})") from None
 
 
-class _FieldError(Exception):
-    def __init__(self, field_name: str | None, reason: str) -> None:
-        super().__init__(reason)
-        self.field_name = field_name
-        self.reason = reason
+def _bounded_lines(handle: BinaryIO) -> Iterator[bytes | None]:
+    """Every line, at most MAX_LINE_BYTES and its line end long; None for a longer one, read
+    past without holding it (a file of one endless line would otherwise be loaded whole)."""
+    limit = MAX_LINE_BYTES + 2  # room for "\r\n"
+    while raw := handle.readline(limit):
+        if len(raw) < limit or raw.endswith(b"\n"):
+            yield raw
+            continue
+        while (rest := handle.readline(_SKIP_CHUNK)) and not rest.endswith(b"\n"):
+            pass
+        yield None
 
 
-def _optional_string(row: dict[str, Any], name: str) -> str | None:
-    value = row.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        got = "a blank string" if isinstance(value, str) else _json_type(value)
-        raise _FieldError(name, f"must be a non-empty string (got {got})")
-    return value
-
-
-class _NonStandardJSON(ValueError):
-    pass
-
-
-def _reject_constant(name: str) -> Any:
-    # Python accepts NaN/Infinity; strict JSON readers (and our own writers) do not.
-    raise _NonStandardJSON(name)
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-
-
-def _parse(text: str) -> _Fields:
-    """The fields of one non-blank line; raises _FieldError naming what is wrong."""
-    try:
-        row = _DECODER.decode(text)
-    except _NonStandardJSON as exc:
-        raise _FieldError(None, f"invalid JSON: {exc} is not valid JSON") from None
-    except json.JSONDecodeError as exc:
-        raise _FieldError(None, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
-    except RecursionError:
-        raise _FieldError(None, "invalid JSON: nested too deeply") from None
-    if not isinstance(row, dict):
-        raise _FieldError(None, f"not a JSON object (got {_json_type(row)})")
-    if "\\ud" in text.lower():  # only a \uD800-\uDFFF escape can decode to a lone surrogate
-        _reject_lone_surrogates(row)
-    if "prompt" not in row:
-        raise _FieldError("prompt", "missing")
-    prompt = row["prompt"]
-    if not isinstance(prompt, str) or not prompt.strip():
-        got = "a blank string" if isinstance(prompt, str) else _json_type(prompt)
-        raise _FieldError("prompt", f"must be a non-empty string (got {got})")
-    image, docker_image, cwd = (_optional_string(row, name) for name in OPTIONAL_STRINGS)
-    metadata = row.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise _FieldError("metadata", f"must be a JSON object (got {_json_type(metadata)})")
-    return _Fields(prompt, image if image is not None else docker_image, cwd, metadata or {})
-
-
-def _reject_lone_surrogates(row: dict[str, Any]) -> None:
-    """An escaped half of a surrogate pair (`"\\ud800"`) decodes to a string no UTF-8 writer
-    can encode: every request and output line holding it would fail later, mid-run."""
-    for name in ("prompt", *OPTIONAL_STRINGS, "metadata"):  # the fields a run reads
-        value = row.get(name)
-        try:
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise _FieldError(
-                name,
-                "holds an unpaired surrogate escape (\\ud800-\\udfff), which is not Unicode text",
-            ) from None
-
-
-def _classify(path: Path, line_no: int, text: str) -> _Fields | LineError | None:
+def _classify(
+    path: Path, line_no: int, raw: bytes | None, backend: str | None
+) -> LineFields | LineError | None:
     """One line as its fields, its error, or None when it is blank."""
-    if not text.strip():
-        return None
+    if raw is None:
+        return LineError(
+            str(path), line_no, None, f"line longer than {MAX_LINE_BYTES} bytes (MAX_LINE_BYTES)"
+        )
     try:
-        return _parse(text)
-    except _FieldError as exc:
+        return parse_line(raw, backend)
+    except FieldError as exc:
         return LineError(str(path), line_no, exc.field_name, exc.reason)
 
 
 def scan_dataset(
-    path: str | Path, max_samples: int | None = None, *, require_valid: bool = True
+    path: str | Path,
+    max_samples: int | None = None,
+    *,
+    require_valid: bool = True,
+    backend: str | None = None,
 ) -> DatasetScan:
     """Validate every line of the dataset (first pass). Raises DatasetError when the file
-    cannot be read, is not UTF-8, or (with `require_valid`) has no valid row. A caller that
-    reports the bad lines itself passes `require_valid=False` and calls `require_valid_rows`."""
+    cannot be read or (with `require_valid`) has no valid row. A caller that reports the bad
+    lines itself passes `require_valid=False` and calls `require_valid_rows`. With the run's
+    sandbox `backend` ("local", "bwrap", "docker"), a row naming an image that backend cannot
+    run is a bad line; pass the same `backend` to `iter_rows`."""
     _check_max_samples(max_samples)
     path = Path(path)
     scan = DatasetScan(path=str(path), total_lines=0, valid=0, errors=[])
     valid_total = 0
-    for line_no, text in _lines(path):
+    for line_no, raw in _lines(path):
         scan.total_lines = line_no
-        record = _classify(path, line_no, text)
+        record = _classify(path, line_no, raw, backend)
         if isinstance(record, LineError):
             scan.error_count += 1
             if len(scan.errors) < MAX_KEPT_ERRORS:
@@ -248,15 +178,18 @@ def _no_valid_row_message(scan: DatasetScan) -> str:
     )
 
 
-def iter_rows(path: str | Path, max_samples: int | None = None) -> Iterator[DatasetRow]:
-    """Stream the valid rows in file order (second pass); invalid lines are skipped."""
+def iter_rows(
+    path: str | Path, max_samples: int | None = None, *, backend: str | None = None
+) -> Iterator[DatasetRow]:
+    """Stream the valid rows in file order (second pass); invalid lines are skipped. `backend`
+    must be the one `scan_dataset` was given, or the rows would not match its count."""
     _check_max_samples(max_samples)
     path = Path(path)
     seen: dict[str, int] = {}  # prompt hash -> copies seen so far
     index = 0
-    for line_no, text in _lines(path):
-        record = _classify(path, line_no, text)
-        if not isinstance(record, _Fields):
+    for line_no, raw in _lines(path):
+        record = _classify(path, line_no, raw, backend)
+        if not isinstance(record, LineFields):
             continue
         if max_samples is not None and index >= max_samples:
             return

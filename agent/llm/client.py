@@ -2,7 +2,9 @@
 
 Retries happen here and only here (the SDK's own retries are off): transient failures
 (429, 5xx, timeouts, dropped connections) are retried with jittered exponential backoff that
-honours `Retry-After`; everything else fails at once as a `ModelAPIError`.
+honours `Retry-After`; everything else fails at once as a `ModelAPIError`. Each attempt is
+bounded by the transport (a deadline for the whole exchange, a cap on the reply body) and
+its body read by `agent.llm.reply`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import random
 from typing import Any
 
@@ -18,12 +21,11 @@ import openai
 from openai._types import RequestOptions
 
 from agent.common.identity_memo import IdentityMemo
-from agent.common.unicode_text import encodable_json, may_hold_surrogates
 from agent.errors import ModelAPIError
-from agent.llm import reasoning
 from agent.llm.rate_limit import AdaptiveLimiter
-from agent.llm.transport import AiohttpTransport
-from agent.protocols import ChatRequest, ModelReply, ToolCall, Usage
+from agent.llm.reply import parse_reply
+from agent.llm.transport import DEFAULT_MAX_REPLY_BYTES, AiohttpTransport, ReplyTooLarge
+from agent.protocols import ChatRequest, ModelReply
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +72,11 @@ def retry_after(exc: Exception) -> float | None:
         return None
     value = response.headers.get("retry-after")
     try:
-        return min(float(value), RETRY_AFTER_CAP) if value is not None else None
+        seconds = float(value) if value is not None else math.nan
     except ValueError:
         return None
+    # "nan" parses as a float, and a NaN delay sleeps for no time at all: retries back to back.
+    return min(seconds, RETRY_AFTER_CAP) if seconds >= 0 else None
 
 
 def backoff_delay(attempt: int, server_hint: float | None, rng: random.Random) -> float:
@@ -86,54 +90,6 @@ def backoff_delay(attempt: int, server_hint: float | None, rng: random.Random) -
         return backoff
     asked = server_hint * rng.uniform(1.0, 1.25)
     return asked if attempt < HONOURED else max(asked, backoff)
-
-
-def _tool_calls(message: dict[str, Any]) -> tuple[ToolCall, ...]:
-    calls = []
-    for i, call in enumerate(message.get("tool_calls") or []):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict):
-            continue
-        name, arguments = function.get("name") or "", function.get("arguments") or ""
-        calls.append(ToolCall(call.get("id") or f"call_{i}", str(name), str(arguments)))
-    return tuple(calls)
-
-
-def _count(usage: dict[str, Any], key: str) -> int:
-    value = usage.get(key)
-    return value if isinstance(value, int) else 0
-
-
-def parse_reply(raw: bytes) -> ModelReply:
-    """Our `ModelReply` from a chat-completions response body; anything that is not a
-    completion with at least one choice is an invalid response."""
-    try:
-        completion = json.loads(raw)
-        if may_hold_surrogates(raw):  # a lone one would fail the next request of the conversation
-            completion = encodable_json(completion)
-        choice = completion["choices"][0]
-        message = choice["message"]
-        if not isinstance(message, dict):
-            raise TypeError("message is not an object")
-    except (ValueError, LookupError, TypeError) as exc:
-        shown = raw[:200].decode("utf-8", "replace")
-        raise ModelAPIError("invalid_response", f"not a chat completion ({exc}): {shown}") from exc
-    content = message.get("content")
-    text, content = reasoning.extract(message, content if isinstance(content, str) else "")
-    usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
-    details = usage.get("completion_tokens_details")
-    return ModelReply(
-        content=content,
-        reasoning=text,
-        tool_calls=_tool_calls(message),
-        finish_reason=choice.get("finish_reason") or "stop",
-        usage=Usage(
-            prompt_tokens=_count(usage, "prompt_tokens"),
-            completion_tokens=_count(usage, "completion_tokens"),
-            reasoning_tokens=_count(details, "reasoning_tokens") if isinstance(details, dict) else 0,
-        ),
-        reasoning_details=message.get("reasoning_details") or None,
-    )
 
 
 def _encode(value: Any) -> str:
@@ -157,12 +113,15 @@ class OpenAIChatModel:
         limiter: AdaptiveLimiter | None = None,
         max_connections: int = 1000,
         seed: int | None = None,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
+        """`timeout` bounds each HTTP attempt as a whole (connect, headers, the entire body);
+        a reply body over `max_reply_bytes` fails the call as `invalid_response`."""
         self.model = model
         self.max_retries = max_retries
         self.limiter = limiter
         self._rng = random.Random(seed)
-        transport = AiohttpTransport(max_connections=max_connections)
+        transport = AiohttpTransport(max_connections=max_connections, max_reply_bytes=max_reply_bytes)
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key,
@@ -217,6 +176,8 @@ class OpenAIChatModel:
         while True:
             try:
                 return await self._attempt(request)
+            except ReplyTooLarge as exc:  # the same request would get the same: not retried
+                raise ModelAPIError("invalid_response", str(exc), attempts=attempt + 1) from exc
             except (openai.APIError, httpx2.HTTPError) as exc:
                 error_class, retryable = classify(exc)
                 if not retryable or attempt >= self.max_retries:

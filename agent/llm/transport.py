@@ -1,4 +1,4 @@
-"""An aiohttp transport for the `openai` SDK's HTTP client.
+"""An aiohttp transport for the `openai` SDK's HTTP client, with the bounds of one attempt.
 
 The SDK's default pool (httpcore) checks every idle connection's socket on each request,
 which costs O(pool size) system calls per call: at hundreds of conversations in flight that
@@ -6,30 +6,88 @@ was most of the runner's CPU. aiohttp's connector hands out keep-alive connectio
 The SDK still builds every request, handles errors and parses every response; only the bytes
 travel through aiohttp. Errors map onto httpx2's, so the SDK's own classification holds
 (timeouts → APITimeoutError, everything else → APIConnectionError).
+
+Every attempt is bounded in time and size, whatever the endpoint does: the request's timeout
+is a deadline for the whole exchange (connect, headers, the entire body), so a server that
+trickles bytes or never answers cannot hold a call; a body over `max_reply_bytes`
+(decompressed) is abandoned as it crosses the cap and its connection closed, never buffered
+whole, raising `ReplyTooLarge`, which the SDK lets through untouched.
 """
 
 from __future__ import annotations
 
+import asyncio
+import io
 from typing import Any
 
 import aiohttp
 import httpx2
 
+# A chat completion holds at most ~128k output tokens (~0.5 MB of text); escaped as \uXXXX
+# (×6) and repeated in `reasoning`, `reasoning_content` and `reasoning_details` (×3) that is
+# ~9 MiB. 32 MiB leaves 3× headroom over that worst genuine reply and still bounds what one
+# call can cost: at most the cap per call in flight.
+DEFAULT_MAX_REPLY_BYTES = 32 * 2**20
+READ_CHUNK = 2**16
+LARGE_BODY = 2**20
 
-def _timeout(extensions: dict[str, Any]) -> aiohttp.ClientTimeout:
+
+class ReplyTooLarge(Exception):
+    """The reply body crossed the cap: the same request would get the same, so not retried."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(
+            f"reply body larger than {cap} bytes: abandoned at the cap "
+            f"(raise --max_reply_bytes if replies this large are genuine)"
+        )
+        self.cap = cap
+
+
+def _deadline(extensions: dict[str, Any]) -> float | None:
+    """The longest of the request's timeouts, as the deadline of the whole attempt."""
     timeout = extensions.get("timeout") or {}
-    return aiohttp.ClientTimeout(
-        total=None,
-        sock_connect=timeout.get("connect"),
-        sock_read=timeout.get("read"),
-    )
+    values = [v for v in timeout.values() if v is not None]
+    return max(values) if values else None
+
+
+async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The whole body, or ReplyTooLarge as soon as it crosses `cap` (connection closed)."""
+    declared = response.content_length
+    if declared is not None and declared > cap and "content-encoding" not in response.headers:
+        response.close()
+        raise ReplyTooLarge(cap)
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(READ_CHUNK):
+        body += chunk
+        if len(body) > cap:
+            response.close()  # the rest is never read: the connection is dropped, not reused
+            raise ReplyTooLarge(cap)
+    return bytes(body)
+
+
+def _payload(body: bytes) -> bytes | io.BytesIO | None:
+    # aiohttp warns (ResourceWarning) on a bytes body over 1 MiB, which a long agent history
+    # reaches; as a BytesIO it is written in chunks, yielding to the loop between them.
+    return io.BytesIO(body) if len(body) > LARGE_BODY else body or None
+
+
+def _headers(response: aiohttp.ClientResponse) -> list[tuple[bytes, bytes]]:
+    """The reply's headers for the already-decoded body: its encoding and length dropped, or
+    httpx2 would decode the body a second time (a gzip reply failed as a connection error)."""
+    return [(k, v) for k, v in response.raw_headers if k.lower() not in _DECODED]
+
+
+_DECODED = {b"content-encoding", b"content-length"}
 
 
 class AiohttpTransport(httpx2.AsyncBaseTransport):
     """Non-streaming HTTP/1.1 over one aiohttp session (created lazily in the running loop)."""
 
-    def __init__(self, max_connections: int = 1000) -> None:
+    def __init__(self, max_connections: int = 1000, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> None:
+        if max_reply_bytes < 1:
+            raise ValueError(f"max_reply_bytes must be positive, got {max_reply_bytes}")
         self.max_connections = max_connections
+        self.max_reply_bytes = max_reply_bytes
         self._session: aiohttp.ClientSession | None = None
 
     def _get_session(self) -> aiohttp.ClientSession:
@@ -40,29 +98,32 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         body = await request.aread()
-        headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "host"]
         try:
-            async with self._get_session().request(
-                request.method,
-                str(request.url),
-                data=body or None,
-                headers=headers,
-                timeout=_timeout(request.extensions),
-                allow_redirects=False,
-            ) as response:
-                content = await response.read()
-                return httpx2.Response(
-                    response.status,
-                    headers=[(k, v) for k, v in response.raw_headers],
-                    content=content,
-                    request=request,
-                )
+            async with asyncio.timeout(_deadline(request.extensions)):
+                return await self._exchange(request, body)
         except TimeoutError as exc:
-            raise httpx2.ReadTimeout(str(exc) or "timed out", request=request) from exc
+            raise httpx2.ReadTimeout(
+                str(exc) or "no complete reply before the deadline", request=request
+            ) from exc
         except aiohttp.ClientConnectorError as exc:
             raise httpx2.ConnectError(str(exc), request=request) from exc
         except aiohttp.ClientError as exc:
             raise httpx2.RemoteProtocolError(str(exc) or type(exc).__name__, request=request) from exc
+
+    async def _exchange(self, request: httpx2.Request, body: bytes) -> httpx2.Response:
+        headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "host"]
+        async with self._get_session().request(
+            request.method,
+            str(request.url),
+            data=_payload(body),
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=None),  # the deadline around the whole attempt rules
+            allow_redirects=False,
+        ) as response:
+            content = await _read_capped(response, self.max_reply_bytes)
+            return httpx2.Response(
+                response.status, headers=_headers(response), content=content, request=request
+            )
 
     async def aclose(self) -> None:
         if self._session is not None:

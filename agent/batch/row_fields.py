@@ -1,0 +1,157 @@
+"""One dataset line's fields: decoding, parsing, and the rule each field follows.
+
+`parse_line` turns a line's bytes into its `LineFields` (None for a blank line) or raises
+`FieldError` naming the field at fault and why; `agent.batch.dataset` adds the file and line
+number. A line is an error when it is not UTF-8 text, not valid JSON, not an object, has no
+`prompt`, a `prompt` that is not a non-blank string, an `image`/`docker_image`/`cwd` that is
+not a non-empty string, a `cwd` against CWD_RULE, an image the run's sandbox backend cannot
+run (when the backend is given: silently ignoring it would run the prompt elsewhere than
+asked), or a `metadata` that is not an object. An optional field set to JSON `null` counts
+as absent: Hugging Face and pandas exports write `null` for a column a row does not use.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+CWD_RULE = (
+    "cwd is a directory inside the sandbox: absolute (/app is /app in the sandbox) or relative "
+    "to its workspace (src is /workspace/src), without '..' components"
+)
+
+OPTIONAL_STRINGS = ("image", "docker_image", "cwd")
+
+_JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", int: "number", float: "number"}
+
+
+class FieldError(Exception):
+    def __init__(self, field_name: str | None, reason: str) -> None:
+        super().__init__(reason)
+        self.field_name = field_name
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class LineFields:
+    prompt: str
+    image: str | None
+    cwd: str | None
+    metadata: dict[str, Any]
+    image_field: str  # the field the image came from, for an error about it
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = raw[exc.start]
+        raise FieldError(None, f"not UTF-8 text (byte 0x{bad:02x} at column {exc.start + 1})") from None
+
+
+def _optional_string(row: dict[str, Any], name: str) -> str | None:
+    value = row.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        got = "a blank string" if isinstance(value, str) else _json_type(value)
+        raise FieldError(name, f"must be a non-empty string (got {got})")
+    return value
+
+
+class _NonStandardJSON(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    # Python accepts NaN/Infinity; strict JSON readers (and our own writers) do not.
+    raise _NonStandardJSON(name)
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _parse(text: str) -> LineFields:
+    """The fields of one non-blank line; raises FieldError naming what is wrong."""
+    try:
+        row = _DECODER.decode(text)
+    except _NonStandardJSON as exc:
+        raise FieldError(None, f"invalid JSON: {exc} is not valid JSON") from None
+    except json.JSONDecodeError as exc:
+        raise FieldError(None, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise FieldError(None, "invalid JSON: nested too deeply") from None
+    if not isinstance(row, dict):
+        raise FieldError(None, f"not a JSON object (got {_json_type(row)})")
+    if "\\ud" in text.lower():  # only a \uD800-\uDFFF escape can decode to a lone surrogate
+        _reject_lone_surrogates(row)
+    if "prompt" not in row:
+        raise FieldError("prompt", "missing")
+    prompt = row["prompt"]
+    if not isinstance(prompt, str) or not prompt.strip():
+        got = "a blank string" if isinstance(prompt, str) else _json_type(prompt)
+        raise FieldError("prompt", f"must be a non-empty string (got {got})")
+    image, docker_image, cwd = (_optional_string(row, name) for name in OPTIONAL_STRINGS)
+    if cwd is not None:
+        _check_cwd(cwd)
+    metadata = row.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise FieldError("metadata", f"must be a JSON object (got {_json_type(metadata)})")
+    image_field = "image" if image is not None else "docker_image"
+    return LineFields(prompt, image if image is not None else docker_image, cwd, metadata or {}, image_field)
+
+
+def _check_cwd(cwd: str) -> None:
+    """CWD_RULE: a `..` component could leave the sandbox (or, relative, the workspace)."""
+    if "\0" in cwd:
+        raise FieldError("cwd", "holds a NUL character, which no path can")
+    if ".." in cwd.split("/"):
+        raise FieldError("cwd", f"{cwd!r} has a '..' component; {CWD_RULE}")
+
+
+def _check_sandbox_fields(fields: LineFields, backend: str | None) -> None:
+    """An image the run's sandbox backend would silently ignore is a bad line."""
+    if fields.image is None or backend is None:
+        return
+    if backend == "local":
+        raise FieldError(fields.image_field, "the local sandbox backend runs no images; use --sandbox=docker")
+    if backend == "bwrap" and not fields.image.startswith("/"):
+        raise FieldError(
+            fields.image_field,
+            f"the bwrap sandbox backend runs no registry images ({fields.image!r}), only an unpacked root "
+            "filesystem named by its absolute path; use --sandbox=docker",
+        )
+
+
+def _reject_lone_surrogates(row: dict[str, Any]) -> None:
+    """An escaped half of a surrogate pair (`"\\ud800"`) decodes to a string no UTF-8 writer
+    can encode: every request and output line holding it would fail later, mid-run."""
+    for name in ("prompt", *OPTIONAL_STRINGS, "metadata"):  # the fields a run reads
+        value = row.get(name)
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise FieldError(
+                name,
+                "holds an unpaired surrogate escape (\\ud800-\\udfff), which is not Unicode text",
+            ) from None
+
+
+def parse_line(raw: bytes, backend: str | None = None) -> LineFields | None:
+    """The fields of one line (without its line end), None when it is blank; FieldError
+    when it is no valid row (for `backend`, when given)."""
+    text = _decode(raw)
+    if not text.strip():
+        return None
+    fields = _parse(text)
+    _check_sandbox_fields(fields, backend)
+    return fields

@@ -1,0 +1,95 @@
+"""Reading a chat-completions response body into our `ModelReply`, whatever the endpoint sent.
+
+Anything that is not a completion with at least one choice is an invalid response
+(`ModelAPIError("invalid_response")`, never retried): malformed or too deeply nested JSON,
+a message or a tool-call list of the wrong type, or more tool calls than any model emits in
+one turn (each would run in the sandbox, one after the other). Fields we only carry along
+(ids, names, finish reason, token counts) are coerced to their type rather than trusted.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent.common.unicode_text import encodable_json, may_hold_surrogates
+from agent.errors import ModelAPIError
+from agent.llm import reasoning
+from agent.protocols import ModelReply, ToolCall, Usage
+
+# Parallel tool calls come by the handful; OpenAI caps a request at 128 tools. A reply with
+# more calls than this is a broken or hostile endpoint, not a plan worth running.
+MAX_TOOL_CALLS = 256
+
+
+class _NotACompletion(ValueError):
+    pass
+
+
+def _tool_calls(message: dict[str, Any]) -> tuple[ToolCall, ...]:
+    listed = message.get("tool_calls") or []
+    if not isinstance(listed, list):
+        raise _NotACompletion(f"tool_calls is not a list (got {type(listed).__name__})")
+    if len(listed) > MAX_TOOL_CALLS:
+        raise _NotACompletion(f"{len(listed)} tool calls in one reply (at most {MAX_TOOL_CALLS} are run)")
+    calls = []
+    for i, call in enumerate(listed):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            continue
+        name, arguments = function.get("name") or "", function.get("arguments") or ""
+        call_id = call.get("id")
+        calls.append(
+            ToolCall(
+                call_id if isinstance(call_id, str) and call_id else f"call_{i}", str(name), str(arguments)
+            )
+        )
+    return tuple(calls)
+
+
+def _count(usage: dict[str, Any], key: str) -> int:
+    value = usage.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _message(raw: bytes) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(completion, its first choice, that choice's message); ValueError, LookupError or
+    TypeError when the body is no chat completion."""
+    completion = json.loads(raw)
+    if may_hold_surrogates(raw):  # a lone one would fail the next request of the conversation
+        completion = encodable_json(completion)
+    choice = completion["choices"][0]
+    message = choice["message"]
+    if not isinstance(message, dict):
+        raise TypeError("message is not an object")
+    return completion, choice, message
+
+
+def parse_reply(raw: bytes) -> ModelReply:
+    """Our `ModelReply` from a chat-completions response body."""
+    try:
+        completion, choice, message = _message(raw)
+        calls = _tool_calls(message)
+    except RecursionError:
+        raise ModelAPIError("invalid_response", "not a chat completion (JSON nested too deeply)") from None
+    except (ValueError, LookupError, TypeError) as exc:
+        shown = raw[:200].decode("utf-8", "replace")
+        raise ModelAPIError("invalid_response", f"not a chat completion ({exc}): {shown}") from exc
+    content = message.get("content")
+    text, content = reasoning.extract(message, content if isinstance(content, str) else "")
+    usage = completion.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("completion_tokens_details")
+    finish = choice.get("finish_reason")
+    return ModelReply(
+        content=content,
+        reasoning=text,
+        tool_calls=calls,
+        finish_reason=finish if isinstance(finish, str) and finish else "stop",
+        usage=Usage(
+            prompt_tokens=_count(usage, "prompt_tokens"),
+            completion_tokens=_count(usage, "completion_tokens"),
+            reasoning_tokens=_count(details, "reasoning_tokens") if isinstance(details, dict) else 0,
+        ),
+        reasoning_details=message.get("reasoning_details") or None,
+    )
