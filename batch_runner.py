@@ -49,7 +49,8 @@ def main(values: Mapping[str, Any]) -> int:
 def run(config: RunConfig) -> int:
     """Check, scan the dataset, then run every prompt; the exit code says how it went."""
     check_ready(config)
-    scan = scan_dataset(config.dataset_file, config.max_samples, require_valid=False)
+    backend = config.sandbox.backend  # rows naming an image it cannot run are bad lines
+    scan = scan_dataset(config.dataset_file, config.max_samples, require_valid=False, backend=backend)
     for error in scan.errors:
         _say(f"skipped {error}")
     if scan.error_count > len(scan.errors):

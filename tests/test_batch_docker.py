@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from agent.batch.dataset import prompt_key
 from agent.sandboxes.docker.lifecycle import LABEL_PROMPT, LABEL_RUN
 from agent.servers.simulated.server import SimulatedEndpoint
+from agent.store.keys import prompt_key
 from tests.fixtures.containers import DEFAULT_IMAGE, MARKED_IMAGE, Engine
 from tests.test_batch_support import (
     BatchCLI,

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from agent.batch import dataset as dataset_module
-from agent.batch.dataset import MAX_KEPT_ERRORS, DatasetRow, LineError, iter_rows, prompt_key, scan_dataset
+from agent.batch.dataset import MAX_KEPT_ERRORS, DatasetRow, LineError, iter_rows, scan_dataset
 from agent.batch.row_fields import CWD_RULE
 from agent.errors import ConfigError, DatasetError
+from agent.store.keys import prompt_key
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

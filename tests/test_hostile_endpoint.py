@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from agent.config.agent_config import DEFAULT_MAX_REPLY_BYTES
 from agent.errors import ModelAPIError
 from agent.llm import client as llm_client
 from agent.llm.client import OpenAIChatModel
-from agent.llm.transport import DEFAULT_MAX_REPLY_BYTES
 from agent.protocols import ChatRequest, ModelReply
 
 MiB = 2**20

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from agent.batch.dataset import prompt_key
 from agent.errors import RunLockedError
 from agent.store.directory import RunDirectory, encode_line
+from agent.store.keys import prompt_key
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS = {"terminal", "read_file", "write_file"}

@@ -11,7 +11,6 @@ line number, then skipped) by the rules of `agent.batch.row_fields`.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, BinaryIO
 
 from agent.batch.row_fields import FieldError, LineFields, parse_line
 from agent.errors import ConfigError, DatasetError
+from agent.store.keys import prompt_hash
 
 MAX_KEPT_ERRORS = 1000
 # The largest context windows hold ~2M tokens (~8 MB of text): a longer line is no prompt.
@@ -59,15 +59,6 @@ class DatasetScan:
     errors: list[LineError]  # the first MAX_KEPT_ERRORS errors
     error_count: int = 0  # all errors, kept or not
     truncated: int = 0  # valid rows left out by max_samples
-
-
-def prompt_key(prompt: str, occurrence: int) -> str:
-    """The identity of one copy of a prompt: its stripped text's hash plus the copy number."""
-    return f"{_prompt_hash(prompt)}:{occurrence}"
-
-
-def _prompt_hash(prompt: str) -> str:
-    return hashlib.sha256(prompt.strip().encode("utf-8")).hexdigest()[:20]
 
 
 def _check_max_samples(max_samples: int | None) -> None:
@@ -193,7 +184,7 @@ def iter_rows(
             continue
         if max_samples is not None and index >= max_samples:
             return
-        digest = _prompt_hash(record.prompt)
+        digest = prompt_hash(record.prompt)
         occurrence = seen.get(digest, 0)
         seen[digest] = occurrence + 1
         yield DatasetRow(

@@ -11,7 +11,7 @@ from agent.protocols import SandboxSpec
 @dataclass(frozen=True)
 class Job:
     index: int  # position among the dataset's valid rows
-    key: str  # the prompt's key (`agent.batch.dataset.prompt_key`)
+    key: str  # the prompt's key (`agent.store.keys.prompt_key`)
     prompt: str
     image: str | None
     cwd: str | None

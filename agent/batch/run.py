@@ -100,7 +100,10 @@ class BatchRun:
         return todo
 
     def _rows(self) -> Iterator[DatasetRow]:
-        return iter_rows(self.config.dataset_file, self.config.max_samples)
+        # The same backend as the scan, so the same rows are valid.
+        return iter_rows(
+            self.config.dataset_file, self.config.max_samples, backend=self.config.sandbox.backend
+        )
 
     def _batch(self, prompt_index: int) -> dict[str, int]:
         number = prompt_index // self.config.batch_size

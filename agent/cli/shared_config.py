@@ -23,6 +23,7 @@ _SAME_NAME = (
     "api_dialect",
     "request_timeout",
     "max_retries",
+    "max_reply_bytes",
     "log_prefix_chars",
 )
 

@@ -23,6 +23,9 @@ DEFAULT_MODEL = "anthropic/claude-sonnet-4.6"
 DEFAULT_MAX_TURNS = 10  # the spec's --max_turns default: model calls per conversation
 DEFAULT_MAX_RETRIES = 6
 DEFAULT_REQUEST_TIMEOUT = 600.0
+# 3x a 128k-token reply escaped and repeated in three reasoning fields (~9 MiB); a bound on
+# what one hostile or broken endpoint reply can make a worker hold.
+DEFAULT_MAX_REPLY_BYTES = 32 * 2**20
 DEFAULT_LOG_PREFIX_CHARS = 100
 
 
@@ -92,6 +95,7 @@ class AgentConfig:
     api_dialect: str = "auto"
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     max_retries: int = DEFAULT_MAX_RETRIES
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
     log_prefix_chars: int = DEFAULT_LOG_PREFIX_CHARS
     log_prefix: str = ""
 

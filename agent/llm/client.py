@@ -21,10 +21,11 @@ import openai
 from openai._types import RequestOptions
 
 from agent.common.identity_memo import IdentityMemo
+from agent.config.agent_config import DEFAULT_MAX_REPLY_BYTES
 from agent.errors import ModelAPIError
 from agent.llm.rate_limit import AdaptiveLimiter
 from agent.llm.reply import parse_reply
-from agent.llm.transport import DEFAULT_MAX_REPLY_BYTES, AiohttpTransport, ReplyTooLarge
+from agent.llm.transport import AiohttpTransport, ReplyTooLarge
 from agent.protocols import ChatRequest, ModelReply
 
 log = logging.getLogger(__name__)

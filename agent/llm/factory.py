@@ -27,6 +27,7 @@ def open_chat_model(
         model=config.model,
         timeout=config.request_timeout,
         max_retries=config.max_retries,
+        max_reply_bytes=config.max_reply_bytes,
         limiter=limiter,
         **pool,  # absent: the client's own default
     )

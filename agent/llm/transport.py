@@ -23,11 +23,12 @@ from typing import Any
 import aiohttp
 import httpx2
 
+from agent.config.agent_config import DEFAULT_MAX_REPLY_BYTES
+
 # A chat completion holds at most ~128k output tokens (~0.5 MB of text); escaped as \uXXXX
 # (×6) and repeated in `reasoning`, `reasoning_content` and `reasoning_details` (×3) that is
 # ~9 MiB. 32 MiB leaves 3× headroom over that worst genuine reply and still bounds what one
 # call can cost: at most the cap per call in flight.
-DEFAULT_MAX_REPLY_BYTES = 32 * 2**20
 READ_CHUNK = 2**16
 LARGE_BODY = 2**20
 

@@ -15,7 +15,14 @@ import hashlib
 from collections import Counter
 from typing import Any
 
-from agent.batch.dataset import prompt_key
+
+def prompt_key(prompt: str, occurrence: int) -> str:
+    """The identity of one copy of a prompt: its stripped text's hash plus the copy number."""
+    return f"{prompt_hash(prompt)}:{occurrence}"
+
+
+def prompt_hash(prompt: str) -> str:
+    return hashlib.sha256(prompt.strip().encode("utf-8")).hexdigest()[:20]
 
 
 class KeyResolver:
