@@ -375,3 +375,40 @@ def test_dataset_without_a_valid_line_still_reports_every_bad_line(no_valid_line
         assert [line for line in error_lines(no_valid_line) if f"bad.jsonl:{line_no}: " in line], (
             no_valid_line
         )
+
+
+def test_rows_naming_an_image_are_bad_lines_under_the_local_backend(cli: BatchCLI) -> None:
+    write_dataset(
+        cli.workdir / "images.jsonl",
+        [{"prompt": "plain"}, {"prompt": "in a container", "image": "python:3.11-slim"}, {"prompt": "up"}],
+    )
+    run = cli.run(
+        "--dataset_file=images.jsonl",
+        "--batch_size=4",
+        "--run_name=img",
+        "--num_workers=1",
+        "--sandbox=local",
+    )
+    assert run.returncode == 0, run
+    reported = [line for line in error_lines(run) if "images.jsonl:2: image:" in line]
+    assert len(reported) == 1 and "--sandbox=docker" in reported[0], run
+    entries = read_jsonl(cli.run_dir("img") / "trajectories.jsonl")
+    assert sorted(human_prompt(e) for e in entries) == ["plain", "up"]
+    dataset = read_json(cli.run_dir("img") / "statistics.json")["dataset"]
+    assert (dataset["valid"], dataset["invalid"]) == (2, 1)
+
+
+def test_max_reply_bytes_reaches_the_workers_client(cli: BatchCLI) -> None:
+    write_dataset(cli.workdir / "one.jsonl", [{"prompt": "a reply larger than the cap"}])
+    run = cli.run(
+        "--dataset_file=one.jsonl",
+        "--batch_size=1",
+        "--run_name=cap",
+        "--num_workers=1",
+        "--max_reply_bytes=64",
+    )
+    assert run.returncode == 1, run
+    failures = read_jsonl(cli.run_dir("cap") / "failures.jsonl")
+    assert [f["error_class"] for f in failures] == ["invalid_response"]
+    assert "--max_reply_bytes" in failures[0]["message"]
+    assert read_json(cli.run_dir("cap") / "run_config.json")["agent"]["max_reply_bytes"] == 64
