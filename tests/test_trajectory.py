@@ -113,16 +113,23 @@ def test_inline_block_already_copied_to_reasoning_is_not_repeated() -> None:
     assert value == "<think>\nsame thought\n</think>\nAnswer"
 
 
-def test_native_and_different_inline_reasoning_share_one_block() -> None:
+def test_with_native_reasoning_a_different_inline_block_is_the_answers_text() -> None:
     value = one_gpt(assistant("<REASONING_SCRATCHPAD>scratch</REASONING_SCRATCHPAD>Answer", "native"))
-    assert value == "<think>\nnative\n\nscratch\n</think>\nAnswer"
-    assert value.count("<think>") == 1 and "SCRATCHPAD" not in value
+    assert value == "<think>\nnative\n</think>\n<REASONING_SCRATCHPAD>scratch</REASONING_SCRATCHPAD>Answer"
+
+
+def test_tags_after_the_start_of_the_content_stay_in_the_answer() -> None:
+    value = one_gpt(assistant("<think>plan</think>Type <think>x</think> to think."))
+    assert value == "<think>\nplan\n</think>\nType <think>x</think> to think."
+    stats = analyse([user("q"), assistant("Type <think>x</think>.")])
+    assert stats.turns[1] == TurnText("", "Type <think>x</think>.") and not stats.reasoning.has_any_reasoning
 
 
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ("Answer<think>cut off at max_tok", "<think>\ncut off at max_tok\n</think>\nAnswer"),
+        ("<think>cut off at max_tok", "<think>\ncut off at max_tok\n</think>"),
+        ("Answer<think>not reasoning", "<think>\n</think>\nAnswer<think>not reasoning"),
         ("opened by the template</think>\nAnswer", "<think>\nopened by the template\n</think>\nAnswer"),
         ("<THINK>upper</THINK>Answer", "<think>\nupper\n</think>\nAnswer"),
         ("<think>  </think>Answer", "<think>\n</think>\nAnswer"),
@@ -365,13 +372,13 @@ def test_formats_are_chosen_by_name_and_an_unknown_one_is_a_config_error() -> No
 def test_one_analysis_feeds_the_conversion_and_the_statistics() -> None:
     messages = [
         user("q"),
-        assistant("<think>inline</think>visible", "native", [call("a", "terminal", "{}")]),
+        assistant("<think>inline</think>visible", None, [call("a", "terminal", "{}")]),
         result("a", "terminal", '{"error": "boom"}'),
         assistant("answer"),
     ]
     rendered = render(messages, [TERMINAL], all_tools=["terminal", "read_file"])
     assert rendered.fields == {"conversations": to_sharegpt(messages, [TERMINAL])}
-    assert rendered.analysis.turns[1] == TurnText("native\n\ninline", "visible")
+    assert rendered.analysis.turns[1] == TurnText("inline", "visible")
     assert rendered.analysis.reasoning == ReasoningStats(assistant_turns=2, turns_with_reasoning=1)
     assert rendered.analysis.tool_stats == {
         "read_file": {"count": 0, "success": 0, "failure": 0},
