@@ -335,7 +335,7 @@ def endpoint_with_call_ids(turns: list[Turn], ids: list[str | None]) -> Endpoint
         done = sum(1 for m in body["messages"] if m["role"] == "assistant")
         completion = build_completion(body, turns[done], "sim-model")
         made = completion["choices"][0]["message"].get("tool_calls", [])
-        for tool_call, call_id in zip(made, ids, strict=True):
+        for tool_call, call_id in zip(made, ids if made else [], strict=True):
             tool_call["id"] = call_id
         return completion
 
