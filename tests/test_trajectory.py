@@ -394,3 +394,68 @@ def test_the_sharegpt_format_renders_from_the_analysis_it_is_given() -> None:
     doctored = dataclasses.replace(analysis, turns={1: TurnText("from the analysis", "content too")})
     (value,) = gpt_values(get_format("sharegpt").render(messages, [], doctored)["conversations"])
     assert value == "<think>\nfrom the analysis\n</think>\ncontent too"
+
+
+# ---------------------------------------------------------------- well-formedness
+
+
+@pytest.mark.parametrize(
+    ("message", "flaws"),
+    [
+        (assistant("<tool_call>\n{}\n</tool_call>"), ("leaked_tool_call",)),
+        (assistant("<TOOL_CALL>{}</TOOL_CALL>", "r"), ("leaked_tool_call",)),
+        (assistant("<tool_call>", None, [call("a", "terminal", "{}")]), ()),  # a real call was made
+        (assistant("answer", "I could write <tool_call> here"), ()),  # reasoning may mention it
+        (assistant("", None, [call("a", "terminal", "{bad")]), ("invalid_arguments",)),
+        (assistant("", None, [call("a", "terminal", "[1]")]), ("invalid_arguments",)),
+        (assistant("", None, [call("a", "terminal", "")]), ()),  # no arguments: an empty object
+        (assistant("", None, [call("a", "web_search", "{}")]), ("tool_not_offered",)),
+        (
+            assistant("", None, [call("a", "terminal", "{}"), call("a", "terminal", "{}")]),
+            ("duplicate_call_id",),
+        ),
+        (
+            assistant(
+                "",
+                None,
+                [call("a", "terminal", "{}"), call("a~2", "terminal", "{}")],
+                _renamed_call_ids={"a~2": "a"},
+            ),
+            ("duplicate_call_id",),
+        ),
+    ],
+)
+def test_the_analysis_notes_what_makes_a_conversation_malformed(
+    message: dict[str, Any], flaws: tuple[str, ...]
+) -> None:
+    assert analyse([user("q"), message], offered={"terminal"}).flaws == flaws
+
+
+def test_offered_tools_are_checked_only_when_known_and_render_knows_them() -> None:
+    messages = [user("q"), assistant("", None, [call("a", "web_search", "{}")])]
+    assert analyse(messages).flaws == ()
+    assert render(messages, [TERMINAL]).analysis.flaws == ("tool_not_offered",)
+    api_definition = {"type": "function", "function": {**TERMINAL, "name": "web_search"}}
+    assert render(messages, [api_definition]).analysis.flaws == ()
+
+
+def test_repeated_ids_pair_results_with_calls_in_order() -> None:
+    messages = [
+        user("q"),
+        assistant("", None, [call("x", "terminal", "{}"), call("x", "read_file", "{}")]),
+        result("x", "terminal", "from terminal"),
+        result("x", "read_file", '{"error": "from read_file"}'),
+        user("again"),
+        assistant("", None, [call("x", "read_file", "{}")]),
+        result("x", "read_file", "second turn"),
+    ]
+    converted = convert(messages, [TERMINAL])
+    first, second = (
+        json.loads(r.split("</tool_response>")[0])
+        for r in converted.conversations[3]["value"].split("<tool_response>\n")[1:]
+    )
+    assert (first["name"], first["content"]) == ("terminal", "from terminal")
+    assert (second["name"], second["content"]) == ("read_file", {"error": "from read_file"})
+    stats = analyse(messages).tool_stats
+    assert stats["terminal"] == {"count": 1, "success": 1, "failure": 0}
+    assert stats["read_file"] == {"count": 2, "success": 1, "failure": 1}

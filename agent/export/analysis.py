@@ -34,6 +34,7 @@ __all__ = [
     "is_failure",
     "parse_arguments",
     "reasoning_stats",
+    "tool_names",
 ]
 
 ToolCounts = dict[str, int]
@@ -194,6 +195,12 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     if not isinstance(parsed, dict):
         return {}, "arguments are not a JSON object"
     return parsed, None
+
+
+def tool_names(tool_schemas: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The names of function schemas or API tool definitions (`{"type": "function", ...}`)."""
+    functions = (s.get("function", s) if s.get("type") == "function" else s for s in tool_schemas)
+    return {str(fn.get("name")) for fn in functions}
 
 
 def is_failure(content: Any) -> bool:
