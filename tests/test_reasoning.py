@@ -138,6 +138,19 @@ def test_tags_inside_the_answer_are_the_answers_own_words(
     assert all("my plan" not in (m.get("reasoning") or "") for m in result["messages"])
 
 
+def test_the_export_does_not_split_what_the_loop_kept_as_the_answer(
+    sim_endpoint: SimulatedEndpoint, tmp_path: Path
+) -> None:
+    """The empty block opening the reply is the reasoning; the block after it is the answer's
+    own text, and stays so when the trajectory is written."""
+    said = "<think>quoted</think> is how a block looks."
+    result, (_, second) = converse(
+        sim_endpoint, tmp_path, [Turn(tool_calls=CALL), Turn(content=f"<think></think>{said}")]
+    )
+    assert result["final_response"] == said
+    assert second == "<think>\n</think>\n" + said
+
+
 # ---------------------------------------------------------------- extraction rules
 
 
