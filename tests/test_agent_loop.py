@@ -16,7 +16,7 @@ from agent.config.agent_config import AgentConfig
 from agent.errors import ConfigError
 from agent.llm import client as llm_client
 from agent.sandboxes import SandboxOptions
-from agent.servers.endpoint_server import EndpointFault
+from agent.servers.endpoint_server import EndpointFault, EndpointServer
 from agent.servers.simulated.replies import build_completion
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from run_agent import AIAgent
@@ -326,6 +326,60 @@ def test_an_unknown_tool_is_an_error_not_renamed(sim_endpoint: SimulatedEndpoint
     assert result["outcome"] == "completed"
     gpt = saved(tmp_path, "trajectory_samples.jsonl")[0]["conversations"][2]["value"]
     assert '"name": "Terminal"' in gpt
+
+
+def endpoint_with_call_ids(turns: list[Turn], ids: list[str | None]) -> EndpointServer:
+    """Simulated replies to a conversation in `turns`, whose tool calls get `ids` (None: no id)."""
+
+    async def respond(body: dict[str, Any]) -> dict[str, Any]:
+        done = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        completion = build_completion(body, turns[done], "sim-model")
+        made = completion["choices"][0]["message"].get("tool_calls", [])
+        for tool_call, call_id in zip(made, ids if made else [], strict=True):
+            tool_call["id"] = call_id
+        return completion
+
+    return EndpointServer(respond)
+
+
+@pytest.mark.parametrize("ids", [["dup", "dup"], [None, "call_0"]])
+def test_calls_sharing_an_id_each_get_their_own_result(tmp_path: Path, ids: list[str | None]) -> None:
+    turns = [
+        Turn(
+            tool_calls=(call("terminal", command="echo from-terminal"), call("read_file", path="/etc/hosts"))
+        ),
+        Turn(content="both ran"),
+    ]
+    with endpoint_with_call_ids(turns, ids) as endpoint:
+        agent = AIAgent(
+            base_url=endpoint.base_url,
+            api_key=KEY,
+            model="sim-model",
+            enabled_toolsets=["terminal", "file"],
+            max_retries=0,
+            save_trajectories=True,
+            sandbox=SandboxOptions(backend="local", root=str(tmp_path / "sandboxes")),
+            trajectory_dir=str(tmp_path),
+        )
+        result = agent.run_conversation("two calls, one id")
+
+    asked = result["messages"][1]
+    first_id, second_id = (c["id"] for c in asked["tool_calls"])
+    assert first_id != second_id
+    assert asked["_renamed_call_ids"] == {second_id: "call_0" if None in ids else "dup"}
+    terminal, read_file = tool_results(result)
+    assert (terminal["tool_call_id"], terminal["name"]) == (first_id, "terminal")
+    assert (read_file["tool_call_id"], read_file["name"]) == (second_id, "read_file")
+    assert "from-terminal" in terminal["content"] and "from-terminal" not in read_file["content"]
+    (entry,) = saved(tmp_path, "trajectory_samples.jsonl")
+    responses = entry["conversations"][3]["value"].split("</tool_response>")[:-1]
+    labelled = [json.loads(r.split("<tool_response>\n")[1]) for r in responses]
+    assert [(r["tool_call_id"], r["name"]) for r in labelled] == [
+        (first_id, "terminal"),
+        (second_id, "read_file"),
+    ]
+    assert "from-terminal" in str(labelled[0]["content"])
+    assert "from-terminal" not in str(labelled[1]["content"])
 
 
 def test_each_conversation_gets_its_own_sandbox_destroyed_afterwards(

@@ -115,6 +115,42 @@ def test_without_reasoning_each_gpt_turn_gets_an_empty_think_block(
     assert all(m.get("reasoning") is None for m in result["messages"] if m["role"] == "assistant")
 
 
+LITERAL = "Wrap it like this: <think>my plan</think> and then answer."
+
+
+@pytest.mark.parametrize(
+    "final",
+    [
+        Turn(content=LITERAL),  # no reasoning at all
+        Turn(content=f"<think>{CONCLUSION}</think>\n{LITERAL}"),  # reasoning opens the content
+        Turn(content=LITERAL, reasoning=CONCLUSION),  # native reasoning
+        Turn(content=f"<think>{CONCLUSION}</think>{LITERAL}", reasoning=CONCLUSION),  # both
+    ],
+)
+def test_tags_inside_the_answer_are_the_answers_own_words(
+    sim_endpoint: SimulatedEndpoint, tmp_path: Path, final: Turn
+) -> None:
+    result, (_, second) = converse(sim_endpoint, tmp_path, [Turn(tool_calls=CALL), final])
+
+    assert result["final_response"] == LITERAL
+    think = CONCLUSION if final.reasoning or final.content != LITERAL else ""
+    assert second == (f"<think>\n{think}\n</think>\n" if think else "<think>\n</think>\n") + LITERAL
+    assert all("my plan" not in (m.get("reasoning") or "") for m in result["messages"])
+
+
+def test_the_export_does_not_split_what_the_loop_kept_as_the_answer(
+    sim_endpoint: SimulatedEndpoint, tmp_path: Path
+) -> None:
+    """The empty block opening the reply is the reasoning; the block after it is the answer's
+    own text, and stays so when the trajectory is written."""
+    said = "<think>quoted</think> is how a block looks."
+    result, (_, second) = converse(
+        sim_endpoint, tmp_path, [Turn(tool_calls=CALL), Turn(content=f"<think></think>{said}")]
+    )
+    assert result["final_response"] == said
+    assert second == "<think>\n</think>\n" + said
+
+
 # ---------------------------------------------------------------- extraction rules
 
 
@@ -129,12 +165,11 @@ def test_a_longer_copy_replaces_the_part_it_contains() -> None:
     assert (text, content) == ("step one, then step two", "answer")
 
 
-def test_different_reasoning_from_different_places_is_all_kept_in_order() -> None:
-    text, content = extract(
-        {"reasoning": "native"}, "<think>inline one</think>mid<thinking>inline two</thinking>end"
-    )
-    assert text == "native\n\ninline one\n\ninline two"
-    assert content == "midend"
+def test_with_native_reasoning_nothing_new_in_the_content_is_reasoning() -> None:
+    content = "<think>inline one</think>mid<thinking>inline two</thinking>end"
+    assert extract({"reasoning": "native"}, content) == ("native", content)
+    assert extract({"reasoning_details": [{"text": "n"}]}, "x</think>y") == ("n", "x</think>y")
+    assert extract({"reasoning": "native"}, "<think></think>answer") == ("native", "answer")
 
 
 @pytest.mark.parametrize(
@@ -155,7 +190,10 @@ def test_reasoning_details_text_is_captured(details: Any, expected: str | None) 
     [
         ("<THINK>upper</THINK>answer", ["upper"], "answer"),
         ("<REASONING_SCRATCHPAD>pad</REASONING_SCRATCHPAD>\nanswer", ["pad"], "answer"),
-        ("answer first <think>cut at max_tok", ["cut at max_tok"], "answer first"),  # never closed
+        ("  <think>cut at max_tok", ["cut at max_tok"], ""),  # never closed
+        ("answer first <think>not reasoning", [], "answer first <think>not reasoning"),  # not at the start
+        ("<think>a</think>Use <think>x</think> tags.", ["a"], "Use <think>x</think> tags."),
+        ("<think>a</think><thinking>b</thinking>c", ["a"], "<thinking>b</thinking>c"),  # one block only
         ("from the template</think>answer", ["from the template"], "answer"),  # never opened
         ("</think>answer", [], "answer"),
         ("<think></think>answer", [], "answer"),

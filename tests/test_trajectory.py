@@ -113,16 +113,23 @@ def test_inline_block_already_copied_to_reasoning_is_not_repeated() -> None:
     assert value == "<think>\nsame thought\n</think>\nAnswer"
 
 
-def test_native_and_different_inline_reasoning_share_one_block() -> None:
+def test_with_native_reasoning_a_different_inline_block_is_the_answers_text() -> None:
     value = one_gpt(assistant("<REASONING_SCRATCHPAD>scratch</REASONING_SCRATCHPAD>Answer", "native"))
-    assert value == "<think>\nnative\n\nscratch\n</think>\nAnswer"
-    assert value.count("<think>") == 1 and "SCRATCHPAD" not in value
+    assert value == "<think>\nnative\n</think>\n<REASONING_SCRATCHPAD>scratch</REASONING_SCRATCHPAD>Answer"
+
+
+def test_tags_after_the_start_of_the_content_stay_in_the_answer() -> None:
+    value = one_gpt(assistant("<think>plan</think>Type <think>x</think> to think."))
+    assert value == "<think>\nplan\n</think>\nType <think>x</think> to think."
+    stats = analyse([user("q"), assistant("Type <think>x</think>.")])
+    assert stats.turns[1] == TurnText("", "Type <think>x</think>.") and not stats.reasoning.has_any_reasoning
 
 
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ("Answer<think>cut off at max_tok", "<think>\ncut off at max_tok\n</think>\nAnswer"),
+        ("<think>cut off at max_tok", "<think>\ncut off at max_tok\n</think>"),
+        ("Answer<think>not reasoning", "<think>\n</think>\nAnswer<think>not reasoning"),
         ("opened by the template</think>\nAnswer", "<think>\nopened by the template\n</think>\nAnswer"),
         ("<THINK>upper</THINK>Answer", "<think>\nupper\n</think>\nAnswer"),
         ("<think>  </think>Answer", "<think>\n</think>\nAnswer"),
@@ -365,13 +372,13 @@ def test_formats_are_chosen_by_name_and_an_unknown_one_is_a_config_error() -> No
 def test_one_analysis_feeds_the_conversion_and_the_statistics() -> None:
     messages = [
         user("q"),
-        assistant("<think>inline</think>visible", "native", [call("a", "terminal", "{}")]),
+        assistant("<think>inline</think>visible", None, [call("a", "terminal", "{}")]),
         result("a", "terminal", '{"error": "boom"}'),
         assistant("answer"),
     ]
     rendered = render(messages, [TERMINAL], all_tools=["terminal", "read_file"])
     assert rendered.fields == {"conversations": to_sharegpt(messages, [TERMINAL])}
-    assert rendered.analysis.turns[1] == TurnText("native\n\ninline", "visible")
+    assert rendered.analysis.turns[1] == TurnText("inline", "visible")
     assert rendered.analysis.reasoning == ReasoningStats(assistant_turns=2, turns_with_reasoning=1)
     assert rendered.analysis.tool_stats == {
         "read_file": {"count": 0, "success": 0, "failure": 0},
@@ -387,3 +394,68 @@ def test_the_sharegpt_format_renders_from_the_analysis_it_is_given() -> None:
     doctored = dataclasses.replace(analysis, turns={1: TurnText("from the analysis", "content too")})
     (value,) = gpt_values(get_format("sharegpt").render(messages, [], doctored)["conversations"])
     assert value == "<think>\nfrom the analysis\n</think>\ncontent too"
+
+
+# ---------------------------------------------------------------- well-formedness
+
+
+@pytest.mark.parametrize(
+    ("message", "flaws"),
+    [
+        (assistant("<tool_call>\n{}\n</tool_call>"), ("leaked_tool_call",)),
+        (assistant("<TOOL_CALL>{}</TOOL_CALL>", "r"), ("leaked_tool_call",)),
+        (assistant("<tool_call>", None, [call("a", "terminal", "{}")]), ()),  # a real call was made
+        (assistant("answer", "I could write <tool_call> here"), ()),  # reasoning may mention it
+        (assistant("", None, [call("a", "terminal", "{bad")]), ("invalid_arguments",)),
+        (assistant("", None, [call("a", "terminal", "[1]")]), ("invalid_arguments",)),
+        (assistant("", None, [call("a", "terminal", "")]), ()),  # no arguments: an empty object
+        (assistant("", None, [call("a", "web_search", "{}")]), ("tool_not_offered",)),
+        (
+            assistant("", None, [call("a", "terminal", "{}"), call("a", "terminal", "{}")]),
+            ("duplicate_call_id",),
+        ),
+        (
+            assistant(
+                "",
+                None,
+                [call("a", "terminal", "{}"), call("a~2", "terminal", "{}")],
+                _renamed_call_ids={"a~2": "a"},
+            ),
+            ("duplicate_call_id",),
+        ),
+    ],
+)
+def test_the_analysis_notes_what_makes_a_conversation_malformed(
+    message: dict[str, Any], flaws: tuple[str, ...]
+) -> None:
+    assert analyse([user("q"), message], offered={"terminal"}).flaws == flaws
+
+
+def test_offered_tools_are_checked_only_when_known_and_render_knows_them() -> None:
+    messages = [user("q"), assistant("", None, [call("a", "web_search", "{}")])]
+    assert analyse(messages).flaws == ()
+    assert render(messages, [TERMINAL]).analysis.flaws == ("tool_not_offered",)
+    api_definition = {"type": "function", "function": {**TERMINAL, "name": "web_search"}}
+    assert render(messages, [api_definition]).analysis.flaws == ()
+
+
+def test_repeated_ids_pair_results_with_calls_in_order() -> None:
+    messages = [
+        user("q"),
+        assistant("", None, [call("x", "terminal", "{}"), call("x", "read_file", "{}")]),
+        result("x", "terminal", "from terminal"),
+        result("x", "read_file", '{"error": "from read_file"}'),
+        user("again"),
+        assistant("", None, [call("x", "read_file", "{}")]),
+        result("x", "read_file", "second turn"),
+    ]
+    converted = convert(messages, [TERMINAL])
+    first, second = (
+        json.loads(r.split("</tool_response>")[0])
+        for r in converted.conversations[3]["value"].split("<tool_response>\n")[1:]
+    )
+    assert (first["name"], first["content"]) == ("terminal", "from terminal")
+    assert (second["name"], second["content"]) == ("read_file", {"error": "from read_file"})
+    stats = analyse(messages).tool_stats
+    assert stats["terminal"] == {"count": 1, "success": 1, "failure": 0}
+    assert stats["read_file"] == {"count": 2, "success": 1, "failure": 1}

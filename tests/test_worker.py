@@ -25,6 +25,7 @@ from agent.protocols import ChatRequest, ModelReply, ToolCall, Usage
 from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP, resolve_tools
+from tests.test_agent_loop import endpoint_with_call_ids
 from tests.test_batch_output import SPEC_FIELDS
 
 
@@ -51,19 +52,18 @@ def job(**fields: Any) -> Job:
     return Job(**{**base, **fields})
 
 
+def calling(reasoning: str | None, *calls: tuple[str, str, str]) -> dict[str, Any]:
+    """An assistant message making `calls` (id, tool name, raw arguments)."""
+    made = [{"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in calls]
+    return {"role": "assistant", "content": "", "reasoning": reasoning, "tool_calls": made}
+
+
 def result(
     outcome: Outcome = Outcome.COMPLETED, *, reasoning: str | None = "why", **fields: Any
 ) -> ConversationResult:
     messages = [
         {"role": "user", "content": "q"},
-        {
-            "role": "assistant",
-            "content": "",
-            "reasoning": reasoning,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": "{}"}}
-            ],
-        },
+        calling(reasoning, ("c1", "terminal", "{}")),
         {"role": "tool", "tool_call_id": "c1", "name": "terminal", "content": '{"error": "boom"}'},
         {"role": "assistant", "content": "done", "reasoning": None},
     ]
@@ -205,6 +205,64 @@ def test_the_loop_runs_on_the_whole_config_in_a_sandbox_it_destroys(
     assert not list((tmp_path / "sandboxes").rglob("*"))  # destroyed when the conversation ended
     with pytest.raises(FrozenInstanceError):
         done.api_calls = 0  # type: ignore[misc]
+
+
+def test_a_repeated_call_id_is_discarded_unless_kept_and_then_each_call_has_its_result(
+    tmp_path: Path,
+) -> None:
+    calls = (
+        ("terminal", json.dumps({"command": "echo one"})),
+        ("terminal", json.dumps({"command": "echo two"})),
+    )
+    turns = [Turn(reasoning="r", tool_calls=calls), Turn(content="both", reasoning="r")]
+    options = SandboxOptions(backend="local", root=str(tmp_path / "sandboxes"))
+    prompt = Prompt("twice", job().sandbox_spec("run"))
+
+    async def run(base_url: str) -> ConversationResult:
+        config = AgentConfig(model="sim-model", base_url=base_url, max_retries=0)
+        model = open_chat_model(config)
+        try:
+            return await converse(
+                config, model, resolve_tools(["terminal"]), prompt, sandbox_factory(options)
+            )
+        finally:
+            await model.aclose()
+
+    with endpoint_with_call_ids(turns, ["same", "same"]) as endpoint:
+        done = asyncio.run(run(endpoint.base_url))
+    discarded = answer(job(), done, keep_no_reasoning=False)
+    assert isinstance(discarded, Discarded) and discarded.reason == "duplicate_call_id"
+    assert discarded.entry["metadata"]["discard_reasons"] == ["duplicate_call_id"]
+    kept = answer(job(), done, keep_no_reasoning=False, keep_malformed=True)
+    assert isinstance(kept, Finished) and kept.completed
+    entry = json.loads(kept.line)
+    assert entry["tool_stats"]["terminal"] == {"count": 2, "success": 2, "failure": 0}
+    responses = entry["conversations"][3]["value"]
+    assert responses.index("one") < responses.index("two")
+    assert '"tool_call_id": "same"' in responses and '"tool_call_id": "same~2"' in responses
+
+
+def test_the_first_filter_in_order_is_the_reason_and_every_one_is_recorded() -> None:
+    messages = [
+        {"role": "user", "content": "q"},
+        calling(None, ("c", "web_search", "{"), ("c", "terminal", "{}")),
+        {"role": "assistant", "content": "<tool_call>{}</tool_call>", "reasoning": None},
+    ]
+    everything = [
+        "duplicate_call_id",
+        "tool_not_offered",
+        "invalid_arguments",
+        "leaked_tool_call",
+        "no_reasoning",
+    ]
+    event = answer(job(), result(messages=messages), keep_no_reasoning=False)
+    assert isinstance(event, Discarded) and event.reason == "duplicate_call_id"
+    assert event.entry["metadata"]["discard_reasons"] == everything
+    event = answer(job(), result(messages=messages), keep_no_reasoning=False, keep_malformed=True)
+    assert isinstance(event, Discarded) and event.reason == "no_reasoning"
+    assert isinstance(
+        answer(job(), result(messages=messages), keep_no_reasoning=True, keep_malformed=True), Finished
+    )
 
 
 def test_the_loop_stops_at_the_configured_turn_limit() -> None:

@@ -3,7 +3,15 @@
 A trajectory entry has exactly the spec's top-level fields; what we add (prompt key,
 outcome, token usage, the dataset row's own metadata) lives inside `metadata`. The
 conversation's fields come from one trajectory format (`agent.export.formats`), rendered
-from the structured messages once, with the analysis the entry's statistics come from.
+from the structured messages once, with the analysis the entry's statistics and filters
+come from.
+
+Filters: an entry is discarded (kept whole in discarded.jsonl) when the conversation is
+malformed (the analysis' flaws: `duplicate_call_id`, `tool_not_offered`, `invalid_arguments`,
+`leaked_tool_call`) or no turn has reasoning (`no_reasoning`), unless the run keeps that kind
+(`KEPT_BY`). When several apply, the first in that order is the discard's reason, and the
+entry's `metadata.discard_reasons` lists every one that applied, so an entry recovered when
+the run keeps more is checked against them all.
 """
 
 from __future__ import annotations
@@ -13,23 +21,34 @@ from typing import Any
 
 from agent.batch.events import Answer, Discarded, Failed, Finished
 from agent.batch.jobs import Job
+from agent.export.analysis import FLAWS, Analysis
 from agent.export.formats import DEFAULT_FORMAT, render
 from agent.loop.conversation import ConversationResult
 from agent.store.directory import encode_line
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
 _OURS = ("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage")
+NO_REASONING = "no_reasoning"
+FILTERS = (*FLAWS, NO_REASONING)  # every discard reason, in the order that picks an entry's one
+# Each discard reason, and the RunConfig field that keeps such entries when true.
+KEPT_BY: dict[str, str] = {**dict.fromkeys(FLAWS, "keep_malformed"), NO_REASONING: "keep_no_reasoning"}
 
 
-def answer(job: Job, result: ConversationResult, *, keep_no_reasoning: bool) -> Answer:
+def answer(
+    job: Job, result: ConversationResult, *, keep_no_reasoning: bool, keep_malformed: bool = False
+) -> Answer:
     """The event for a conversation that ended: a failure when the endpoint failed for good,
-    a discard when no turn has reasoning (unless kept), else the finished entry's line."""
+    a discard when a filter applies that the run does not keep, else the finished entry's line."""
     usage = result.usage.as_dict()
     if result.failed:
         return Failed.of(job, result.error_class or "api", result.error or "", usage)
-    entry, has_reasoning = build_entry(job, result, usage)
-    if not has_reasoning and not keep_no_reasoning:
-        return Discarded(job.key, job.index, "no_reasoning", entry, usage, datetime.now().isoformat())
+    entry, analysis = build_entry(job, result, usage)
+    reasons = filters_applying(analysis)
+    kept = {"keep_no_reasoning": keep_no_reasoning, "keep_malformed": keep_malformed}
+    discarding = [reason for reason in reasons if not kept[KEPT_BY[reason]]]
+    if discarding:
+        entry["metadata"]["discard_reasons"] = reasons
+        return Discarded(job.key, job.index, discarding[0], entry, usage, datetime.now().isoformat())
     try:
         line = encode_line(entry)
     except (ValueError, TypeError) as exc:  # a bug fails its prompt here, not the run in the parent
@@ -39,10 +58,16 @@ def answer(job: Job, result: ConversationResult, *, keep_no_reasoning: bool) -> 
     return Finished(job.key, job.batch_num, job.index, line, result.completed, result.outcome.value, usage)
 
 
+def filters_applying(analysis: Analysis) -> list[str]:
+    """Every filter the conversation fails, in `FILTERS` order (empty: a well-formed entry)."""
+    no_reasoning = [NO_REASONING] if not analysis.reasoning.has_any_reasoning else []
+    return [*analysis.flaws, *no_reasoning]
+
+
 def build_entry(
     job: Job, result: ConversationResult, usage: dict[str, int], format_name: str = DEFAULT_FORMAT
-) -> tuple[dict[str, Any], bool]:
-    """(entry, has any reasoning) for a conversation that reached an outcome."""
+) -> tuple[dict[str, Any], Analysis]:
+    """(entry, the analysis it was rendered from) for a conversation that reached an outcome."""
     rendered = render(
         result.messages, result.tool_schemas, all_tools=TOOL_TO_TOOLSET_MAP, format_name=format_name
     )
@@ -57,7 +82,7 @@ def build_entry(
         "tool_stats": rendered.analysis.tool_stats,
         "tool_error_counts": rendered.analysis.tool_errors,
     }
-    return entry, rendered.analysis.reasoning.turns_with_reasoning > 0
+    return entry, rendered.analysis
 
 
 def _metadata(job: Job, result: ConversationResult, usage: dict[str, int]) -> dict[str, Any]:

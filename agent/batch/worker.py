@@ -189,4 +189,4 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - a bug costs one prompt, not the run; reported, not swallowed
             log.error("%s\n%s", exc, traceback.format_exc())
             return Failed.of(job, "exception", f"{type(exc).__name__}: {exc}")
-        return answer(job, result, keep_no_reasoning=run.keep_no_reasoning)
+        return answer(job, result, keep_no_reasoning=run.keep_no_reasoning, keep_malformed=run.keep_malformed)

@@ -33,6 +33,7 @@ _SAME_NAME = (
     "rpm",
     "tpm",
     "embedded_threads",
+    "keep_malformed",
 )
 
 

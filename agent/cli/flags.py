@@ -171,6 +171,9 @@ FLAGS: tuple[Flag, ...] = (
          "Logging", _BATCH, minimum=0),
     Flag("keep_no_reasoning", "bool", _run("keep_no_reasoning"),
          "keep samples without reasoning (default: discard them)", "Logging", _BATCH),
+    Flag("keep_malformed", "bool", _run("keep_malformed"),
+         "keep malformed samples: leaked, invalid, unoffered or duplicate tool calls (default: discard)",
+         "Logging", _BATCH),
 )  # fmt: skip
 
 BY_NAME = {flag.name: flag for flag in FLAGS}

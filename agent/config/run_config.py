@@ -45,6 +45,7 @@ class RunConfig:
     sandbox: SandboxOptions = field(default_factory=SandboxOptions)
     sandbox_starts: int = 4  # concurrent sandbox creations per worker process
     embedded_threads: int = 1
+    keep_malformed: bool = False  # keep entries the well-formedness filter would discard
 
     @property
     def run_dir(self) -> Path:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from agent.errors import ConfigError
 from agent.export import sharegpt
-from agent.export.analysis import Analysis, analyse
+from agent.export.analysis import Analysis, analyse, tool_names
 
 DEFAULT_FORMAT = "sharegpt"
 
@@ -60,7 +60,8 @@ def render(
     all_tools: Iterable[str] = (),
     format_name: str = DEFAULT_FORMAT,
 ) -> Rendered:
-    """`messages` in the format named `format_name`; `all_tools` as for `count_tools`."""
+    """`messages` in the format named `format_name`; `all_tools` as for `count_tools`. The
+    analysis checks every call against the tools of `tool_schemas` (what was offered)."""
     fmt = get_format(format_name)
-    analysis = analyse(messages, all_tools)
+    analysis = analyse(messages, all_tools, offered=tool_names(tool_schemas))
     return Rendered(fmt.render(messages, tool_schemas, analysis), analysis)

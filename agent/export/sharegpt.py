@@ -5,7 +5,8 @@ One format of the registry in `agent.export.formats`. The conversion follows
 - every `gpt` turn has exactly ONE think block: native `reasoning` and any inline
   `<think>` / `<REASONING_SCRATCHPAD>` blocks left in the content are merged (W-TRAJ-1);
 - tool names in tool turns come from the call with the same `tool_call_id`, not from the
-  result's position (W-TRAJ-4);
+  result's position (W-TRAJ-4); when a turn repeats an id, its results answer its calls in
+  order, so each call gets its own;
 - messages the agent injected itself (`"_injected": True`) never appear (W-TRAJ-2);
 - nothing is dropped silently: invalid call arguments, orphan results and calls without
   results are reported in `ShareGPT.warnings` (and logged).
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.common.identity_memo import IdentityMemo
-from agent.export.analysis import Analysis, analyse
+from agent.export.analysis import Analysis, analyse, parse_arguments
 
 __all__ = ["FORMAT", "ShareGPT", "ShareGPTFormat", "convert", "hermes_system_message", "to_sharegpt"]
 
@@ -86,7 +87,7 @@ class _Converter:
         self.analysis = analysis
         self.turns: list[dict[str, str]] = [{"from": "system", "value": hermes_system_message(tool_schemas)}]
         self.warnings: list[str] = []
-        self.open_calls: dict[str, str] = {}  # call id -> tool name, awaiting results
+        self.open_calls: list[tuple[str, str]] = []  # (call id, tool name) awaiting results, in order
         self.results: list[str] = []
 
     def warn(self, text: str) -> None:
@@ -123,41 +124,33 @@ class _Converter:
                 continue
             fn = call.get("function") or {}
             name = str(fn.get("name"))
-            self.open_calls[str(call.get("id"))] = name
+            self.open_calls.append((str(call.get("id")), name))
             payload = {"name": name, "arguments": self.arguments(name, fn.get("arguments"))}
             value += f"<tool_call>\n{json.dumps(payload)}\n</tool_call>\n"
         self.turns.append({"from": "gpt", "value": value.rstrip()})
 
     def arguments(self, name: str, raw: Any) -> Any:
-        if raw is None or (isinstance(raw, str) and not raw.strip()):
-            return {}
-        if isinstance(raw, dict):
-            return raw
-        try:
-            parsed = json.loads(raw)
-        except (TypeError, ValueError) as exc:
-            self.warn(f"tool call {name!r}: arguments are not valid JSON ({exc}); saved as {{}}: {raw!r}")
-            return {}
-        if not isinstance(parsed, dict):
-            self.warn(f"tool call {name!r}: arguments are not a JSON object; saved as {{}}: {raw!r}")
-            return {}
+        parsed, problem = parse_arguments(raw)
+        if problem:
+            self.warn(f"tool call {name!r}: {problem}; saved as {{}}: {raw!r}")
         return parsed
 
     def tool(self, message: Mapping[str, Any]) -> None:
         call_id = str(message.get("tool_call_id"))
-        if call_id not in self.open_calls:
+        position = next((i for i, (open_id, _) in enumerate(self.open_calls) if open_id == call_id), None)
+        if position is None:
             self.warn(f"tool result {call_id!r} does not answer the preceding assistant turn; dropped")
             return
-        raw = message.get("content") or ""
-        payload = {"tool_call_id": call_id, "name": self.open_calls.pop(call_id), "content": _content(raw)}
+        _, name = self.open_calls.pop(position)
+        payload = {"tool_call_id": call_id, "name": name, "content": _content(message.get("content") or "")}
         self.results.append(f"<tool_response>\n{json.dumps(payload)}\n</tool_response>")
 
     def close_tool_turn(self) -> None:
         if self.results:
             self.turns.append({"from": "tool", "value": "\n".join(self.results)})
-        for call_id, name in self.open_calls.items():
+        for call_id, name in self.open_calls:
             self.warn(f"tool call {call_id!r} ({name}) has no result")
-        self.results, self.open_calls = [], {}
+        self.results, self.open_calls = [], []
 
 
 def _text(content: Any) -> str:

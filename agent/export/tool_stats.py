@@ -1,8 +1,9 @@
 """Tool-call accounting for one conversation: calls, successes and failures per tool.
 
-Calls are counted from assistant `tool_calls`; each result is matched to its call by
-`tool_call_id` (results that answer no call are ignored; calls without a result count only
-toward `count`). A result is a failure iff it is a JSON object with a non-null `"error"` or
+Calls are counted from assistant `tool_calls`; each result is matched to a call of the turn
+before it by `tool_call_id`, the first call still open with that id (results that answer no
+call are ignored; calls without a result count only toward `count`). A result is a failure
+iff it is a JSON object with a non-null `"error"` or
 with `"success": false`, or it is empty. Anything else — plain text, JSON arrays, a command
 that exited non-zero but ran — is a success: the tool did its job.
 
@@ -35,6 +36,6 @@ def unknown_tools_called(messages: Sequence[Mapping[str, Any]], valid: set[str])
         name
         for message in messages
         if message.get("role") == "assistant" and not message.get("_injected")
-        for _, name in calls_of(message)
+        for name in (call.name for call in calls_of(message))
         if name not in valid
     }

@@ -1,9 +1,19 @@
 """Reasoning capture: one place that separates a model's reasoning from its answer.
 
 Providers return reasoning in fields (`reasoning`, `reasoning_content`, `reasoning_details`)
-or inline (`<think>`, `<thinking>`, `<REASONING_SCRATCHPAD>` blocks in the content). We keep
-it once, in `reasoning`, and remove inline blocks from the content, so the trajectory never
+or inline (a `<think>`, `<thinking>`, `<REASONING_SCRATCHPAD>`… block in the content). We keep
+it once, in `reasoning`, and remove the inline block from the content, so the trajectory never
 shows the same reasoning twice.
+
+Which inline text is reasoning (anything else is the answer's own words, kept verbatim):
+- a block that OPENS the content (leading whitespace aside), up to its closer, or to the end
+  when it never closes (output cut at max_tokens);
+- else, text before a close tag that comes before any open tag: the opener was in the chat
+  template, so the output started inside the block.
+Only that one block: the same tags later in the content (an answer explaining `<think>`, a
+second block) stay in the answer. When the provider returned reasoning in a field, nothing in
+the content is reasoning, except a leading block that repeats that reasoning (a copy some
+providers send both ways), which is removed as a copy.
 """
 
 from __future__ import annotations
@@ -13,18 +23,11 @@ from collections.abc import Iterable
 from typing import Any
 
 _TAGS = ("think", "thinking", "thought", "reasoning", "REASONING_SCRATCHPAD")
-# A block is an opener, the text up to the first matching closer, and the space after it.
-# Openers are found here and closers searched with str.find-like scans (see _blocks): one
-# `<tag>(.*?)</tag>` regex retried every opener against the rest of the text, quadratic in a
-# reply of many unclosed openers (a 1 MB one held the event loop for an hour).
-_OPEN = re.compile(r"<(?P<tag>" + "|".join(_TAGS) + r")>", re.IGNORECASE)
-_CLOSE = {tag.lower(): re.compile(rf"</{tag}>\s*", re.IGNORECASE) for tag in _TAGS}
+# The first of our tags in the content, open or close; a closer is then one str.find-like scan,
+# so the split is linear in the reply's length whatever it holds.
+_FIRST_TAG = re.compile(r"<(?P<close>/?)(?P<tag>" + "|".join(_TAGS) + r")>", re.IGNORECASE)
+_CLOSE = {tag.lower(): re.compile(rf"</{tag}>", re.IGNORECASE) for tag in _TAGS}
 MAX_MERGED_PARTS = 64  # more parts than this are deduplicated by equality only (pairwise is quadratic)
-# A block opened but never closed (output cut at max_tokens): the rest is reasoning.
-_UNCLOSED = re.compile(r"<(?P<tag>" + "|".join(_TAGS) + r")>(?P<body>.*)\Z", re.DOTALL | re.IGNORECASE)
-# A close tag with no opener: the opener was in the chat template (the model's output starts
-# inside the block), so everything before it is reasoning.
-_STRAY_CLOSE = re.compile(r"\A(?P<body>.*?)</(?:" + "|".join(_TAGS) + r")>\s*", re.DOTALL | re.IGNORECASE)
 _DETAIL_KEYS = ("summary", "thinking", "content", "text")
 
 
@@ -56,48 +59,45 @@ def merge_parts(parts: Iterable[str]) -> list[str]:
     return seen
 
 
-def _blocks(content: str) -> tuple[list[str], str]:
-    """Closed blocks' bodies, and `content` without them, in time linear in its length: a
-    tag whose closer is missing after one opener is missing after every later one."""
-    found: list[str] = []
-    kept: list[str] = []
-    unclosed: set[str] = set()
-    start = 0
-    for opener in _OPEN.finditer(content):
-        tag = opener.group("tag").lower()
-        if opener.start() < start or tag in unclosed:
-            continue  # inside a block already taken, or no closer left for this tag
-        closer = _CLOSE[tag].search(content, opener.end())
-        if closer is None:
-            unclosed.add(tag)
-            continue
-        found.append(content[opener.end() : closer.start()].strip())
-        kept.append(content[start : opener.start()])
-        start = closer.end()
-    kept.append(content[start:])
-    return found, "".join(kept)
+def _leading_block(content: str) -> tuple[str, str] | None:
+    """(body, rest) of the reasoning block the content starts with, or None (see the module)."""
+    first = _FIRST_TAG.search(content)
+    if first is None:
+        return None
+    if first.group("close"):  # opened by the chat template: everything before it is reasoning
+        return content[: first.start()], content[first.end() :]
+    if content[: first.start()].strip():
+        return None  # the tag is inside the answer, not at its start
+    closer = _CLOSE[first.group("tag").lower()].search(content, first.end())
+    if closer is None:  # never closed (cut at max_tokens): the rest is reasoning
+        return content[first.end() :], ""
+    return content[first.end() : closer.start()], content[closer.end() :]
 
 
 def split_inline(content: str) -> tuple[list[str], str]:
-    """Inline reasoning blocks found in `content`, and the content without them."""
-    found, cleaned = _blocks(content)
-    stray = _STRAY_CLOSE.match(cleaned)
-    if stray:
-        found.insert(0, stray.group("body").strip())
-        cleaned = cleaned[stray.end() :]
-    tail = _UNCLOSED.search(cleaned)
-    if tail:
-        found.append(tail.group("body").strip())
-        cleaned = cleaned[: tail.start()]
-    return [f for f in found if f], cleaned.strip()
+    """The inline reasoning block found in `content` (as a list: empty, or its one body), and
+    the content without it; only a block at the start counts (see the module)."""
+    block = _leading_block(content)
+    if block is None:
+        return [], content.strip()
+    body, rest = block
+    return ([body.strip()] if body.strip() else []), rest.strip()
+
+
+def separate(native: Iterable[str], content: str) -> tuple[list[str], str]:
+    """(reasoning parts, answer) of a turn whose fields carried `native` reasoning and whose
+    content is `content`: the inline block counts only without native reasoning, or when it
+    repeats it (an empty block is removed either way)."""
+    native = [n.strip() for n in native if n and n.strip()]
+    inline, cleaned = split_inline(content)
+    if native and not all(any(i in n or n in i for n in native) for i in inline):
+        inline, cleaned = [], content.strip()  # the block is new text: the answer's own words
+    return merge_parts(native + inline), cleaned
 
 
 def extract(fields: dict[str, Any], content: str | None) -> tuple[str | None, str]:
     """(reasoning, content) from an assistant message's extra fields and its content."""
-    native = [
-        v.strip() for v in (fields.get("reasoning"), fields.get("reasoning_content")) if isinstance(v, str)
-    ]
+    native = [v for v in (fields.get("reasoning"), fields.get("reasoning_content")) if isinstance(v, str)]
     native += _details_text(fields.get("reasoning_details"))
-    inline, cleaned = split_inline(content or "")
-    parts = merge_parts([p for p in native + inline if p])
+    parts, cleaned = separate(native, content or "")
     return ("\n\n".join(parts) if parts else None), cleaned

@@ -6,16 +6,23 @@ model, the resolved tools and, when tools need one, a sandbox factory; it return
 `ConversationResult`. Errors the model should see (unknown tools, bad arguments, failing
 tools) come back from dispatch as tool results; an endpoint that fails for good ends the
 conversation as `api_failure`.
+
+The history the loop keeps is the one every export reads: reasoning separated from content
+(marked `SEPARATED`, so no export splits the content again), and every call of a turn with an
+id of its own (a repeated id is renamed, the model's id kept in `RENAMED_CALL_IDS`), so each
+call's result answers that call only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from agent.config.agent_config import AgentConfig
 from agent.errors import ModelAPIError
+from agent.export.analysis import RENAMED_CALL_IDS, SEPARATED
 from agent.llm.request import build_request
 from agent.loop.conversation import ConversationResult, Outcome, Prompt
 from agent.protocols import ChatModel, ModelReply, Sandbox, SandboxFactory, ToolCall, Usage
@@ -42,19 +49,44 @@ async def converse(
         return await loop.run(prompt.text, sandbox)
 
 
-def assistant_message(reply: ModelReply) -> dict[str, Any]:
-    """The assistant turn as kept in history (reasoning separate from content)."""
+def assistant_message(
+    reply: ModelReply, calls: Sequence[ToolCall], renamed: dict[str, str]
+) -> dict[str, Any]:
+    """The assistant turn as kept in history (reasoning separate from content), with `calls`,
+    the reply's calls as `unique_ids` made them."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.content, "reasoning": reply.reasoning}
-    if reply.tool_calls:
+    message[SEPARATED] = True
+    if calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in reply.tool_calls
+            for c in calls
         ]
+    if renamed:
+        message[RENAMED_CALL_IDS] = renamed
     if reply.reasoning_details:
         message["reasoning_details"] = reply.reasoning_details
     if reply.finish_reason == "length":
         message["truncated"] = True
     return message
+
+
+def unique_ids(calls: Sequence[ToolCall]) -> tuple[tuple[ToolCall, ...], dict[str, str]]:
+    """The calls of one turn with ids unique within it, and `{new id: the model's id}`: a
+    repeated id becomes `<id>~<n>` (n from 2, past the ids taken), so results cannot mix."""
+    taken = {call.id for call in calls}
+    seen: set[str] = set()
+    unique, renamed = [], {}
+    for call in calls:
+        if call.id in seen:
+            n = 2
+            while f"{call.id}~{n}" in taken:
+                n += 1
+            renamed[f"{call.id}~{n}"] = call.id
+            call = dataclasses.replace(call, id=f"{call.id}~{n}")
+            taken.add(call.id)
+        seen.add(call.id)
+        unique.append(call)
+    return tuple(unique), renamed
 
 
 def tool_message(call: ToolCall, content: str) -> dict[str, Any]:
@@ -83,10 +115,11 @@ class _Loop:
                 log.info("%sAPI failure (%s): %s", self.prefix, exc.error_class, exc)
                 return self.end(Outcome.API_FAILURE, error=str(exc), error_class=exc.error_class)
             self.usage += reply.usage
-            self.messages.append(assistant_message(reply))
-            if not reply.tool_calls:
+            calls, renamed = unique_ids(reply.tool_calls)
+            self.messages.append(assistant_message(reply, calls, renamed))
+            if not calls:
                 return self.answered(reply)
-            self.messages += await self.run_tools(reply.tool_calls, sandbox)
+            self.messages += await self.run_tools(calls, sandbox)
         return self.end(Outcome.MAX_ITERATIONS, error=f"no final answer within {cfg.max_iterations} calls")
 
     def answered(self, reply: ModelReply) -> ConversationResult:
