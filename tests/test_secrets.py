@@ -110,17 +110,22 @@ def test_no_command_in_a_local_sandbox_can_read_the_key(tmp_path: Path, source: 
     assert canary_bytes(tmp_path, done) == []
 
 
-def test_an_endpoint_quoting_the_key_in_a_401_body_leaves_no_trace(tmp_path: Path) -> None:
+def test_an_endpoint_quoting_the_key_leaves_no_trace(tmp_path: Path) -> None:
+    """In a 401 error body (failures.jsonl, the log) and in a reply (the shards, the merge)."""
     with SimulatedEndpoint() as sim:
         sim.set_default_script([Turn(fault=EndpointFault(401, f"Incorrect API key provided: {KEY}"))])
-        prompts_dataset(tmp_path / "d.jsonl", ["denied one", "denied two"])
+        sim.script("echoed", [Turn(content=f"Your key is {KEY}.", reasoning="Quote it.")])
+        prompts_dataset(tmp_path / "d.jsonl", ["denied one", "denied two", "echoed"])
         flags = ["--dataset_file=d.jsonl", "--batch_size=2", "--run_name=denied", "--verbose"]
-        flags.append("--distribution=terminal_only")
-        flags += [f"--base_url={sim.base_url}", "--model=sim-model", f"--output_dir={tmp_path / 'data'}"]
-        done = _run(tmp_path, [str(REPO / "batch_runner.py"), *flags, f"--api_key={KEY}"], _env(tmp_path))
-    assert done.returncode != 0
-    failures = (tmp_path / "data" / "denied" / "failures.jsonl").read_text(encoding="utf-8")
-    assert "Incorrect API key provided: [REDACTED]" in failures  # the error is kept, the key is not
+        flags += ["--distribution=terminal_only", f"--output_dir={tmp_path / 'data'}"]
+        flags += [f"--base_url={sim.base_url}", "--model=sim-model", f"--api_key={KEY}"]
+        done = _run(tmp_path, [str(REPO / "batch_runner.py"), *flags], _env(tmp_path))
+    assert done.returncode == 1, done.stderr.decode()[-3000:]
+    run_dir = tmp_path / "data" / "denied"
+    failures = (run_dir / "failures.jsonl").read_text(encoding="utf-8")
+    assert failures.count("Incorrect API key provided: [REDACTED]") == 2  # the error is kept, not the key
+    assert b"Incorrect API key provided: [REDACTED]" in done.stderr
+    assert "Your key is [REDACTED]." in (run_dir / "trajectories.jsonl").read_text(encoding="utf-8")
     assert canary_bytes(tmp_path, done) == []
 
 
@@ -146,18 +151,25 @@ def test_the_single_query_cli_keeps_the_key_from_its_sandbox(tmp_path: Path, sou
     assert canary_bytes(tmp_path, done) == []
 
 
-def test_the_single_query_cli_redacts_a_401_body_quoting_the_key(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("turn", "shown"),
+    [
+        (Turn(fault=EndpointFault(401, f"bad key {KEY}")), b"bad key [REDACTED]"),
+        (Turn(content=f"Your key is {KEY}."), b"Your key is [REDACTED]."),
+    ],
+    ids=["401 body", "reply"],
+)
+def test_the_single_query_cli_redacts_an_endpoint_quoting_the_key(
+    tmp_path: Path, turn: Turn, shown: bytes
+) -> None:
     with SimulatedEndpoint() as sim:
-        sim.script("denied", [Turn(fault=EndpointFault(401, f"bad key {KEY}"))])
-        flags = [
-            str(REPO / "run_agent.py"),
-            "--query=denied",
-            "--model=sim-model",
-            f"--base_url={sim.base_url}",
-        ]
-        done = _run(tmp_path, [*flags, "--save_trajectories", f"--api_key={KEY}"], _env(tmp_path))
-    assert done.returncode == 1
-    assert b"bad key [REDACTED]" in done.stderr
+        sim.script("quoted", [turn])
+        flags = [str(REPO / "run_agent.py"), "--query=quoted", "--model=sim-model"]
+        flags += [f"--base_url={sim.base_url}", "--save_trajectories", f"--api_key={KEY}"]
+        done = _run(tmp_path, flags, _env(tmp_path))
+    assert shown in done.stdout + done.stderr
+    if turn.fault is None:
+        assert shown in (tmp_path / "trajectory_samples.jsonl").read_bytes()
     assert canary_bytes(tmp_path, done) == []
 
 
