@@ -193,3 +193,34 @@ def test_the_key_flag_is_taken_out_of_the_command_line_in_every_spelling() -> No
     argv = ["run.py", "--api_key=a", "--api-key", "b", "--model=m", "--api_key", "--api_keys=x"]
     assert strip_secret_flags(argv) == (["run.py", "--model=m", "--api_key", "--api_keys=x"], "b")
     assert is_secret_flag("--api-key=z") and not is_secret_flag("--api_keys=z")
+
+
+PROBE = """
+import ctypes, json, os, sys
+from agent.common.secrets import conceal
+started = conceal()
+read = lambda name: open(f"/proc/self/{name}", "rb").read().decode("utf-8", "replace")
+print(json.dumps({
+    "pid": os.getpid(), "dumpable": ctypes.CDLL(None).prctl(3, 0, 0, 0, 0),
+    "environ": read("environ"), "cmdline": read("cmdline"), "argv": sys.argv,
+    "received": [started.flag_key, started.environ.get("HF_TOKEN")],
+    "handoff_left": "AGENT_SECRETS_FD" in os.environ, "fds": sorted(os.listdir("/proc/self/fd")),
+}))
+"""
+
+
+def test_conceal_re_executes_once_without_the_secrets_and_hands_them_over(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE, encoding="utf-8")
+    argv = [sys.executable, str(probe), "--api-key", KEY, "--model=m"]
+    proc = subprocess.Popen(argv, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    seen = json.loads(out)
+    assert seen["pid"] == proc.pid  # the same process: exec, not a child
+    assert seen["dumpable"] == 0
+    assert seen["received"] == [KEY, TOKEN]
+    assert seen["argv"] == [str(probe), "--model=m"]
+    assert KEY not in seen["cmdline"] + seen["environ"] and TOKEN not in seen["environ"]
+    assert not seen["handoff_left"]  # children do not inherit the descriptor's name
+    assert len(seen["fds"]) == 4  # 0, 1, 2 and the listing's own: the pipe was closed

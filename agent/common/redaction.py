@@ -69,15 +69,19 @@ class RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         redactor = _active
-        if redactor:
+        if not redactor:
+            return True
+        try:
             message = record.getMessage()
-            clean = redactor.redact_text(message)
-            if clean is not message:
-                record.msg, record.args = clean, None
-            if record.exc_info and not record.exc_text:
-                record.exc_text = logging.Formatter().formatException(record.exc_info)
-            if record.exc_text:
-                record.exc_text = redactor.redact_text(record.exc_text)
+        except (TypeError, ValueError):  # a malformed call: the handler reports it, as logging does
+            return True
+        clean = redactor.redact_text(message)
+        if clean is not message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redactor.redact_text(record.exc_text)
         return True
 
 
