@@ -12,6 +12,11 @@ trajectories.jsonl (merged), plus discarded.jsonl and failures.jsonl records.
 
 from __future__ import annotations
 
+from agent.common.secrets import conceal
+
+if __name__ == "__main__":
+    conceal()  # may re-execute this script: first, so the heavy imports are paid once
+
 import dataclasses
 import logging
 import signal
@@ -27,6 +32,7 @@ from agent.batch.run import BatchRun
 from agent.cli.batch_cli import build_run_config, check_ready, list_distributions_text
 from agent.cli.command_line import run_command
 from agent.cli.flags import BATCH
+from agent.common.redaction import RedactingFilter, redact_streams
 from agent.config.agent_config import serving
 from agent.config.run_config import RunConfig
 
@@ -67,15 +73,20 @@ def _terminate(signum: int, frame: Any) -> None:
 def _log_handler() -> logging.Handler:
     """Rich output above the live progress bar on a terminal; elsewhere plain whole lines, since
     a RichHandler wraps each record at the console width and shreds `[B<n>:P<i>]` log lines."""
+    handler: logging.Handler
     if console.is_terminal:
-        return RichHandler(console=console, show_path=False)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        handler = RichHandler(console=console, show_path=False)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.addFilter(RedactingFilter())  # workers' records too: they are handled here
     return handler
 
 
 def run_cli() -> None:
-    """The script's entry: flags read by Fire, checked against agent.cli.flags, then `main`."""
+    """The script's entry: flags read by Fire, checked against agent.cli.flags, then `main`.
+    Everything printed passes the secret redactor (`agent.common.redaction`)."""
+    redact_streams()
     logging.basicConfig(level=logging.WARNING, handlers=[_log_handler()])
     signal.signal(signal.SIGTERM, _terminate)
     run_command(BATCH, main, _say)

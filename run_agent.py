@@ -8,6 +8,11 @@ constructor and result dict. Also a single-query command line:
 
 from __future__ import annotations
 
+from agent.common.secrets import conceal
+
+if __name__ == "__main__":
+    conceal()  # may re-execute this script: first, so the SDK's ~1 s of imports is paid once
+
 import asyncio
 import dataclasses
 import logging
@@ -187,8 +192,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     """`python run_agent.py --query=...`: flags read by Fire and checked against the flag table
     (agent.cli.flags), one QueryConfig built from them, then `answer`; never returns."""
     from agent.cli.agent_cli import run_query_command  # here: a library import loads no CLI code
+    from agent.common.redaction import RedactingFilter, redact_streams
 
+    redact_streams()  # every line printed passes the secret redactor
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().handlers[0].addFilter(RedactingFilter())
     run_query_command(answer, argv)
 
 

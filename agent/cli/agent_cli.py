@@ -11,11 +11,11 @@ from typing import Any, NoReturn
 
 import yaml
 
-from agent.cli.command_line import run_command
+from agent.cli.command_line import resolve_key, run_command
 from agent.cli.flag_values import check_required
 from agent.cli.flags import QUERY
 from agent.cli.shared_config import build_agent_config
-from agent.config.agent_config import is_loopback, resolve_api_key
+from agent.config.agent_config import is_loopback
 from agent.config.query_config import QueryConfig
 from agent.errors import ConfigError
 from agent.sandboxes import SandboxOptions, resolve_backend
@@ -37,7 +37,7 @@ def build_query_config(values: Mapping[str, Any]) -> QueryConfig:
     """The query's config from typed flag values; no key is needed on loopback."""
     check_required(QUERY, values)
     base_url = values["base_url"]
-    api_key = resolve_api_key(values["api_key"], base_url) or ("local" if is_loopback(base_url) else None)
+    api_key = resolve_key(values) or ("local" if is_loopback(base_url) else None)
     return QueryConfig(
         query=values["query"],
         agent=build_agent_config(values, api_key=api_key),

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agent.cli.command_line import resolve_key
 from agent.cli.flag_values import check_required
 from agent.cli.flags import BATCH
 from agent.cli.shared_config import build_agent_config
-from agent.config.agent_config import is_embedded, is_loopback, resolve_api_key
+from agent.config.agent_config import is_embedded, is_loopback
 from agent.config.run_config import RunConfig, check_run_name
 from agent.errors import ConfigError
 from agent.sandboxes import SandboxOptions, available_backends, resolve_backend, unavailable_reason
@@ -40,8 +41,7 @@ _SAME_NAME = (
 def build_run_config(values: Mapping[str, Any]) -> RunConfig:
     """The run's config from typed flag values; one clear ConfigError per problem."""
     check_required(BATCH, values)
-    api_key = resolve_api_key(values["api_key"], values["base_url"])
-    agent = build_agent_config(values, api_key=api_key)
+    agent = build_agent_config(values, api_key=resolve_key(values))
     get_distribution(values["distribution"])  # unknown → ConfigError listing the valid ones
     sandbox = SandboxOptions(
         backend=resolve_backend(values["sandbox"]),

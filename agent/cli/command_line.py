@@ -21,6 +21,9 @@ import fire
 
 from agent.cli.flag_values import parse_flags
 from agent.cli.help_page import help_page
+from agent.common.redaction import install
+from agent.common.secrets import started_secrets
+from agent.config.agent_config import resolve_api_key
 from agent.errors import AgentError, ConfigError
 
 Values = Mapping[str, Any]
@@ -73,6 +76,16 @@ def read_command_line(cli: str, argv: Sequence[str]) -> dict[str, Any] | None:
     bare = {name for name, (_, no_value) in tokens.items() if no_value}
     spelled = {name: typed for name, (typed, _) in tokens.items()}
     return parse_flags(cli, given, bare=bare, spelled=spelled)
+
+
+def resolve_key(values: Values) -> str | None:
+    """The API key: `--api_key` (as typed, or as `conceal` took it off the command line), else
+    the environment's. The process's one redactor is then built from it and every secret the
+    process started with, before anything of the run is written."""
+    started = started_secrets()
+    key = resolve_api_key(values["api_key"] or started.flag_key, values["base_url"], started.environ)
+    install((key, *started.values()))
+    return key
 
 
 def run_command(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -64,14 +64,15 @@ def load_prefill(name: str | None) -> tuple[dict[str, Any], ...]:
     return tuple(data)
 
 
-def resolve_api_key(key: str | None, base_url: str) -> str | None:
-    """The key from the flag, else OPENROUTER_API_KEY / OPENAI_API_KEY from the environment."""
+def resolve_api_key(key: str | None, base_url: str, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The key from the flag, else OPENROUTER_API_KEY / OPENAI_API_KEY from `environ` (the
+    command lines pass the variables `agent.common.secrets` took out of the environment)."""
     if key:
         return key
     order = ("OPENROUTER_API_KEY", "OPENAI_API_KEY")
     if "openrouter" not in base_url:
         order = order[::-1]
-    return next((os.environ[name] for name in order if os.environ.get(name)), None)
+    return next((environ[name] for name in order if environ.get(name)), None)
 
 
 @dataclass(frozen=True)

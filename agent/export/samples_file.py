@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from agent.common.redaction import active
 from agent.store.durable import repair_last_line
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def save_trajectory(
         "model": model,
         "completed": completed,
     }
-    line = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
+    line = active().redact_bytes((json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8"))
     with open(path, "a+b") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         note = repair_last_line(fh, path)

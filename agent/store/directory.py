@@ -1,6 +1,7 @@
 """The run directory `data/<run_name>/`: its lock, its append-only logs and its JSON files.
 
-Only the parent process writes here. `RunDirectory` is the one door: it takes the lock,
+Only the parent process writes here, and every byte it writes passes the process's secret
+redactor (`agent.common.redaction`). `RunDirectory` is the one door: it takes the lock,
 repairs what a crash left (`agent.store.durable`), appends results, discards and failures
 (`agent.store.appender`), scans what is done (`agent.store.index`), replaces JSON files
 atomically and merges the output (`agent.store.merge`). `write_json` and `merge` sync the logs
@@ -18,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from agent.common.redaction import Redactor, active
 from agent.errors import RunLockedError
 from agent.store.appender import MAX_OPEN_FILES, Appender
 from agent.store.durable import TEMP_SUFFIX, atomic_write, repair_last_line
@@ -42,8 +44,12 @@ logger = logging.getLogger(__name__)
 class RunDirectory:
     """One run's directory. Call `lock()` then `repair()` before the first append."""
 
-    def __init__(self, path: Path, max_open_files: int = MAX_OPEN_FILES) -> None:
+    def __init__(
+        self, path: Path, max_open_files: int = MAX_OPEN_FILES, redactor: Redactor | None = None
+    ) -> None:
         self.path = Path(path)
+        # Every byte written here passes it: results, discards, failures and JSON files.
+        self._redactor = active() if redactor is None else redactor
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock_fd: int | None = None
         self._logs = Appender(self.path, max_open_files)
@@ -154,7 +160,7 @@ class RunDirectory:
         text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
         self.sync()
         with atomic_write(self.path / _plain(name)) as handle:
-            handle.write(text.encode("utf-8"))
+            handle.write(self._redactor.redact_bytes(text.encode("utf-8")))
 
     def merge(
         self,
@@ -168,7 +174,7 @@ class RunDirectory:
     def _append(self, path: Path, record: Mapping[str, Any] | bytes) -> None:
         # Serialise first: a record that cannot be encoded leaves no partial line behind.
         data = checked_line(record) if isinstance(record, bytes) else encode_line(record)
-        self._logs.append(path, data)
+        self._logs.append(path, self._redactor.redact_bytes(data))
 
 
 def _plain(name: str) -> str:
