@@ -412,3 +412,27 @@ def test_max_reply_bytes_reaches_the_workers_client(cli: BatchCLI) -> None:
     assert [f["error_class"] for f in failures] == ["invalid_response"]
     assert "--max_reply_bytes" in failures[0]["message"]
     assert read_json(cli.run_dir("cap") / "run_config.json")["agent"]["max_reply_bytes"] == 64
+
+
+def test_an_unusable_output_dir_is_one_line_and_exit_2(
+    cli: BatchCLI, sim_endpoint: SimulatedEndpoint
+) -> None:
+    prompts_dataset(cli.workdir / "prompts.jsonl", ["a prompt"])
+    (cli.workdir / "a_file").write_text("not a directory\n")
+    places = {"file": "a_file", "under_a_file": "a_file/deeper", "proc": "/proc/no_such_dir"}
+    argvs = {
+        name: cli.argv(
+            "--dataset_file=prompts.jsonl",
+            "--batch_size=1",
+            "--run_name=r",
+            f"--output_dir={place}",
+            output=False,
+        )
+        for name, place in places.items()
+    }
+    for name, run in run_at_once(cli, argvs).items():
+        assert run.returncode == 2, (name, run)
+        lines = error_lines(run)
+        assert len(lines) == 1 and "--output_dir" in lines[0] and "Traceback" not in run.stderr, (name, run)
+    assert (cli.workdir / "a_file").read_text() == "not a directory\n"
+    assert requested_prompts(sim_endpoint) == {}

@@ -4,7 +4,10 @@ one frozen RunConfig, the checks that must pass before a token is spent, and the
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from agent.cli.command_line import resolve_key
@@ -68,12 +71,28 @@ def check_ready(config: RunConfig) -> None:
             f"no API key for {config.agent.base_url}: "
             "pass --api_key or set OPENROUTER_API_KEY / OPENAI_API_KEY"
         )
+    _check_writable(config.run_dir)
     run_dir = config.run_dir
     if not config.resume and run_dir.exists() and any(run_dir.glob("*.jsonl")):
         raise ConfigError(
             f"{run_dir} already holds results: "
             "pass --resume to continue that run, or choose another --run_name"
         )
+
+
+def _check_writable(run_dir: Path) -> None:
+    """The run directory exists as a directory, or can be made: tried with a scratch directory
+    in its nearest existing ancestor (removed at once), so a file, /proc or a read-only place
+    is one clear line now, not a traceback after the dataset was read."""
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"--output_dir: {existing} is not a directory, so {run_dir} cannot be made there")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=existing))
+    except OSError as exc:
+        raise ConfigError(f"--output_dir: cannot create {run_dir} ({existing}: {exc.strerror})") from None
 
 
 def list_distributions_text() -> str:
