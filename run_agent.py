@@ -205,7 +205,7 @@ class AIAgent:
             if sandbox is None:
                 content = model_tools.unknown_tool_result(call.name, allowed)
             else:
-                content = await model_tools.ahandle_function_call(call.name, call.arguments, sandbox, allowed)
+                content = await model_tools.dispatch(call.name, call.arguments, sandbox, allowed)
             log.debug("%s↳ %s", prefix, content[:n])
             results.append(tool_message(call, content))
         return results

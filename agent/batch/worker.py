@@ -16,11 +16,9 @@ import logging.handlers
 import os
 import queue
 import signal
-import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from collections.abc import Callable
 from typing import Any
 
 from agent.batch.records import build_entry, discard_record, failure_record, result_record
@@ -28,8 +26,7 @@ from agent.config.run_config import RunConfig
 from agent.errors import AgentError, SandboxError
 from agent.llm.client import OpenAIChatModel
 from agent.llm.rate_limit import AdaptiveLimiter
-from agent.protocols import Sandbox, SandboxFactory, SandboxSpec
-from agent.sandboxes import sandbox_pool
+from agent.sandboxes import sandbox_pool, throttled
 from agent.sandboxes.host import orphans
 from agent.toolbox.registry import ResolvedTools, resolve_tools
 from run_agent import AIAgent
@@ -43,27 +40,6 @@ def _die_with_parent(parent_pid: int) -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
-
-
-def throttled(factory: SandboxFactory, starts: int) -> SandboxFactory:
-    """At most `starts` sandbox creations at once, so a burst of starts cannot starve the
-    machine. Sandboxes that open on the event loop (`async with`) open one at a time already."""
-    gate = threading.BoundedSemaphore(starts)
-
-    def open_sandbox(spec: SandboxSpec) -> AbstractContextManager[Sandbox]:
-        manager = factory(spec)
-        return manager if isinstance(manager, AbstractAsyncContextManager) else gated(manager)
-
-    @contextlib.contextmanager
-    def gated(manager: AbstractContextManager[Sandbox]) -> Iterator[Sandbox]:
-        with gate:
-            sandbox = manager.__enter__()
-        try:
-            yield sandbox
-        finally:
-            manager.__exit__(None, None, None)
-
-    return open_sandbox
 
 
 def main(worker_id: int, config: RunConfig, jobs: Any, events: Any, parent_pid: int) -> None:
@@ -126,7 +102,7 @@ class Worker:
             max_connections=self.config.inflight_per_worker + 8,
         )
         try:
-            with sandbox_pool(self.config.sandbox, self.config.run_name) as factory:
+            async with sandbox_pool(self.config.sandbox, self.config.run_name) as factory:
                 self.factory = throttled(factory, self.config.sandbox_starts)
                 await self._pull_and_run()
         finally:
