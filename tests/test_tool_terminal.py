@@ -107,9 +107,7 @@ async def test_timeout_argument_defaults_and_is_capped(timeout: Any, used: float
         {"command": "true", "workdir": 3},
     ],
 )
-async def test_bad_arguments_become_error_results(
-    local_sandbox: LocalSandbox, args: dict[str, Any]
-) -> None:
+async def test_bad_arguments_become_error_results(local_sandbox: LocalSandbox, args: dict[str, Any]) -> None:
     result = await run(args, local_sandbox)
     assert result["exit_code"] == -1 and result["output"] == ""
     assert isinstance(result["error"], str) and result["error"]
