@@ -112,9 +112,9 @@ async def opened_in_thread(manager: AbstractContextManager[B]) -> AsyncIterator[
     entering = asyncio.ensure_future(asyncio.to_thread(manager.__enter__))
     try:
         blocking = await to_the_end(entering)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as cancelled:
         if not entering.cancelled() and entering.exception() is None:
-            await in_thread(manager.__exit__, None, None, None)
+            await in_thread(manager.__exit__, type(cancelled), cancelled, cancelled.__traceback__)
         raise
     try:
         yield ThreadedSandbox(blocking)
