@@ -37,6 +37,7 @@ from agent.sandboxes.docker.container_exec import (
     COMMAND_SCRIPT,
     ExecNotStarted,
     ExecOutcome,
+    end_streams,
     restart_container,
     run_script,
 )
@@ -87,7 +88,8 @@ class DockerSandbox:
         )
         self._created: Future[str] = Future()
         self._started = False
-        self._calls = 0  # engine calls in flight, for `interrupt`
+        self._streams: set[Any] = set()  # connections of the engine calls in flight
+        self._interrupts = 0  # how often `interrupt` ran: a call interrupted starts nothing more
         self._lock = threading.Lock()
 
     @property
@@ -144,40 +146,45 @@ class DockerSandbox:
         return posixpath.normpath(posixpath.join(self.workdir, path))
 
     def interrupt(self) -> None:
-        """Kill every command running now: a restart, as after a fork bomb (files are kept)."""
+        """Kill every command running now: a restart, as after a fork bomb (files are kept);
+        then end the streams of their calls, which an engine may keep open after a restart."""
         with self._lock:
-            busy = self._calls > 0
+            self._interrupts += 1
+            busy = bool(self._streams)
         if busy and self._created.done() and self._created.exception() is None:
             try:
                 restart_container(self._client, self._created.result())
             except ENGINE_ERRORS as exc:  # the calls fail on their own if it is gone
                 log.warning("could not restart %s to stop its commands: %s", self.name, short_error(exc))
+        end_streams(self._streams)
 
     def _run(self, script: str, args: list[str], *, timeout: float, **options: Any) -> ExecOutcome:
         """`options`: run_script's limit, stdin and prints_pid."""
-        with self._lock:
-            self._calls += 1
-        try:
-            return self._run_counted(script, args, timeout=timeout, **options)
-        finally:
-            with self._lock:
-                self._calls -= 1
-
-    def _run_counted(self, script: str, args: list[str], *, timeout: float, **options: Any) -> ExecOutcome:
+        interrupts = self._interrupts
         container_id = self._container_id()
         try:
             try:
-                return run_script(self._client, container_id, script, args, timeout=timeout, **options)
+                self._check(interrupts)
+                return self._run_script(container_id, script, args, timeout=timeout, **options)
             except (ExecNotStarted, APIError):
                 # No process can start (a fork bomb holds every pid) or the keepalive died
                 # (the OOM killer may pick it): a restart kills all processes, keeps the files.
+                self._check(interrupts)
                 restart_container(self._client, container_id)
-                outcome = run_script(self._client, container_id, script, args, timeout=timeout, **options)
+                outcome = self._run_script(container_id, script, args, timeout=timeout, **options)
                 return dataclasses.replace(outcome, restarted=True)
         except NotFound as exc:
             raise SandboxError(f"the sandbox container {self.name} is gone") from exc
         except (ExecNotStarted, *ENGINE_ERRORS) as exc:
             raise SandboxError(f"cannot run a process in {self.name}: {short_error(exc)}") from exc
+
+    def _run_script(self, container_id: str, script: str, args: list[str], **options: Any) -> ExecOutcome:
+        return run_script(self._client, container_id, script, args, streams=self._streams, **options)
+
+    def _check(self, interrupts: int) -> None:
+        """Start nothing more for a call that `interrupt` stopped."""
+        if self._interrupts != interrupts:
+            raise SandboxError(f"the call was interrupted: {self.name} was restarted")
 
     def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
         target = self._resolve(cwd) if cwd else self.workdir
