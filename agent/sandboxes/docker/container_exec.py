@@ -158,6 +158,12 @@ def run_script(
         streams.discard(conn)
         conn.close()
         sock.close()
+    return _outcome(client, exec_id, reader, finished=finished, restarted=restarted)
+
+
+def _outcome(
+    client: Any, exec_id: str, reader: _FrameReader, *, finished: bool, restarted: bool
+) -> ExecOutcome:
     if not finished:
         return ExecOutcome(reader.stdout.getvalue(), reader.stderr.getvalue(), -1, True, restarted)
     exit_code = _exit_code(client, exec_id)
