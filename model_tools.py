@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from agent.protocols import Sandbox, ToolSpec
 from agent.toolbox.arguments import validate_arguments
-from agent.toolbox.dispatch import ahandle_function_call, handle_function_call, unknown_tool_result
+from agent.toolbox.dispatch import dispatch, unknown_tool_result
 from agent.toolbox.registry import (
     ALL_TOOLS,
     TOOL_TO_TOOLSET_MAP,
@@ -21,7 +23,7 @@ __all__ = [
     "ALL_TOOLS",
     "TOOL_TO_TOOLSET_MAP",
     "ResolvedTools",
-    "ahandle_function_call",
+    "dispatch",
     "get_tool_definitions",
     "handle_function_call",
     "resolve_tools",
@@ -37,3 +39,11 @@ def get_tool_definitions(
 ) -> list[dict[str, Any]]:
     """The API tool definitions offered for these toolsets (None: all), as the reference's."""
     return resolve_tools(enabled_toolsets, disabled_toolsets).definitions
+
+
+def handle_function_call(
+    name: str, raw_arguments: str, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]
+) -> str:
+    """`dispatch` for synchronous scripts: the call runs on an event loop of its own (so not
+    from inside a running loop: there, await `dispatch`)."""
+    return asyncio.run(dispatch(name, raw_arguments, sandbox, allowed))

@@ -7,7 +7,7 @@ The value types that cross the seams live here too.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -80,6 +80,22 @@ class ChatModel(Protocol):
 
 # ---------------------------------------------------------------- sandbox
 
+DEFAULT_IMAGE = "python:3.11-slim"
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    """What a run asks of its sandboxes, whatever the backend."""
+
+    backend: str = "local"
+    default_image: str = DEFAULT_IMAGE
+    network: bool = False  # containers: allow network access
+    memory_mb: int = 1024
+    cpus: float = 1.0
+    pids_limit: int = 256
+    command_timeout: float = 180.0  # default per-command timeout of the terminal tool
+    root: str | None = None  # local/bwrap: where per-prompt directories are made (default: tmp)
+
 
 @dataclass(frozen=True)
 class ExecResult:
@@ -100,35 +116,56 @@ class SandboxSpec:
 
 @runtime_checkable
 class Sandbox(Protocol):
-    """A prompt's private environment. Paths are in the sandbox's own namespace;
-    relative paths are relative to `workdir`. A path the sandbox cannot reach raises
-    `agent.errors.SandboxPathError`; a missing file raises FileNotFoundError."""
+    """A prompt's private environment, used from the event loop. Paths are in the sandbox's
+    own namespace; relative paths are relative to `workdir`. A path the sandbox cannot reach
+    raises `agent.errors.SandboxPathError`; a missing file raises FileNotFoundError. A
+    cancelled call leaves nothing of its own running (its command is killed)."""
 
     @property
     def workdir(self) -> str: ...
 
-    def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult: ...
+    async def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult: ...
 
-    def read_file(self, path: str) -> bytes: ...
+    async def read_file(self, path: str) -> bytes: ...
 
-    def write_file(self, path: str, data: bytes) -> None: ...
-
-
-@runtime_checkable
-class AsyncSandbox(Sandbox, Protocol):
-    """A sandbox that can also run a command from the event loop without taking a thread."""
-
-    async def aexec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult: ...
+    async def write_file(self, path: str, data: bytes) -> None: ...
 
 
-# Opening a sandbox: `with factory(spec) as sandbox: ...`; leaving the block destroys it.
-# The manager may also support `async with` (opening and closing on the event loop).
-SandboxFactory = Callable[[SandboxSpec], AbstractContextManager[Sandbox]]
+# Opening a sandbox: `async with factory(spec) as sandbox: ...`; leaving the block destroys it.
+# A cancellation while the manager opens the sandbox leaves nothing behind.
+SandboxFactory = Callable[[SandboxSpec], AbstractAsyncContextManager[Sandbox]]
+# A factory for a whole run in one process, valid inside its block: `async with pool(options,
+# run_name) as factory`; it may reuse what it can between prompts (never their files or processes).
+SandboxPool = Callable[[SandboxOptions, str], AbstractAsyncContextManager[SandboxFactory]]
+
+
+class SandboxBackend(Protocol):
+    """A kind of sandbox (`agent.sandboxes.local`, `bwrap`, `docker`): each backend package
+    exposes one `BACKEND` of this type, which `agent.sandboxes` loads by name when asked."""
+
+    def unavailable_reason(self, options: SandboxOptions) -> str | None:
+        """Why this backend cannot run here (with how to fix it); None when it can."""
+        ...
+
+    def open(self, spec: SandboxSpec, options: SandboxOptions) -> AbstractAsyncContextManager[Sandbox]:
+        """A fresh sandbox for `spec`, destroyed when its block is left."""
+        ...
+
+    def reap_stale(self, options: SandboxOptions) -> list[str]:
+        """Remove what dead processes (kill -9, the OOM killer) left behind; returns what went."""
+        ...
+
+    @property
+    def pool(self) -> SandboxPool | None:
+        """The backend's factory for a whole run in one process, or None: a fresh `open` each time."""
+        ...
+
 
 # ---------------------------------------------------------------- tools
 
-ToolHandler = Callable[[Mapping[str, Any], Sandbox], JSON]
-AsyncToolHandler = Callable[[Mapping[str, Any], Sandbox], Awaitable[JSON]]
+# A tool's implementation, run on the event loop; a blocking one is wrapped once where its
+# family declares it (`agent.sandboxes.blocking.blocking_tool`).
+ToolHandler = Callable[[Mapping[str, Any], Sandbox], Awaitable[JSON]]
 
 
 @dataclass(frozen=True)
@@ -141,8 +178,6 @@ class ToolSpec:
     schema: dict[str, Any]
     handler: ToolHandler | None  # None: no backend implemented here
     available: Callable[[], str | None] = lambda: None  # returns why unavailable, None when usable
-    # The same tool for the event loop (no thread per call); without it, `handler` runs in a thread.
-    async_handler: AsyncToolHandler | None = None
 
 
 @dataclass(frozen=True)

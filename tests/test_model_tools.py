@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
+import shutil
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,12 +19,15 @@ import model_tools
 import toolsets
 from agent.errors import ConfigError
 from agent.export.tool_stats import tool_stats
-from agent.protocols import Sandbox, ToolSpec
+from agent.protocols import Sandbox, SandboxSpec, ToolSpec
+from agent.sandboxes.blocking import blocking_tool
+from agent.sandboxes.local.sandbox import Session
+from agent.sandboxes.local.slots import SlotPool
 from agent.toolbox import registry
 from model_tools import (
     ALL_TOOLS,
     TOOL_TO_TOOLSET_MAP,
-    ahandle_function_call,
+    dispatch,
     get_tool_definitions,
     handle_function_call,
     resolve_tools,
@@ -30,13 +35,14 @@ from model_tools import (
 )
 from tools import browser, image_gen, moa, vision, web
 
+pytestmark = pytest.mark.anyio
 STUB_FAMILIES = (web, vision, image_gen, moa, browser)
 IMPLEMENTED = ["patch", "read_file", "search_files", "terminal", "write_file"]
 
 
-def call(name: str, args: Any, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]) -> Any:
+async def call(name: str, args: Any, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]) -> Any:
     raw = args if isinstance(args, str) else json.dumps(args)
-    return json.loads(handle_function_call(name, raw, sandbox, allowed))
+    return json.loads(await dispatch(name, raw, sandbox, allowed))
 
 
 # ---------------------------------------------------------------- the static map
@@ -141,19 +147,19 @@ SCHEMA = {
 }
 
 
-def echo(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+async def echo(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
     return {"args": dict(args), "workdir": sandbox.workdir, "note": "é"}
 
 
-def raiser(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+async def raiser(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
     raise ValueError("disk on fire")
 
 
-def as_text(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+async def as_text(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
     return "already a string"
 
 
-def unserialisable(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+async def unserialisable(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
     return {"a set": {1, 2}}
 
 
@@ -166,8 +172,8 @@ PROBES = {
 }
 
 
-def test_valid_call_reaches_the_handler(local_sandbox: Sandbox) -> None:
-    raw = handle_function_call(
+async def test_valid_call_reaches_the_handler(local_sandbox: Sandbox) -> None:
+    raw = await dispatch(
         "probe", '{"text": "hi", "count": 2, "ratio": 1, "tags": ["x"]}', local_sandbox, PROBES
     )
     assert '"é"' in raw  # ensure_ascii=False
@@ -178,11 +184,11 @@ def test_valid_call_reaches_the_handler(local_sandbox: Sandbox) -> None:
     }
 
 
-def test_unknown_tool_is_not_renamed(local_sandbox: Sandbox) -> None:
-    assert call("prob", {"text": "x"}, local_sandbox, PROBES) == {
+async def test_unknown_tool_is_not_renamed(local_sandbox: Sandbox) -> None:
+    assert (await call("prob", {"text": "x"}, local_sandbox, PROBES)) == {
         "error": "Unknown tool 'prob'. Available tools: boom, gone, odd, probe, text"
     }
-    assert call("x", {}, local_sandbox, {}) == {"error": "Unknown tool 'x'. Available tools: none"}
+    assert (await call("x", {}, local_sandbox, {})) == {"error": "Unknown tool 'x'. Available tools: none"}
 
 
 @pytest.mark.parametrize(
@@ -193,8 +199,8 @@ def test_unknown_tool_is_not_renamed(local_sandbox: Sandbox) -> None:
         ('"text"', "must be a JSON object, got string"),
     ],
 )
-def test_malformed_arguments(local_sandbox: Sandbox, raw: str, fragment: str) -> None:
-    error = call("probe", raw, local_sandbox, PROBES)["error"]
+async def test_malformed_arguments(local_sandbox: Sandbox, raw: str, fragment: str) -> None:
+    error = (await call("probe", raw, local_sandbox, PROBES))["error"]
     assert error.startswith("Arguments for 'probe'") and fragment in error
 
 
@@ -212,15 +218,15 @@ def test_malformed_arguments(local_sandbox: Sandbox, raw: str, fragment: str) ->
         ({"text": None}, "field 'text' must be string, got null"),  # required: null is not omission
     ],
 )
-def test_schema_violations_name_the_field(
+async def test_schema_violations_name_the_field(
     local_sandbox: Sandbox, args: dict[str, Any], fragment: str
 ) -> None:
-    error = call("probe", args, local_sandbox, PROBES)["error"]
+    error = (await call("probe", args, local_sandbox, PROBES))["error"]
     assert error.startswith("Invalid arguments for 'probe': ") and fragment in error
 
 
-def test_null_optional_fields_count_as_omitted(local_sandbox: Sandbox) -> None:
-    out = call("probe", {"text": "x", "count": None, "maybe": None}, local_sandbox, PROBES)
+async def test_null_optional_fields_count_as_omitted(local_sandbox: Sandbox) -> None:
+    out = await call("probe", {"text": "x", "count": None, "maybe": None}, local_sandbox, PROBES)
     assert out["args"] == {"text": "x"}
 
 
@@ -229,38 +235,44 @@ def test_all_problems_are_reported_together() -> None:
     assert len(problems) == 3
 
 
-def test_handler_exception_becomes_a_result_and_is_logged(
+async def test_handler_exception_becomes_a_result_and_is_logged(
     local_sandbox: Sandbox, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.DEBUG, logger="agent.toolbox.registry"):
-        out = call("boom", {"text": "x"}, local_sandbox, PROBES)
+    with caplog.at_level(logging.DEBUG, logger="agent.toolbox.dispatch"):
+        out = await call("boom", {"text": "x"}, local_sandbox, PROBES)
     assert out == {"error": "Tool 'boom' failed: ValueError: disk on fire"}
     assert caplog.records[-1].exc_info is not None
 
 
-def test_string_results_pass_through_and_unserialisable_ones_fail(local_sandbox: Sandbox) -> None:
-    assert handle_function_call("text", "", local_sandbox, PROBES) == "already a string"  # "" means {}
-    assert call("odd", "{}", local_sandbox, PROBES)["error"].startswith("Tool 'odd' failed: TypeError:")
-    assert call("gone", "{}", local_sandbox, PROBES) == {"error": "Tool 'gone' is not available: no backend"}
+async def test_string_results_pass_through_and_unserialisable_ones_fail(local_sandbox: Sandbox) -> None:
+    assert await dispatch("text", "", local_sandbox, PROBES) == "already a string"  # "" means {}
+    assert (await call("odd", "{}", local_sandbox, PROBES))["error"].startswith(
+        "Tool 'odd' failed: TypeError:"
+    )
+    assert (await call("gone", "{}", local_sandbox, PROBES)) == {
+        "error": "Tool 'gone' is not available: no backend"
+    }
 
 
 # ---------------------------------------------------------------- the real tools
 
 
-def test_real_file_and_terminal_tools_through_dispatch(local_sandbox: Sandbox) -> None:
+async def test_real_file_and_terminal_tools_through_dispatch(local_sandbox: Sandbox) -> None:
     allowed = resolve_tools(["terminal", "file"]).allowed
-    written = call("write_file", {"path": "notes/a.txt", "content": "alpha\nbeta\n"}, local_sandbox, allowed)
+    written = await call(
+        "write_file", {"path": "notes/a.txt", "content": "alpha\nbeta\n"}, local_sandbox, allowed
+    )
     assert written["bytes_written"] == 11
-    read = call("read_file", {"path": "notes/a.txt"}, local_sandbox, allowed)
+    read = await call("read_file", {"path": "notes/a.txt"}, local_sandbox, allowed)
     assert "alpha" in read["content"] and read["total_lines"] == 2
-    ran = call("terminal", {"command": "wc -l < notes/a.txt"}, local_sandbox, allowed)
+    ran = await call("terminal", {"command": "wc -l < notes/a.txt"}, local_sandbox, allowed)
     assert ran["output"].strip() == "2" and ran["exit_code"] == 0
-    bad = call("read_file", {"path": 5}, local_sandbox, allowed)
+    bad = await call("read_file", {"path": 5}, local_sandbox, allowed)
     assert bad["error"] == "Invalid arguments for 'read_file': field 'path' must be string, got integer"
-    assert call("process", {}, local_sandbox, allowed)["error"].startswith("Unknown tool 'process'")
+    assert (await call("process", {}, local_sandbox, allowed))["error"].startswith("Unknown tool 'process'")
 
 
-def test_real_results_are_classified_by_tool_stats(local_sandbox: Sandbox) -> None:
+async def test_real_results_are_classified_by_tool_stats(local_sandbox: Sandbox) -> None:
     allowed = resolve_tools(["terminal", "file"]).allowed
     plan = [
         ("terminal", {"command": "exit 3"}),  # ran; a non-zero exit is not a tool failure
@@ -273,7 +285,7 @@ def test_real_results_are_classified_by_tool_stats(local_sandbox: Sandbox) -> No
     ]
     messages: list[dict[str, Any]] = [{"role": "assistant", "content": "", "tool_calls": calls}]
     for i, (name, args) in enumerate(plan):
-        content = handle_function_call(name, json.dumps(args), local_sandbox, allowed)
+        content = await dispatch(name, json.dumps(args), local_sandbox, allowed)
         messages.append({"role": "tool", "tool_call_id": str(i), "content": content})
     stats, _ = tool_stats(messages, TOOL_TO_TOOLSET_MAP)
     assert stats["terminal"] == {"count": 1, "success": 1, "failure": 0}
@@ -282,7 +294,7 @@ def test_real_results_are_classified_by_tool_stats(local_sandbox: Sandbox) -> No
     assert set(stats) == set(TOOL_TO_TOOLSET_MAP)
 
 
-# ---------------------------------------------------------------- dispatch from the event loop
+# ---------------------------------------------------------------- the facade and blocking tools
 
 CASES = [
     ("probe", '{"text": "hi", "count": 2}'),
@@ -296,80 +308,66 @@ CASES = [
 ]
 
 
-def _on_the_loop(spec: ToolSpec) -> ToolSpec:
-    """The same tool with an async handler that does what its handler does."""
-    handler = spec.handler
-    if handler is None:
-        return spec
-
-    async def run_on_loop(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
-        return handler(args, sandbox)
-
-    return dataclasses.replace(spec, async_handler=run_on_loop)
-
-
-@pytest.mark.parametrize(("name", "raw"), CASES)
-@pytest.mark.parametrize("async_handlers", [False, True], ids=["in_a_thread", "on_the_loop"])
-def test_dispatch_from_the_loop_answers_as_dispatch_from_a_thread(
-    local_sandbox: Sandbox, name: str, raw: str, async_handlers: bool
-) -> None:
-    expected = handle_function_call(name, raw, local_sandbox, PROBES)
-    allowed = {n: _on_the_loop(spec) for n, spec in PROBES.items()} if async_handlers else PROBES
-    assert asyncio.run(ahandle_function_call(name, raw, local_sandbox, allowed)) == expected
+@contextmanager
+def sandbox_of_a_script(root: Path) -> Iterator[Sandbox]:
+    """A local sandbox held by synchronous code, as a script written against the reference holds
+    it: each call runs on an event loop of its own."""
+    bash = shutil.which("bash")
+    with SlotPool(str(root), "facade", "script") as pool:
+        session = Session(SandboxSpec("facade", "script"), pool, bash)
+        sandbox = asyncio.run(session.__aenter__())
+        try:
+            yield sandbox
+        finally:
+            asyncio.run(session.__aexit__(None, None, None))
 
 
-def test_async_handlers_run_on_the_loop_and_others_in_a_thread(local_sandbox: Sandbox) -> None:
+def test_the_synchronous_facade_answers_as_dispatch(local_sandbox_root: Path) -> None:
+    with sandbox_of_a_script(local_sandbox_root) as sandbox:
+        for name, raw in CASES:
+            expected = asyncio.run(dispatch(name, raw, sandbox, PROBES))
+            assert handle_function_call(name, raw, sandbox, PROBES) == expected
+        allowed = resolve_tools(["terminal"]).allowed
+        ran = json.loads(handle_function_call("terminal", '{"command": "echo hi"}', sandbox, allowed))
+        assert ran == {"output": "hi\n", "exit_code": 0, "error": None}
+
+
+async def test_a_blocking_tool_runs_in_a_thread(local_sandbox: Sandbox) -> None:
     threads: dict[str, int] = {}
 
-    def blocking(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+    def blocking(args: Mapping[str, Any]) -> Any:
         threads["blocking"] = threading.get_ident()
-        return "ok"
-
-    async def on_loop(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
-        threads["on_loop"] = threading.get_ident()
-        raise ValueError("async and broken")
+        raise ValueError("blocking and broken")
 
     schema = {"name": "t", "parameters": {"type": "object"}}
-    allowed = {
-        "blocking": ToolSpec("blocking", schema, blocking),
-        "both": ToolSpec("both", schema, blocking, async_handler=on_loop),
-    }
-
-    async def main() -> tuple[str, str]:
-        return (
-            await ahandle_function_call("blocking", "{}", local_sandbox, allowed),
-            await ahandle_function_call("both", "{}", local_sandbox, allowed),
-        )
-
-    assert asyncio.run(main()) == ("ok", '{"error": "Tool \'both\' failed: ValueError: async and broken"}')
-    assert threads["on_loop"] == threading.get_ident()  # asyncio.run's loop runs in this thread
+    allowed = {"blocking": ToolSpec("blocking", schema, blocking_tool(blocking))}
+    result = await dispatch("blocking", "{}", local_sandbox, allowed)
+    assert result == '{"error": "Tool \'blocking\' failed: ValueError: blocking and broken"}'
     assert threads["blocking"] != threading.get_ident()
 
 
-def test_a_cancelled_call_of_a_thread_tool_returns_only_once_the_tool_is_done(local_sandbox: Sandbox) -> None:
+async def test_a_cancelled_call_of_a_blocking_tool_returns_only_once_the_tool_is_done(
+    local_sandbox: Sandbox,
+) -> None:
     """A thread cannot be stopped; the sandbox closes as the cancellation unwinds, so the
     cancellation waits for the tool rather than let it write into a slot handed on."""
     events: list[str] = []
     entered = threading.Event()
 
-    def slow_writer(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+    def slow_writer(args: Mapping[str, Any]) -> Any:
         entered.set()
         time.sleep(0.3)
         events.append("tool done")
         return "written"
 
     schema = {"name": "w", "parameters": {"type": "object"}}
-    allowed = {"w": ToolSpec("w", schema, slow_writer)}
-
-    async def main() -> None:
-        call = asyncio.create_task(ahandle_function_call("w", "{}", local_sandbox, allowed))
-        await asyncio.to_thread(entered.wait, 5)
-        call.cancel()
-        await asyncio.sleep(0.05)
-        call.cancel()  # cancelled twice (a timeout, then shutdown): still waits
-        with pytest.raises(asyncio.CancelledError):
-            await call
-        events.append("cancellation seen")
-
-    asyncio.run(main())
+    allowed = {"w": ToolSpec("w", schema, blocking_tool(slow_writer))}
+    call = asyncio.create_task(dispatch("w", "{}", local_sandbox, allowed))
+    await asyncio.to_thread(entered.wait, 5)
+    call.cancel()
+    await asyncio.sleep(0.05)
+    call.cancel()  # cancelled twice (a timeout, then shutdown): still waits
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    events.append("cancellation seen")
     assert events == ["tool done", "cancellation seen"]

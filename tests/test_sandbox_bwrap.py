@@ -3,6 +3,7 @@ limits, timeouts, file access that cannot escape, cleanup."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -16,10 +17,11 @@ import pytest
 from agent.errors import SandboxError, SandboxPathError
 from agent.protocols import Sandbox, SandboxSpec
 from agent.sandboxes import SandboxOptions, sandbox_factory
+from agent.sandboxes.blocking import ThreadedSandbox
 from agent.sandboxes.bwrap.sandbox import BwrapSandbox, open_sandbox, reap_stale, unavailable_reason
 from tests.fixtures.containers import exercise_tools
 
-pytestmark = pytest.mark.bwrap
+pytestmark = [pytest.mark.bwrap, pytest.mark.anyio]
 SPEC = SandboxSpec(run_name="run-b", prompt_key="prompt-0")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,9 +49,9 @@ def _eventually_none(marker: str) -> bool:
     return False
 
 
-def test_commands_run_in_fresh_namespaces(bwrap_options: SandboxOptions) -> None:
-    with open_sandbox(SPEC, bwrap_options) as sandbox:
-        result = sandbox.exec(
+async def test_commands_run_in_fresh_namespaces(bwrap_options: SandboxOptions) -> None:
+    async with open_sandbox(SPEC, bwrap_options) as sandbox:
+        result = await sandbox.exec(
             "echo pid=$$; ls -d /proc/[0-9]* | wc -l; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; "
             "hostname; id -u",
             timeout=30,
@@ -60,51 +62,55 @@ def test_commands_run_in_fresh_namespaces(bwrap_options: SandboxOptions) -> None
         assert lines[2:] == ["lo", "sandbox", "0"]
 
 
-def test_the_root_is_read_only_and_only_the_sandbox_places_are_writable(
+async def test_the_root_is_read_only_and_only_the_sandbox_places_are_writable(
     bwrap_options: SandboxOptions,
 ) -> None:
-    with open_sandbox(SPEC, bwrap_options) as sandbox:
+    async with open_sandbox(SPEC, bwrap_options) as sandbox:
         for path in ("/usr/x", "/etc/x", "/x", "/proc/x"):
-            assert sandbox.exec(f"touch {path}", timeout=30).exit_code != 0, path
-        result = sandbox.exec("touch /workspace/w /tmp/t && echo ok", timeout=30)
+            assert (await sandbox.exec(f"touch {path}", timeout=30)).exit_code != 0, path
+        result = await sandbox.exec("touch /workspace/w /tmp/t && echo ok", timeout=30)
         assert result.output == "ok\n"
-        assert sandbox.host_dir is not None
-        assert os.path.exists(os.path.join(sandbox.host_dir, "workspace", "w"))
+        assert sandbox.blocking.host_dir is not None
+        assert os.path.exists(os.path.join(sandbox.blocking.host_dir, "workspace", "w"))
         with pytest.raises(SandboxPathError):
-            sandbox.write_file("/usr/local/evil", b"x")
+            await sandbox.write_file("/usr/local/evil", b"x")
 
 
-def test_tmp_is_private_and_lasts_for_the_prompt(bwrap_options: SandboxOptions) -> None:
+async def test_tmp_is_private_and_lasts_for_the_prompt(bwrap_options: SandboxOptions) -> None:
     marker = f"private-{os.getpid()}"
-    with open_sandbox(SPEC, bwrap_options) as first:
-        first.exec(f"echo kept > /tmp/{marker}", timeout=30)
-        assert first.exec(f"cat /tmp/{marker}", timeout=30).output == "kept\n"  # a later command sees it
+    async with open_sandbox(SPEC, bwrap_options) as first:
+        await first.exec(f"echo kept > /tmp/{marker}", timeout=30)
+        assert (
+            await first.exec(f"cat /tmp/{marker}", timeout=30)
+        ).output == "kept\n"  # a later command sees it
         assert not os.path.exists(f"/tmp/{marker}")  # not the host's /tmp
-        with open_sandbox(SandboxSpec("run-b", "prompt-1"), bwrap_options) as second:
-            assert second.exec(f"cat /tmp/{marker}", timeout=30).exit_code != 0
+        async with open_sandbox(SandboxSpec("run-b", "prompt-1"), bwrap_options) as second:
+            assert (await second.exec(f"cat /tmp/{marker}", timeout=30)).exit_code != 0
 
 
-def test_the_environment_is_cleared(bwrap_options: SandboxOptions, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_environment_is_cleared(
+    bwrap_options: SandboxOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret-4711")
-    with open_sandbox(SPEC, bwrap_options) as sandbox:
-        environment = sandbox.exec("env", timeout=30).output
+    async with open_sandbox(SPEC, bwrap_options) as sandbox:
+        environment = (await sandbox.exec("env", timeout=30)).output
         assert "sk-test-secret-4711" not in environment and "OPENAI_API_KEY" not in environment
         assert "HOME=/workspace" in environment.splitlines()
 
 
-def test_a_timeout_kills_everything_the_command_started(bwrap_options: SandboxOptions) -> None:
+async def test_a_timeout_kills_everything_the_command_started(bwrap_options: SandboxOptions) -> None:
     marker = f"sleep 3{os.getpid() % 1000:03d}"
-    with open_sandbox(SPEC, bwrap_options) as sandbox:
-        result = sandbox.exec(f"echo started; ({marker} &); setsid {marker} & {marker}", timeout=2)
+    async with open_sandbox(SPEC, bwrap_options) as sandbox:
+        result = await sandbox.exec(f"echo started; ({marker} &); setsid {marker} & {marker}", timeout=2)
         assert result.timed_out and result.exit_code == 124 and "started" in result.output
         assert _host_processes(marker) == []
 
 
-def test_limits_hold_memory_and_process_count(bwrap_options: SandboxOptions) -> None:
-    with open_sandbox(SPEC, bwrap_options) as sandbox:
-        hog = sandbox.exec("python3 -c 'b = bytearray(1024 * 1024 * 1024)'", timeout=60)
+async def test_limits_hold_memory_and_process_count(bwrap_options: SandboxOptions) -> None:
+    async with open_sandbox(SPEC, bwrap_options) as sandbox:
+        hog = await sandbox.exec("python3 -c 'b = bytearray(1024 * 1024 * 1024)'", timeout=60)
         assert hog.exit_code != 0 and "MemoryError" in hog.output
-        bomb = sandbox.exec(
+        bomb = await sandbox.exec(
             "bomb() { bomb | bomb & }; bomb 2>/dev/null; SECONDS=0; while [ $SECONDS -lt 2 ]; do :; done; "
             'n=0; for d in /proc/[0-9]*; do n=$((n + 1)); done; echo "count=$n"',
             timeout=30,
@@ -112,92 +118,116 @@ def test_limits_hold_memory_and_process_count(bwrap_options: SandboxOptions) -> 
         count = int(bomb.output.rsplit("count=", 1)[1].split()[0])
         assert bwrap_options.pids_limit // 2 <= count <= bwrap_options.pids_limit + 1  # + bwrap's pid 1
         assert subprocess.run(["true"], check=False).returncode == 0
-        assert sandbox.exec("echo alive", timeout=30).output == "alive\n"  # the bomb died with its command
+        assert (
+            await sandbox.exec("echo alive", timeout=30)
+        ).output == "alive\n"  # the bomb died with its command
 
 
-def test_files_map_to_the_workspace_and_symlinks_cannot_escape(bwrap_options: SandboxOptions) -> None:
-    with open_sandbox(SandboxSpec("run-b", "prompt-0", cwd="src"), bwrap_options) as sandbox:
+async def test_files_map_to_the_workspace_and_symlinks_cannot_escape(bwrap_options: SandboxOptions) -> None:
+    async with open_sandbox(SandboxSpec("run-b", "prompt-0", cwd="src"), bwrap_options) as sandbox:
         assert sandbox.workdir == "/workspace/src"
-        sandbox.write_file("pkg/mod.py", b"print('hi')")
-        assert sandbox.exec("python3 pkg/mod.py", timeout=30).output == "hi\n"
-        assert sandbox.read_file("/workspace/src/pkg/mod.py") == b"print('hi')"
-        sandbox.exec("ln -s /etc/shadow shadow; ln -s /root/.bashrc rc; ln -s pkg/mod.py mine", timeout=30)
+        await sandbox.write_file("pkg/mod.py", b"print('hi')")
+        assert (await sandbox.exec("python3 pkg/mod.py", timeout=30)).output == "hi\n"
+        assert (await sandbox.read_file("/workspace/src/pkg/mod.py")) == b"print('hi')"
+        await sandbox.exec(
+            "ln -s /etc/shadow shadow; ln -s /root/.bashrc rc; ln -s pkg/mod.py mine", timeout=30
+        )
         for escaping in ("shadow", "rc"):  # host paths the sandbox cannot see
             with pytest.raises(FileNotFoundError):
-                sandbox.read_file(escaping)
-        assert sandbox.read_file("mine") == b"print('hi')"
-        assert sandbox.read_file("/etc/os-release").startswith(b"PRETTY_NAME")  # read inside
+                await sandbox.read_file(escaping)
+        assert (await sandbox.read_file("mine")) == b"print('hi')"
+        assert (await sandbox.read_file("/etc/os-release")).startswith(b"PRETTY_NAME")  # read inside
         with pytest.raises(IsADirectoryError):
-            sandbox.read_file("pkg")
+            await sandbox.read_file("pkg")
         with pytest.raises(OSError, match="not a regular file"):
-            sandbox.read_file("/dev/zero")
+            await sandbox.read_file("/dev/zero")
 
 
-def test_a_cwd_outside_the_workspace_becomes_writable(bwrap_options: SandboxOptions) -> None:
-    with open_sandbox(SandboxSpec("run-b", "p", cwd="/app"), bwrap_options) as sandbox:
-        assert sandbox.exec("pwd && touch made && echo ok", timeout=30).output == "/app\nok\n"
-        assert sandbox.read_file("made") == b""
-    with (
-        pytest.raises(SandboxPathError),
-        open_sandbox(SandboxSpec("run-b", "p", cwd="/usr/nowhere"), bwrap_options),
-    ):
-        pytest.fail("the sandbox must not open")
+async def test_a_cwd_outside_the_workspace_becomes_writable(bwrap_options: SandboxOptions) -> None:
+    async with open_sandbox(SandboxSpec("run-b", "p", cwd="/app"), bwrap_options) as sandbox:
+        assert (await sandbox.exec("pwd && touch made && echo ok", timeout=30)).output == "/app\nok\n"
+        assert (await sandbox.read_file("made")) == b""
+    with pytest.raises(SandboxPathError):
+        async with open_sandbox(SandboxSpec("run-b", "p", cwd="/usr/nowhere"), bwrap_options):
+            pytest.fail("the sandbox must not open")
 
 
-def test_an_unpacked_image_root_is_used(bwrap_options: SandboxOptions, image_root: str) -> None:
-    with open_sandbox(SandboxSpec("run-b", "p", image=image_root), bwrap_options) as sandbox:
-        assert sandbox.exec("test -d /var/lib/dpkg && echo image", timeout=30).output == "image\n"
-        assert sandbox.exec("touch /usr/x", timeout=30).exit_code != 0
-    with open_sandbox(SPEC, bwrap_options) as sandbox:  # the host root has no /var
-        assert sandbox.exec("test -d /var/lib/dpkg || echo host", timeout=30).output == "host\n"
-    with (
-        pytest.raises(SandboxError, match="not an unpacked root"),
-        open_sandbox(SandboxSpec("run-b", "p", image="/nonexistent-root"), bwrap_options),
-    ):
-        pytest.fail("the sandbox must not open")
+async def test_an_unpacked_image_root_is_used(bwrap_options: SandboxOptions, image_root: str) -> None:
+    async with open_sandbox(SandboxSpec("run-b", "p", image=image_root), bwrap_options) as sandbox:
+        assert (await sandbox.exec("test -d /var/lib/dpkg && echo image", timeout=30)).output == "image\n"
+        assert (await sandbox.exec("touch /usr/x", timeout=30)).exit_code != 0
+    async with open_sandbox(SPEC, bwrap_options) as sandbox:  # the host root has no /var
+        assert (await sandbox.exec("test -d /var/lib/dpkg || echo host", timeout=30)).output == "host\n"
+    with pytest.raises(SandboxError, match="not an unpacked root"):
+        async with open_sandbox(SandboxSpec("run-b", "p", image="/nonexistent-root"), bwrap_options):
+            pytest.fail("the sandbox must not open")
 
 
 @pytest.mark.parametrize("failure", [None, RuntimeError, KeyboardInterrupt])
-def test_the_sandbox_directory_is_removed(
+async def test_the_sandbox_directory_is_removed(
     bwrap_options: SandboxOptions, failure: type[BaseException] | None
 ) -> None:
     expectation = pytest.raises(failure) if failure else contextlib.nullcontext()
-    with expectation, open_sandbox(SPEC, bwrap_options) as sandbox:
-        sandbox.exec(
-            "mkdir -p locked/inner && touch locked/inner/f && chmod 000 locked/inner locked", timeout=30
-        )
-        host_dir = sandbox.host_dir
-        if failure:
-            raise failure()
+    with expectation:
+        async with open_sandbox(SPEC, bwrap_options) as sandbox:
+            await sandbox.exec(
+                "mkdir -p locked/inner && touch locked/inner/f && chmod 000 locked/inner locked", timeout=30
+            )
+            host_dir = sandbox.blocking.host_dir
+            if failure:
+                raise failure()
     assert host_dir is not None and not os.path.exists(host_dir)
 
 
-def test_the_registry_reports_and_opens_bwrap(bwrap_options: SandboxOptions) -> None:
+async def test_the_registry_reports_and_opens_bwrap(bwrap_options: SandboxOptions) -> None:
     assert unavailable_reason(bwrap_options) is None
-    with sandbox_factory(bwrap_options)(SPEC) as sandbox:
-        assert isinstance(sandbox, Sandbox) and isinstance(sandbox, BwrapSandbox)
-        assert sandbox.exec("echo $((6 * 7))", timeout=30).output == "42\n"
+    async with sandbox_factory(bwrap_options)(SPEC) as sandbox:
+        assert isinstance(sandbox, Sandbox) and isinstance(sandbox, ThreadedSandbox)
+        assert isinstance(sandbox.blocking, BwrapSandbox)
+        assert (await sandbox.exec("echo $((6 * 7))", timeout=30)).output == "42\n"
 
 
-def test_the_terminal_and_file_tools_work_in_bwrap(bwrap_options: SandboxOptions) -> None:
-    with open_sandbox(SPEC, bwrap_options) as sandbox:
-        exercise_tools(sandbox)
+async def test_the_terminal_and_file_tools_work_in_bwrap(bwrap_options: SandboxOptions) -> None:
+    async with open_sandbox(SPEC, bwrap_options) as sandbox:
+        await exercise_tools(sandbox)
+
+
+async def test_a_cancelled_command_is_killed_and_waited_for(bwrap_options: SandboxOptions) -> None:
+    marker = f"sleep 4{os.getpid() % 1000:03d}"
+    async with open_sandbox(SPEC, bwrap_options) as sandbox:
+        command = asyncio.create_task(sandbox.exec(f"echo started > /workspace/s; {marker}", timeout=600))
+        host_dir = sandbox.blocking.host_dir
+        assert host_dir is not None
+        while not os.path.exists(os.path.join(host_dir, "workspace", "s")):
+            await asyncio.sleep(0.02)
+        started = time.monotonic()
+        command.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await command
+        assert time.monotonic() - started < 10  # killed, not waited for until its timeout
+        assert _host_processes(marker) == []  # and gone once the cancelled call returned
+        assert (await sandbox.exec("echo still usable", timeout=30)).output == "still usable\n"
 
 
 ORPHAN = """
-import sys, time
+import asyncio, sys
 from agent.protocols import SandboxSpec
 from agent.sandboxes import SandboxOptions
 from agent.sandboxes.bwrap import command as bwrap_command
+from agent.sandboxes.blocking import ThreadedSandbox
 from agent.sandboxes.bwrap.sandbox import open_sandbox
 if sys.argv[3] == "escape":  # as if the runner died while bwrap started (a race bwrap cannot close):
     # bwrap's parent becomes a shell that outlives the runner
     bwrap_command.DIE_WITH_RUNNER[:] = ["/bin/sh", "-c", '"$@"; exit $?']
-options = SandboxOptions(backend="bwrap", root=sys.argv[1])
-with open_sandbox(SandboxSpec("run-b", "orphan"), options) as sandbox:
-    sandbox.exec("touch /workspace/left", timeout=60)
-    print("ready", flush=True)
-    sandbox.exec(sys.argv[2], timeout=900)
+
+async def main():
+    options = SandboxOptions(backend="bwrap", root=sys.argv[1])
+    async with open_sandbox(SandboxSpec("run-b", "orphan"), options) as sandbox:
+        await sandbox.exec("touch /workspace/left", timeout=60)
+        print("ready", flush=True)
+        await sandbox.exec(sys.argv[2], timeout=900)
+
+asyncio.run(main())
 """
 
 
@@ -224,12 +254,14 @@ def _orphan(bwrap_root: str, command: str, mode: str) -> str:
     return os.path.join(bwrap_root, orphan)
 
 
-def test_reap_stale_removes_what_a_killed_runner_left(bwrap_options: SandboxOptions, bwrap_root: str) -> None:
+async def test_reap_stale_removes_what_a_killed_runner_left(
+    bwrap_options: SandboxOptions, bwrap_root: str
+) -> None:
     orphan = _orphan(bwrap_root, "sleep 3601", "normal")
     assert _eventually_none("sleep 3601")  # the sandbox died with its runner (PDEATHSIG)
-    with open_sandbox(SPEC, bwrap_options) as alive:
+    async with open_sandbox(SPEC, bwrap_options) as alive:
         assert reap_stale(bwrap_root) == [orphan]
-        assert alive.host_dir is not None and os.path.isdir(alive.host_dir)
+        assert alive.blocking.host_dir is not None and os.path.isdir(alive.blocking.host_dir)
     assert os.listdir(bwrap_root) == []
 
 

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.client
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,6 +22,7 @@ from agent.errors import SandboxError
 from agent.protocols import Sandbox, SandboxSpec
 from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.sandboxes import unavailable_reason as registry_reason
+from agent.sandboxes.blocking import ThreadedSandbox
 from agent.sandboxes.docker.lifecycle import LABEL_HOST, LABEL_PID, LABEL_PROMPT, LABEL_RUN
 from agent.sandboxes.docker.sandbox import (
     DockerSandbox,
@@ -34,22 +35,22 @@ from tests.fixtures.containers import MARKED_IMAGE, Engine, exercise_tools
 
 REPO = Path(__file__).resolve().parent.parent
 LIST_PROCESSES = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <\"$f\"; echo; done"
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
 
 def _spec(unique_run_name: str, key: str = "prompt-0", **fields: Any) -> SandboxSpec:
     return SandboxSpec(run_name=unique_run_name, prompt_key=key, **fields)
 
 
-def test_each_prompt_gets_a_labelled_container_from_its_own_image(
+async def test_each_prompt_gets_a_labelled_container_from_its_own_image(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
-    with (
+    async with (
         open_sandbox(_spec(unique_run_name, "a", image=MARKED_IMAGE), docker_options) as marked,
         open_sandbox(_spec(unique_run_name, "b"), docker_options) as plain,
     ):
-        assert marked.exec("cat /marker", timeout=30).output == "marked\n"
-        assert plain.exec("cat /marker", timeout=30).exit_code != 0
+        assert (await marked.exec("cat /marker", timeout=30)).output == "marked\n"
+        assert (await plain.exec("cat /marker", timeout=30)).exit_code != 0
         containers = {
             c.labels[LABEL_PROMPT]: c for c in container_engine.ours(**{LABEL_RUN: unique_run_name})
         }
@@ -61,30 +62,28 @@ def test_each_prompt_gets_a_labelled_container_from_its_own_image(
     assert container_engine.ours(**{LABEL_RUN: unique_run_name}) == []
 
 
-def test_cwd_is_created_and_used(
+async def test_cwd_is_created_and_used(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
-    with open_sandbox(_spec(unique_run_name, cwd="/app/src"), docker_options) as sandbox:
+    async with open_sandbox(_spec(unique_run_name, cwd="/app/src"), docker_options) as sandbox:
         assert sandbox.workdir == "/app/src"
-        assert sandbox.exec("pwd", timeout=30).output == "/app/src\n"
-        sandbox.write_file("notes/a.txt", b"relative")
-        assert sandbox.read_file("/app/src/notes/a.txt") == b"relative"
-        assert sandbox.exec("pwd", timeout=30, cwd="notes").output == "/app/src/notes\n"
-        assert sandbox.exec("true", timeout=30, cwd="/missing").exit_code == 1
-    with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
-        result = sandbox.exec("pwd && touch /workspace/w && echo ok", timeout=30)
+        assert (await sandbox.exec("pwd", timeout=30)).output == "/app/src\n"
+        await sandbox.write_file("notes/a.txt", b"relative")
+        assert (await sandbox.read_file("/app/src/notes/a.txt")) == b"relative"
+        assert (await sandbox.exec("pwd", timeout=30, cwd="notes")).output == "/app/src/notes\n"
+        assert (await sandbox.exec("true", timeout=30, cwd="/missing")).exit_code == 1
+    async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+        result = await sandbox.exec("pwd && touch /workspace/w && echo ok", timeout=30)
         assert result.output == "/workspace\nok\n"
 
 
-def test_missing_image_fails_the_prompt_with_a_clear_error(
+async def test_missing_image_fails_the_prompt_with_a_clear_error(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
     image = f"sandbox-test/absent-{uuid.uuid4().hex[:8]}:1"
-    with (
-        pytest.raises(SandboxError) as caught,
-        open_sandbox(_spec(unique_run_name, image=image), docker_options),
-    ):
-        pytest.fail("the sandbox must not open")
+    with pytest.raises(SandboxError) as caught:
+        async with open_sandbox(_spec(unique_run_name, image=image), docker_options):
+            pytest.fail("the sandbox must not open")
     message = str(caught.value)
     assert image in message and "docker load" in message and "\n" not in message
     assert container_engine.ours(**{LABEL_RUN: unique_run_name}) == []
@@ -123,7 +122,7 @@ def test_each_image_is_checked_once_per_process(container_engine: Engine) -> Non
     assert client.calls == [f"get {present}", f"get {absent}", f"pull sandbox-test/absent-{tag}"]
 
 
-def test_there_is_no_network_inside(
+async def test_there_is_no_network_inside(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
     probe = (
@@ -132,21 +131,21 @@ def test_there_is_no_network_inside(
         "s.settimeout(3)\n"
         "try:\n    s.connect(('192.0.2.1', 80))\nexcept OSError as e:\n    print('refused', e.errno)\n"
     )
-    with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
-        devices = sandbox.exec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", timeout=30)
+    async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+        devices = await sandbox.exec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", timeout=30)
         assert devices.output.split() == ["lo"]
-        sandbox.write_file("probe.py", probe.encode())
-        assert sandbox.exec("python3 probe.py", timeout=30).output.startswith("refused")
+        await sandbox.write_file("probe.py", probe.encode())
+        assert (await sandbox.exec("python3 probe.py", timeout=30)).output.startswith("refused")
 
 
-def test_a_memory_hog_is_killed_and_the_sandbox_goes_on(
+async def test_a_memory_hog_is_killed_and_the_sandbox_goes_on(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
     hog = "python3 -c 'b = bytearray(1024 * 1024 * 1024); print(len(b))'"
-    with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
-        result = sandbox.exec(hog, timeout=60)
+    async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+        result = await sandbox.exec(hog, timeout=60)
         assert result.exit_code == 137 and not result.timed_out
-        assert sandbox.exec("echo alive", timeout=30).output.endswith("alive\n")
+        assert (await sandbox.exec("echo alive", timeout=30)).output.endswith("alive\n")
 
 
 FORK_BOMB = """bomb() { bomb | bomb & }; bomb 2>/dev/null
@@ -155,86 +154,88 @@ n=0; for d in /proc/[0-9]*; do n=$((n + 1)); done; echo "count=$n"
 """
 
 
-def test_a_fork_bomb_is_held_at_the_pids_limit(
+async def test_a_fork_bomb_is_held_at_the_pids_limit(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
-    with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
-        result = sandbox.exec(FORK_BOMB, timeout=20)
+    async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+        result = await sandbox.exec(FORK_BOMB, timeout=20)
         count = int(result.output.rsplit("count=", 1)[1].split()[0])
         assert docker_options.pids_limit // 2 <= count <= docker_options.pids_limit
         assert subprocess.run(["true"], check=False).returncode == 0  # the host can still fork
         # The bomb outlives its command; the next command still runs (restarting if need be).
-        assert sandbox.exec("echo alive", timeout=30).output.endswith("alive\n")
+        assert (await sandbox.exec("echo alive", timeout=30)).output.endswith("alive\n")
 
 
-def test_a_timeout_kills_the_command_inside_the_container(
+async def test_a_timeout_kills_the_command_inside_the_container(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
-    with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
-        result = sandbox.exec("echo started; sleep 301 & sleep 302", timeout=2)
+    async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+        result = await sandbox.exec("echo started; sleep 301 & sleep 302", timeout=2)
         assert result.timed_out and result.exit_code == 124
         assert "started" in result.output
-        listing = sandbox.exec(LIST_PROCESSES, timeout=30).output
+        listing = (await sandbox.exec(LIST_PROCESSES, timeout=30)).output
         assert "sleep 30" not in listing
         assert "sleep 86400" in listing  # the container itself was not restarted
 
 
-def test_files_of_one_prompt_are_invisible_to_the_next(
+async def test_files_of_one_prompt_are_invisible_to_the_next(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
-    with open_sandbox(_spec(unique_run_name), docker_options) as first:
-        first.write_file("/workspace/secret.txt", b"mine")
-        first.exec("echo tmp > /tmp/left; echo root > /root/left", timeout=30)
+    async with open_sandbox(_spec(unique_run_name), docker_options) as first:
+        await first.write_file("/workspace/secret.txt", b"mine")
+        await first.exec("echo tmp > /tmp/left; echo root > /root/left", timeout=30)
     for key in ("prompt-0", "prompt-1"):
-        with open_sandbox(_spec(unique_run_name, key), docker_options) as second:
+        async with open_sandbox(_spec(unique_run_name, key), docker_options) as second:
             for path in ("/workspace/secret.txt", "/tmp/left", "/root/left"):
                 with pytest.raises(FileNotFoundError):
-                    second.read_file(path)
+                    await second.read_file(path)
 
 
-def test_files_round_trip_with_the_semantics_of_the_shell(
+async def test_files_round_trip_with_the_semantics_of_the_shell(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
     payload = bytes(range(256)) * 1000
-    with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
-        sandbox.write_file("deep/dir/blob.bin", payload)
-        assert sandbox.read_file("/workspace/deep/dir/blob.bin") == payload
-        assert sandbox.exec("wc -c < deep/dir/blob.bin", timeout=30).output.strip() == str(len(payload))
-        sandbox.write_file("run.sh", b"echo one")
-        sandbox.exec("chmod +x run.sh && ln -s run.sh link.sh", timeout=30)
-        sandbox.write_file("link.sh", b"echo two")  # through the symlink, keeping the mode
-        assert sandbox.exec("./run.sh", timeout=30).output == "two\n"
+    async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+        await sandbox.write_file("deep/dir/blob.bin", payload)
+        assert (await sandbox.read_file("/workspace/deep/dir/blob.bin")) == payload
+        assert (await sandbox.exec("wc -c < deep/dir/blob.bin", timeout=30)).output.strip() == str(
+            len(payload)
+        )
+        await sandbox.write_file("run.sh", b"echo one")
+        await sandbox.exec("chmod +x run.sh && ln -s run.sh link.sh", timeout=30)
+        await sandbox.write_file("link.sh", b"echo two")  # through the symlink, keeping the mode
+        assert (await sandbox.exec("./run.sh", timeout=30)).output == "two\n"
         with pytest.raises(FileNotFoundError):
-            sandbox.read_file("absent.txt")
+            await sandbox.read_file("absent.txt")
         with pytest.raises(IsADirectoryError):
-            sandbox.read_file("deep")
+            await sandbox.read_file("deep")
         with pytest.raises(OSError, match="not a regular file"):
-            sandbox.read_file("/dev/zero")
+            await sandbox.read_file("/dev/zero")
 
 
-def test_output_interleaves_and_exit_codes_pass_through(
+async def test_output_interleaves_and_exit_codes_pass_through(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
-    with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
-        result = sandbox.exec("echo a; echo b >&2; echo c; exit 7", timeout=30)
+    async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+        result = await sandbox.exec("echo a; echo b >&2; echo c; exit 7", timeout=30)
         assert (result.output, result.exit_code, result.timed_out) == ("a\nb\nc\n", 7, False)
-        assert sandbox.exec("cat; echo done", timeout=30).output == "done\n"  # stdin is empty
+        assert (await sandbox.exec("cat; echo done", timeout=30)).output == "done\n"  # stdin is empty
 
 
-def test_host_secrets_do_not_reach_the_container(
+async def test_host_secrets_do_not_reach_the_container(
     container_engine: Engine,
     docker_options: SandboxOptions,
     unique_run_name: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret-4711")
-    with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
-        environment = sandbox.exec("env; cat /proc/1/environ", timeout=30).output
+    async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+        environment = (await sandbox.exec("env; cat /proc/1/environ", timeout=30)).output
         assert "sk-test-secret-4711" not in environment and "OPENAI_API_KEY" not in environment
 
 
 @pytest.mark.parametrize("failure", [None, RuntimeError, KeyboardInterrupt])
-def test_no_container_remains_after_the_block(
+async def test_no_container_remains_after_the_block(
     container_engine: Engine,
     docker_options: SandboxOptions,
     unique_run_name: str,
@@ -242,27 +243,48 @@ def test_no_container_remains_after_the_block(
 ) -> None:
     for first_command in (True, False):  # with the container up, and while it is being created
         expectation = pytest.raises(failure) if failure else contextlib.nullcontext()
-        with expectation, open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
-            if first_command:
-                sandbox.exec("true", timeout=30)
-            if failure:
-                raise failure()
+        with expectation:
+            async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+                if first_command:
+                    await sandbox.exec("true", timeout=30)
+                if failure:
+                    raise failure()
         assert container_engine.ours(**{LABEL_RUN: unique_run_name}) == []
 
 
+async def test_a_cancelled_command_is_killed_and_waited_for(
+    container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
+) -> None:
+    async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+        command = asyncio.create_task(sandbox.exec("touch /workspace/s; sleep 401", timeout=600))
+        while (await sandbox.exec("test -e /workspace/s", timeout=30)).exit_code != 0:
+            await asyncio.sleep(0.05)
+        started = time.monotonic()
+        command.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await command
+        assert time.monotonic() - started < 30  # killed, not waited for until its timeout
+        assert "sleep 401" not in (await sandbox.exec(LIST_PROCESSES, timeout=30)).output
+        assert (await sandbox.read_file("s")) == b""  # the files are kept
+
+
 ORPHAN = """
-import sys, time
+import asyncio, sys
 from agent.protocols import SandboxSpec
 from agent.sandboxes import SandboxOptions
 from agent.sandboxes.docker.sandbox import open_sandbox
-with open_sandbox(SandboxSpec(sys.argv[1], "orphan"), SandboxOptions(backend="docker")) as sandbox:
-    sandbox.exec("true", timeout=60)
-    print("ready", flush=True)
-    time.sleep(600)
+
+async def main():
+    async with open_sandbox(SandboxSpec(sys.argv[1], "orphan"), SandboxOptions(backend="docker")) as sandbox:
+        await sandbox.exec("true", timeout=60)
+        print("ready", flush=True)
+        await asyncio.sleep(600)
+
+asyncio.run(main())
 """
 
 
-def test_reap_stale_removes_containers_of_a_killed_process(
+async def test_reap_stale_removes_containers_of_a_killed_process(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
     child = subprocess.Popen(
@@ -280,8 +302,8 @@ def test_reap_stale_removes_containers_of_a_killed_process(
         child.stdout.close()
     orphans = container_engine.ours(**{LABEL_RUN: unique_run_name})
     assert [c.labels[LABEL_PROMPT] for c in orphans] == ["orphan"]
-    with open_sandbox(_spec(unique_run_name, "alive"), docker_options) as sandbox:
-        sandbox.exec("true", timeout=30)
+    async with open_sandbox(_spec(unique_run_name, "alive"), docker_options) as sandbox:
+        await sandbox.exec("true", timeout=30)
         assert reap_stale(container_engine.client, unique_run_name) == [orphans[0].name]
         assert [c.labels[LABEL_PROMPT] for c in container_engine.ours(**{LABEL_RUN: unique_run_name})] == [
             "alive"
@@ -296,16 +318,17 @@ def test_unavailable_reason_names_the_missing_image(container_engine: Engine) ->
     assert reason is not None and "sandbox-test/none:0" in reason and "docker load" in reason
 
 
-def test_the_registry_opens_docker_sandboxes(
+async def test_the_registry_opens_docker_sandboxes(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
     factory = sandbox_factory(docker_options)
-    with factory(_spec(unique_run_name)) as sandbox:
-        assert isinstance(sandbox, Sandbox) and isinstance(sandbox, DockerSandbox)
-        assert sandbox.exec("echo $((6 * 7))", timeout=30).output == "42\n"
+    async with factory(_spec(unique_run_name)) as sandbox:
+        assert isinstance(sandbox, Sandbox) and isinstance(sandbox, ThreadedSandbox)
+        assert isinstance(sandbox.blocking, DockerSandbox)
+        assert (await sandbox.exec("echo $((6 * 7))", timeout=30)).output == "42\n"
 
 
-def test_output_is_complete_when_the_client_reads_headers_late(
+async def test_output_is_complete_when_the_client_reads_headers_late(
     container_engine: Engine,
     docker_options: SandboxOptions,
     unique_run_name: str,
@@ -316,14 +339,13 @@ def test_output_is_complete_when_the_client_reads_headers_late(
     begin: Callable[[http.client.HTTPResponse], None] = http.client.HTTPResponse.begin
 
     def slow_begin(response: http.client.HTTPResponse) -> None:
-        if threading.current_thread() is threading.main_thread():
-            time.sleep(0.3)
+        time.sleep(0.3)  # every response, once the container is up: the exec's among them
         begin(response)
 
-    with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
-        sandbox.exec("true", timeout=30)
+    async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+        await sandbox.exec("true", timeout=30)
         monkeypatch.setattr(http.client.HTTPResponse, "begin", slow_begin)
-        assert sandbox.exec("echo first; echo second", timeout=30).output == "first\nsecond\n"
+        assert (await sandbox.exec("echo first; echo second", timeout=30)).output == "first\nsecond\n"
 
 
 def test_without_an_engine_the_reason_says_how_to_start_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -334,8 +356,8 @@ def test_without_an_engine_the_reason_says_how_to_start_one(monkeypatch: pytest.
     assert "dockerd" in reason
 
 
-def test_the_terminal_and_file_tools_work_in_a_container(
+async def test_the_terminal_and_file_tools_work_in_a_container(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
-    with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
-        exercise_tools(sandbox)
+    async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+        await exercise_tools(sandbox)

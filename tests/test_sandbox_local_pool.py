@@ -18,11 +18,13 @@ from typing import Any
 import pytest
 
 from agent.errors import SandboxError
-from agent.protocols import AsyncSandbox, SandboxFactory, SandboxSpec
+from agent.protocols import SandboxSpec
 from agent.sandboxes import SandboxOptions, sandbox_pool, sandbox_session
-from agent.sandboxes.local.sandbox import open_pool
+from agent.sandboxes.blocking import opened_in_thread
+from agent.sandboxes.local.sandbox import LocalSandbox, open_pool
 
 SPEC = SandboxSpec(run_name="pool-run", prompt_key="p")
+pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -43,23 +45,23 @@ def _run_script(script: str, root: Path) -> Any:
     return json.loads(done.stdout)
 
 
-def test_a_reused_slot_is_empty_whatever_the_last_prompt_did(tmp_path: Path) -> None:
+async def test_a_reused_slot_is_empty_whatever_the_last_prompt_did(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep.txt").write_text("host file")
     options = SandboxOptions(root=str(tmp_path / "sandboxes"))
-    with open_pool(options, "pool-run") as factory:
-        with factory(SandboxSpec("pool-run", "first", cwd="/app")) as first:
+    async with open_pool(options, "pool-run") as factory:
+        async with factory(SandboxSpec("pool-run", "first", cwd="/app")) as first:
             slot = first.root
-            first.write_file("notes.txt", b"secret of the first prompt")
+            await first.write_file("notes.txt", b"secret of the first prompt")
             script = (
                 f"mkdir -p deep/er && touch deep/er/f ~/.history $TMPDIR/t && rm -rf ../home && "
                 f"ln -s {outside} ../home && ln -s {outside} ../link && chmod 000 deep ../workspace"
             )
-            assert first.exec(script, timeout=30).exit_code == 0
-            pid = int(first.exec("sleep 300 > /dev/null 2>&1 & echo $!", timeout=30).output)
+            assert (await first.exec(script, timeout=30)).exit_code == 0
+            pid = int((await first.exec("sleep 300 > /dev/null 2>&1 & echo $!", timeout=30)).output)
         assert not _alive(pid)
-        with factory(SPEC) as second:
+        async with factory(SPEC) as second:
             assert second.root == slot  # the same slot, handed out again
             assert sorted(os.listdir(slot)) == ["home", "tmp", "workspace"]
             for name in ("home", "tmp", "workspace"):
@@ -67,93 +69,100 @@ def test_a_reused_slot_is_empty_whatever_the_last_prompt_did(tmp_path: Path) -> 
                 assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
                 assert os.listdir(os.path.join(slot, name)) == []
             with pytest.raises(FileNotFoundError):
-                second.read_file("notes.txt")
+                await second.read_file("notes.txt")
     assert (outside / "keep.txt").read_text() == "host file"  # the symlink was removed, not followed
     assert list((tmp_path / "sandboxes").iterdir()) == []  # pool, marker and run dir are gone
 
 
-def test_sandboxes_open_at_once_get_their_own_slots(tmp_path: Path) -> None:
+async def test_sandboxes_open_at_once_get_their_own_slots(tmp_path: Path) -> None:
     pool = open_pool(SandboxOptions(root=str(tmp_path)), "pool-run")
-    with pool as factory, factory(SPEC) as a, factory(SPEC) as b:
-        a.write_file("mine.txt", b"a")
+    async with pool as factory, factory(SPEC) as a, factory(SPEC) as b:
+        await a.write_file("mine.txt", b"a")
         assert a.root != b.root
         with pytest.raises(FileNotFoundError):
-            b.read_file("mine.txt")
+            await b.read_file("mine.txt")
 
 
-def test_a_closed_sandbox_cannot_touch_its_old_slot(tmp_path: Path) -> None:
-    with open_pool(SandboxOptions(root=str(tmp_path)), "pool-run") as factory:
-        with factory(SPEC) as old:
+async def test_a_closed_sandbox_cannot_touch_its_old_slot(tmp_path: Path) -> None:
+    async with open_pool(SandboxOptions(root=str(tmp_path)), "pool-run") as factory:
+        async with factory(SPEC) as old:
             pass
-        with factory(SPEC) as new:
-            new.write_file("data.txt", b"the new prompt's")
+        async with factory(SPEC) as new:
+            await new.write_file("data.txt", b"the new prompt's")
             assert new.root == old.root
             with pytest.raises(SandboxError, match="closed"):
-                old.read_file("data.txt")
+                await old.read_file("data.txt")
             with pytest.raises(SandboxError, match="closed"):
-                old.write_file("data.txt", b"overwritten")
+                await old.write_file("data.txt", b"overwritten")
             with pytest.raises(SandboxError, match="closed"):
-                old.exec("true", timeout=5)
-            assert new.read_file("data.txt") == b"the new prompt's"
+                await old.exec("true", timeout=5)
+            assert (await new.read_file("data.txt")) == b"the new prompt's"
 
 
-def test_leaving_the_pool_kills_what_a_sandbox_left_running(tmp_path: Path) -> None:
+async def test_leaving_the_pool_kills_what_a_sandbox_left_running(tmp_path: Path) -> None:
     options = SandboxOptions(root=str(tmp_path / "sandboxes"))
-    with open_pool(options, "pool-run") as factory:
+    async with open_pool(options, "pool-run") as factory:
         context = factory(SPEC)
-        sandbox = context.__enter__()  # never closed: the pool must still clean up after it
-        pid = int(sandbox.exec("setsid sleep 300 > /dev/null 2>&1 & echo $!", timeout=30).output)
+        sandbox = await context.__aenter__()  # never closed: the pool must still clean up after it
+        pid = int((await sandbox.exec("setsid sleep 300 > /dev/null 2>&1 & echo $!", timeout=30)).output)
         assert _alive(pid)
     assert not _alive(pid)
     assert list((tmp_path / "sandboxes").iterdir()) == []
 
 
-def test_the_registry_pools_local_sandboxes_only(tmp_path: Path) -> None:
-    with sandbox_pool(SandboxOptions(root=str(tmp_path)), "pool-run") as factory:
-        with factory(SPEC) as first:
+async def test_the_registry_pools_local_sandboxes_only(tmp_path: Path) -> None:
+    async with sandbox_pool(SandboxOptions(root=str(tmp_path)), "pool-run") as factory:
+        async with factory(SPEC) as first:
             slot = first.root
-        with factory(SPEC) as second:
+        async with factory(SPEC) as second:
             assert second.root == slot
 
 
 _ADOPTER = """
-import json, os, sys, threading, time
+import asyncio, json, os, sys, threading
 from agent.protocols import SandboxSpec
 from agent.sandboxes import SandboxOptions
 from agent.sandboxes.host import orphans
 from agent.sandboxes.local.sandbox import open_pool
 
+def in_a_thread(sandbox, command):
+    # A command started from another thread's event loop: its orphans go to our main thread.
+    return asyncio.run(sandbox.exec(command, timeout=30))
+
+async def main(seen):
+    async with open_pool(SandboxOptions(root=sys.argv[1]), "adopt") as factory:
+        async with factory(SandboxSpec("adopt", "b")) as b:
+            escaped_b = int((await b.exec("setsid sleep 303 > /dev/null 2>&1 & echo $!", timeout=30)).output)
+            async with factory(SandboxSpec("adopt", "a")) as a:
+                script = "setsid sleep 301 >/dev/null 2>&1 & echo $!; (setsid sleep 302 >/dev/null & echo $!)"
+                escaped_a = [int(p) for p in (await a.exec(script, timeout=30)).output.split()]
+                # A stray of a command another thread started, that thread still alive when a
+                # closes: the kernel gives the orphan to our main thread, whose children we read.
+                leave = "setsid sleep 304 >/dev/null 2>&1 & echo $!"
+                started, release = threading.Event(), threading.Event()
+                def side():
+                    escaped_a.append(int(in_a_thread(a, leave).output))
+                    started.set()
+                    release.wait()
+                starter = threading.Thread(target=side)
+                starter.start()
+                await asyncio.to_thread(started.wait)
+                await a.exec("(sleep 0.05 &)", timeout=30)  # an orphan that ends on its own: our zombie
+                await asyncio.sleep(0.3)
+                late = lambda: seen.update(code=in_a_thread(b, "sleep 0.5; exit 7").exit_code)
+                running = threading.Thread(target=late)
+                running.start()
+                await asyncio.sleep(0.1)
+            release.set()
+            starter.join()
+            stat = lambda pid: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            states = {pid: stat(pid) for pid in orphans._children()}
+            seen.update(escaped_a=escaped_a, escaped_b=escaped_b, children_after_a=states)
+            running.join()
+
 assert orphans.adopt_orphans()
 seen = {}
-with open_pool(SandboxOptions(root=sys.argv[1]), "adopt") as factory:
-    with factory(SandboxSpec("adopt", "b")) as b:
-        escaped_b = int(b.exec("setsid sleep 303 > /dev/null 2>&1 & echo $!", timeout=30).output)
-        with factory(SandboxSpec("adopt", "a")) as a:
-            script = "setsid sleep 301 >/dev/null 2>&1 & echo $!; (setsid sleep 302 >/dev/null & echo $!)"
-            escaped_a = [int(p) for p in a.exec(script, timeout=30).output.split()]
-            # A stray of a command another thread started, that thread still alive when a closes:
-            # the kernel gives the orphan to our main thread, whose children list we read.
-            leave = "setsid sleep 304 >/dev/null 2>&1 & echo $!"
-            started, release = threading.Event(), threading.Event()
-            def side():
-                escaped_a.append(int(a.exec(leave, timeout=30).output))
-                started.set()
-                release.wait()
-            starter = threading.Thread(target=side)
-            starter.start()
-            started.wait()
-            a.exec("(sleep 0.05 &)", timeout=30)  # an orphan that ends on its own: our zombie
-            time.sleep(0.3)
-            late = lambda: seen.update(code=b.exec("sleep 0.5; exit 7", timeout=30).exit_code)
-            running = threading.Thread(target=late)
-            running.start()
-            time.sleep(0.1)
-        release.set()
-        starter.join()
-        stat = lambda pid: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-        states = {pid: stat(pid) for pid in orphans._children()}
-        seen.update(escaped_a=escaped_a, escaped_b=escaped_b, children_after_a=states)
-        running.join()
+asyncio.run(main(seen))
 print(json.dumps(seen))
 """
 
@@ -194,12 +203,12 @@ PROMPTS = {
 async def main():
     seen = {}
     asyncio.get_running_loop().set_default_executor(Counting())
-    with open_pool(SandboxOptions(root=sys.argv[1]), "loop") as factory:
+    async with open_pool(SandboxOptions(root=sys.argv[1]), "loop") as factory:
         for name, script in PROMPTS.items():
             before = Counting.handed
             async with sandbox_session(factory, SandboxSpec("loop", name)) as sandbox:
                 slot = sandbox.root
-                result = await sandbox.aexec(script, timeout=30)
+                result = await sandbox.exec(script, timeout=30)
                 assert result.exit_code == 0, result
             left = {d: os.listdir(os.path.join(slot, d)) for d in sorted(os.listdir(slot))}
             seen[name] = {"slot": slot, "left": left, "output": result.output,
@@ -240,25 +249,26 @@ def test_a_sandbox_closed_from_the_loop_outside_an_adopting_process_is_cleaned_i
 ) -> None:
     executor = _CountingExecutor()
 
-    async def prompt(factory: SandboxFactory) -> tuple[str, int]:
+    async def prompt() -> tuple[str, int]:
         asyncio.get_running_loop().set_default_executor(executor)
-        async with sandbox_session(factory, SPEC) as sandbox:
-            assert isinstance(sandbox, AsyncSandbox)
-            out = await sandbox.aexec("touch kept; setsid sleep 300 > /dev/null 2>&1 & echo $!", timeout=30)
-            assert executor.handed == 0  # opening and the command: on the loop
+        async with open_pool(SandboxOptions(root=str(tmp_path)), "pool-run") as factory:
+            async with sandbox_session(factory, SPEC) as sandbox:
+                assert isinstance(sandbox, LocalSandbox)
+                command = "touch kept; setsid sleep 300 > /dev/null 2>&1 & echo $!"
+                out = await sandbox.exec(command, timeout=30)
+                assert executor.handed == 0  # opening and the command: on the loop
+            assert executor.handed == 1  # closing: strays are known cheaply only to an adopter
+            assert os.listdir(os.path.join(sandbox.root, "workspace")) == []
             return sandbox.root, int(out.output)
 
-    with open_pool(SandboxOptions(root=str(tmp_path)), "pool-run") as factory:
-        slot, pid = asyncio.run(prompt(factory))
-        assert executor.handed == 1  # closing: strays are known cheaply only to an adopter
-        assert not _alive(pid)
-        assert os.listdir(os.path.join(slot, "workspace")) == []
+    _, pid = asyncio.run(prompt())
+    assert not _alive(pid)
 
 
-def test_a_sandbox_opening_in_a_thread_is_destroyed_when_cancelled_twice_meanwhile() -> None:
-    """The thread path of sandbox_session (bwrap and docker managers): a cancellation, even a
+def test_a_blocking_sandbox_opening_in_a_thread_is_destroyed_when_cancelled_twice_meanwhile() -> None:
+    """The thread path (bwrap and docker, through `opened_in_thread`): a cancellation, even a
     second one, while the sandbox is being created waits for the creation, destroys the
-    sandbox, then goes on. `Slow` is a test double at the SandboxFactory seam: what is under
+    sandbox, then goes on. `Slow` is a test double of a blocking sandbox manager: what is under
     test is the lifecycle's timing, which a real backend cannot hold still for."""
     events: list[str] = []
     entering = threading.Event()
@@ -276,7 +286,7 @@ def test_a_sandbox_opening_in_a_thread_is_destroyed_when_cancelled_twice_meanwhi
 
     async def main() -> None:
         async def use() -> None:
-            async with sandbox_session(lambda spec: Slow(), SPEC):
+            async with sandbox_session(lambda spec: opened_in_thread(Slow()), SPEC):
                 events.append("used")  # never reached
 
         task = asyncio.create_task(use())

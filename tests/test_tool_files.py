@@ -11,12 +11,13 @@ from agent.sandboxes.local.sandbox import LocalSandbox
 from tools.files import MAX_READ_LINES, TOOLSET
 
 TOOLS = TOOLSET.tools
+pytestmark = pytest.mark.anyio
 
 
-def call(name: str, sandbox: LocalSandbox, **args: Any) -> Any:
+async def call(name: str, sandbox: LocalSandbox, **args: Any) -> Any:
     handler = next(spec.handler for spec in TOOLS if spec.name == name)
     assert handler is not None
-    return handler(args, sandbox)
+    return await handler(args, sandbox)
 
 
 def host(sandbox: LocalSandbox, path: str) -> Path:
@@ -42,9 +43,9 @@ def test_schemas_are_openai_function_schemas() -> None:
 # ---------------------------------------------------------------- read_file
 
 
-def test_read_file_numbers_lines(local_sandbox: LocalSandbox) -> None:
+async def test_read_file_numbers_lines(local_sandbox: LocalSandbox) -> None:
     host(local_sandbox, "a.txt").write_text("first\nsecond\n")
-    assert call("read_file", local_sandbox, path="a.txt") == {
+    assert (await call("read_file", local_sandbox, path="a.txt")) == {
         "content": "     1|first\n     2|second\n",
         "total_lines": 2,
         "file_size": 13,
@@ -52,126 +53,130 @@ def test_read_file_numbers_lines(local_sandbox: LocalSandbox) -> None:
     }
 
 
-def test_read_file_pages_with_a_hint(local_sandbox: LocalSandbox) -> None:
+async def test_read_file_pages_with_a_hint(local_sandbox: LocalSandbox) -> None:
     host(local_sandbox, "n.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
-    page = call("read_file", local_sandbox, path="n.txt", offset=4, limit=3)
+    page = await call("read_file", local_sandbox, path="n.txt", offset=4, limit=3)
     assert page["content"] == "     4|line 4\n     5|line 5\n     6|line 6\n"
     assert page["truncated"] is True and page["total_lines"] == 10
     assert page["hint"] == "Use offset=7 to continue reading (showing 4-6 of 10 lines)"
-    last = call("read_file", local_sandbox, path="n.txt", offset=7, limit=500)
+    last = await call("read_file", local_sandbox, path="n.txt", offset=7, limit=500)
     assert last["truncated"] is False and "hint" not in last
     assert last["content"].endswith("    10|line 10\n")
 
 
-def test_read_file_limit_is_capped(local_sandbox: LocalSandbox) -> None:
+async def test_read_file_limit_is_capped(local_sandbox: LocalSandbox) -> None:
     host(local_sandbox, "big.txt").write_text("x\n" * 2500)
-    page = call("read_file", local_sandbox, path="big.txt", limit=10_000)
+    page = await call("read_file", local_sandbox, path="big.txt", limit=10_000)
     assert page["content"].count("\n") == MAX_READ_LINES
     assert page["hint"] == "Use offset=2001 to continue reading (showing 1-2000 of 2500 lines)"
-    default = call("read_file", local_sandbox, path="big.txt")
+    default = await call("read_file", local_sandbox, path="big.txt")
     assert default["content"].count("\n") == 500
 
 
-def test_read_file_cuts_very_long_lines(local_sandbox: LocalSandbox) -> None:
+async def test_read_file_cuts_very_long_lines(local_sandbox: LocalSandbox) -> None:
     host(local_sandbox, "min.js").write_text("y" * 5000 + "\n")
-    content = call("read_file", local_sandbox, path="min.js")["content"]
+    content = (await call("read_file", local_sandbox, path="min.js"))["content"]
     assert content == "     1|" + "y" * 2000 + "... [truncated]\n"
 
 
-def test_read_file_errors(local_sandbox: LocalSandbox) -> None:
+async def test_read_file_errors(local_sandbox: LocalSandbox) -> None:
     host(local_sandbox, "bin.dat").write_bytes(b"\x7fELF\x00\x01\x02")
     host(local_sandbox, "dir").mkdir()
     host(local_sandbox, "short.txt").write_text("one\n")
-    binary = call("read_file", local_sandbox, path="bin.dat")
+    binary = await call("read_file", local_sandbox, path="bin.dat")
     assert binary["error"].startswith("Binary file") and binary["file_size"] == 7
-    assert call("read_file", local_sandbox, path="nope.txt") == {"error": "File not found: nope.txt"}
-    assert "directory" in call("read_file", local_sandbox, path="dir")["error"]
-    assert local_sandbox.root in call("read_file", local_sandbox, path="/etc/passwd")["error"]
-    assert "past the end" in call("read_file", local_sandbox, path="short.txt", offset=5)["error"]
-    assert "offset" in call("read_file", local_sandbox, path="short.txt", offset=0)["error"]
-    assert "path" in call("read_file", local_sandbox)["error"]
+    assert (await call("read_file", local_sandbox, path="nope.txt")) == {"error": "File not found: nope.txt"}
+    assert "directory" in (await call("read_file", local_sandbox, path="dir"))["error"]
+    assert local_sandbox.root in (await call("read_file", local_sandbox, path="/etc/passwd"))["error"]
+    assert "past the end" in (await call("read_file", local_sandbox, path="short.txt", offset=5))["error"]
+    assert "offset" in (await call("read_file", local_sandbox, path="short.txt", offset=0))["error"]
+    assert "path" in (await call("read_file", local_sandbox))["error"]
 
 
-def test_read_empty_file(local_sandbox: LocalSandbox) -> None:
+async def test_read_empty_file(local_sandbox: LocalSandbox) -> None:
     host(local_sandbox, "empty").write_text("")
-    result = call("read_file", local_sandbox, path="empty")
+    result = await call("read_file", local_sandbox, path="empty")
     assert result == {"content": "", "total_lines": 0, "file_size": 0, "truncated": False}
 
 
 # ---------------------------------------------------------------- write_file
 
 
-def test_write_file_creates_parents_and_counts_bytes(local_sandbox: LocalSandbox) -> None:
-    result = call("write_file", local_sandbox, path="deep/er/f.txt", content="héllo\n")
+async def test_write_file_creates_parents_and_counts_bytes(local_sandbox: LocalSandbox) -> None:
+    result = await call("write_file", local_sandbox, path="deep/er/f.txt", content="héllo\n")
     assert result == {"bytes_written": 7, "path": "deep/er/f.txt"}
     assert host(local_sandbox, "deep/er/f.txt").read_text() == "héllo\n"
 
 
-def test_write_file_refuses_host_paths(local_sandbox: LocalSandbox, tmp_path: Path) -> None:
+async def test_write_file_refuses_host_paths(local_sandbox: LocalSandbox, tmp_path: Path) -> None:
     target = tmp_path / "outside.txt"
-    result = call("write_file", local_sandbox, path=str(target), content="x")
+    result = await call("write_file", local_sandbox, path=str(target), content="x")
     assert set(result) == {"error"} and local_sandbox.root in result["error"]
     assert not target.exists()
-    assert "content" in call("write_file", local_sandbox, path="f.txt")["error"]
+    assert "content" in (await call("write_file", local_sandbox, path="f.txt"))["error"]
     host(local_sandbox, "adir").mkdir()
-    assert "error" in call("write_file", local_sandbox, path="adir", content="x")
+    assert "error" in (await call("write_file", local_sandbox, path="adir", content="x"))
 
 
 # ---------------------------------------------------------------- patch
 
 
-def test_patch_replaces_a_unique_match_and_returns_a_diff(local_sandbox: LocalSandbox) -> None:
+async def test_patch_replaces_a_unique_match_and_returns_a_diff(local_sandbox: LocalSandbox) -> None:
     host(local_sandbox, "m.py").write_text("def f():\n    return 1\n")
-    result = call("patch", local_sandbox, path="m.py", old_string="return 1", new_string="return 2")
+    result = await call("patch", local_sandbox, path="m.py", old_string="return 1", new_string="return 2")
     assert result["success"] is True and result["replacements"] == 1
     assert "-    return 1\n+    return 2\n" in result["diff"]
     assert result["diff"].startswith("--- a/m.py\n+++ b/m.py\n")
     assert host(local_sandbox, "m.py").read_text() == "def f():\n    return 2\n"
 
 
-def test_patch_refuses_ambiguous_and_missing_matches(local_sandbox: LocalSandbox) -> None:
+async def test_patch_refuses_ambiguous_and_missing_matches(local_sandbox: LocalSandbox) -> None:
     original = "x = 1\ny = 2\nx = 1\n"
     host(local_sandbox, "d.py").write_text(original)
-    ambiguous = call("patch", local_sandbox, path="d.py", old_string="x = 1", new_string="x = 3")
+    ambiguous = await call("patch", local_sandbox, path="d.py", old_string="x = 1", new_string="x = 3")
     assert set(ambiguous) == {"error"}
     assert "2 times" in ambiguous["error"] and "replace_all" in ambiguous["error"]
-    missing = call("patch", local_sandbox, path="d.py", old_string="z = 9", new_string="z = 8")
+    missing = await call("patch", local_sandbox, path="d.py", old_string="z = 9", new_string="z = 8")
     assert missing["error"].startswith("old_string not found in d.py")
     assert host(local_sandbox, "d.py").read_text() == original  # untouched by failed patches
 
 
-def test_patch_replace_all(local_sandbox: LocalSandbox) -> None:
+async def test_patch_replace_all(local_sandbox: LocalSandbox) -> None:
     host(local_sandbox, "d.py").write_text("x = 1\ny = 2\nx = 1\n")
-    result = call(
+    result = await call(
         "patch", local_sandbox, path="d.py", old_string="x = 1", new_string="x = 3", replace_all=True
     )
     assert result["success"] is True and result["replacements"] == 2
     assert host(local_sandbox, "d.py").read_text() == "x = 3\ny = 2\nx = 3\n"
 
 
-def test_patch_keeps_bytes_that_are_not_utf8(local_sandbox: LocalSandbox) -> None:
+async def test_patch_keeps_bytes_that_are_not_utf8(local_sandbox: LocalSandbox) -> None:
     host(local_sandbox, "latin1.txt").write_bytes(b"caf\xe9 old\n")
-    call("patch", local_sandbox, path="latin1.txt", old_string="old", new_string="new")
+    await call("patch", local_sandbox, path="latin1.txt", old_string="old", new_string="new")
     assert host(local_sandbox, "latin1.txt").read_bytes() == b"caf\xe9 new\n"
 
 
-def test_patch_errors(local_sandbox: LocalSandbox) -> None:
+async def test_patch_errors(local_sandbox: LocalSandbox) -> None:
     host(local_sandbox, "a.txt").write_text("same\n")
-    assert call("patch", local_sandbox, path="nope", old_string="a", new_string="b") == {
+    assert (await call("patch", local_sandbox, path="nope", old_string="a", new_string="b")) == {
         "error": "File not found: nope"
     }
-    outside = call("patch", local_sandbox, path="/etc/hostname", old_string="a", new_string="b")
+    outside = await call("patch", local_sandbox, path="/etc/hostname", old_string="a", new_string="b")
     assert local_sandbox.root in outside["error"]
     assert (
         "identical"
-        in call("patch", local_sandbox, path="a.txt", old_string="same", new_string="same")["error"]
+        in (await call("patch", local_sandbox, path="a.txt", old_string="same", new_string="same"))["error"]
     )
-    assert "empty" in call("patch", local_sandbox, path="a.txt", old_string="", new_string="x")["error"]
+    assert (
+        "empty" in (await call("patch", local_sandbox, path="a.txt", old_string="", new_string="x"))["error"]
+    )
     assert (
         "replace_all"
-        in call("patch", local_sandbox, path="a.txt", old_string="same", new_string="x", replace_all="yes")[
-            "error"
-        ]
+        in (
+            await call(
+                "patch", local_sandbox, path="a.txt", old_string="same", new_string="x", replace_all="yes"
+            )
+        )["error"]
     )
 
 
@@ -179,7 +184,7 @@ def test_patch_errors(local_sandbox: LocalSandbox) -> None:
 
 
 @pytest.fixture
-def tree(local_sandbox: LocalSandbox) -> LocalSandbox:
+async def tree(local_sandbox: LocalSandbox) -> LocalSandbox:
     files = {
         "src/app.py": "import os\ndef main():\n    return os.getcwd()\n",
         "src/util.py": "def helper():\n    pass\n",
@@ -194,8 +199,8 @@ def tree(local_sandbox: LocalSandbox) -> LocalSandbox:
     return local_sandbox
 
 
-def test_content_search(tree: LocalSandbox) -> None:
-    result = call("search_files", tree, pattern=r"main\(\)")
+async def test_content_search(tree: LocalSandbox) -> None:
+    result = await call("search_files", tree, pattern=r"main\(\)")
     assert result == {
         "total_count": 2,
         "matches": [
@@ -205,38 +210,38 @@ def test_content_search(tree: LocalSandbox) -> None:
     }
 
 
-def test_content_search_with_glob_path_and_limit(tree: LocalSandbox) -> None:
-    only_py = call("search_files", tree, pattern="main", path="src", file_glob="*.py")
+async def test_content_search_with_glob_path_and_limit(tree: LocalSandbox) -> None:
+    only_py = await call("search_files", tree, pattern="main", path="src", file_glob="*.py")
     assert only_py["matches"] == [{"path": "src/app.py", "line": 2, "content": "def main():"}]
-    limited = call("search_files", tree, pattern="main", limit=1)
+    limited = await call("search_files", tree, pattern="main", limit=1)
     assert limited["total_count"] == 3 and len(limited["matches"]) == 1 and limited["truncated"] is True
-    paths = {m["path"] for m in call("search_files", tree, pattern="main")["matches"]}
+    paths = {m["path"] for m in (await call("search_files", tree, pattern="main"))["matches"]}
     assert paths == {"README.md", "src/app.py", "src/notes name.txt"}  # no .git, no binary
 
 
-def test_file_search(tree: LocalSandbox) -> None:
-    assert call("search_files", tree, pattern="*.py", target="files") == {
+async def test_file_search(tree: LocalSandbox) -> None:
+    assert (await call("search_files", tree, pattern="*.py", target="files")) == {
         "total_count": 2,
         "files": ["src/app.py", "src/util.py"],
     }
-    limited = call("search_files", tree, pattern="*", target="files", limit=2)
+    limited = await call("search_files", tree, pattern="*", target="files", limit=2)
     assert limited["total_count"] == 5 and len(limited["files"]) == 2 and limited["truncated"] is True
 
 
-def test_search_arguments_are_never_run_by_the_shell(tree: LocalSandbox) -> None:
+async def test_search_arguments_are_never_run_by_the_shell(tree: LocalSandbox) -> None:
     for pattern in ["$(touch pwned)", "'; touch pwned; '", "`touch pwned`"]:
-        assert call("search_files", tree, pattern=pattern)["total_count"] == 0
-        assert call("search_files", tree, pattern=pattern, target="files")["total_count"] == 0
-        assert call("search_files", tree, pattern="x", file_glob=pattern)["total_count"] == 0
+        assert (await call("search_files", tree, pattern=pattern))["total_count"] == 0
+        assert (await call("search_files", tree, pattern=pattern, target="files"))["total_count"] == 0
+        assert (await call("search_files", tree, pattern="x", file_glob=pattern))["total_count"] == 0
     assert not host(tree, "pwned").exists()
 
 
-def test_search_errors(tree: LocalSandbox) -> None:
-    invalid = call("search_files", tree, pattern="(unclosed")
+async def test_search_errors(tree: LocalSandbox) -> None:
+    invalid = await call("search_files", tree, pattern="(unclosed")
     assert set(invalid) == {"error"} and "Invalid regex" in invalid["error"]
-    assert tree.root in call("search_files", tree, pattern="root", path="/etc")["error"]
-    tree.exec("ln -s /etc etc-link", timeout=30)
-    assert tree.root in call("search_files", tree, pattern="root", path="etc-link/")["error"]
-    assert "not found" in call("search_files", tree, pattern="x", path="missing")["error"]
-    assert "target" in call("search_files", tree, pattern="x", target="dirs")["error"]
-    assert "pattern" in call("search_files", tree)["error"]
+    assert tree.root in (await call("search_files", tree, pattern="root", path="/etc"))["error"]
+    await tree.exec("ln -s /etc etc-link", timeout=30)
+    assert tree.root in (await call("search_files", tree, pattern="root", path="etc-link/"))["error"]
+    assert "not found" in (await call("search_files", tree, pattern="x", path="missing"))["error"]
+    assert "target" in (await call("search_files", tree, pattern="x", target="dirs"))["error"]
+    assert "pattern" in (await call("search_files", tree))["error"]

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -20,19 +19,14 @@ def _tool(name: str) -> ToolSpec:
     return next(spec for spec in TOOLS if spec.name == name)
 
 
-Run = Callable[[Mapping[str, Any], Sandbox], Any]
+pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["handler", "async_handler"])
-def run(request: pytest.FixtureRequest) -> Run:
-    """The terminal tool as dispatch calls it from a thread (handler) or the event loop."""
-    spec = _tool("terminal")
-    if request.param == "handler":
-        assert spec.handler is not None
-        return spec.handler
-    handler = spec.async_handler
+async def run(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
+    """The terminal tool as dispatch calls it."""
+    handler = _tool("terminal").handler
     assert handler is not None
-    return lambda args, sandbox: asyncio.run(handler(args, sandbox))
+    return await handler(args, sandbox)
 
 
 def test_family_declares_terminal_and_an_unoffered_process_tool() -> None:
@@ -50,26 +44,26 @@ def test_family_declares_terminal_and_an_unoffered_process_tool() -> None:
     assert _tool("terminal").schema["parameters"]["required"] == ["command"]
 
 
-def test_success_result_shape(local_sandbox: LocalSandbox, run: Run) -> None:
-    assert run({"command": "echo hello"}, local_sandbox) == {
+async def test_success_result_shape(local_sandbox: LocalSandbox) -> None:
+    assert await run({"command": "echo hello"}, local_sandbox) == {
         "output": "hello\n",
         "exit_code": 0,
         "error": None,
     }
 
 
-def test_nonzero_exit_is_not_an_error(local_sandbox: LocalSandbox, run: Run) -> None:
-    result = run({"command": "echo nope >&2; exit 1"}, local_sandbox)
+async def test_nonzero_exit_is_not_an_error(local_sandbox: LocalSandbox) -> None:
+    result = await run({"command": "echo nope >&2; exit 1"}, local_sandbox)
     assert result == {"output": "nope\n", "exit_code": 1, "error": None}
 
 
-def test_timeout_is_an_error_with_exit_code_124(local_sandbox: LocalSandbox, run: Run) -> None:
-    result = run({"command": "echo before; sleep 30", "timeout": 1}, local_sandbox)
+async def test_timeout_is_an_error_with_exit_code_124(local_sandbox: LocalSandbox) -> None:
+    result = await run({"command": "echo before; sleep 30", "timeout": 1}, local_sandbox)
     assert result == {"output": "before\n", "exit_code": 124, "error": "Command timed out after 1 s"}
 
 
-def test_default_timeout_comes_from_the_handler_factory(local_sandbox: LocalSandbox) -> None:
-    result = make_terminal_handler(default_timeout=1)({"command": "sleep 30"}, local_sandbox)
+async def test_default_timeout_comes_from_the_handler_factory(local_sandbox: LocalSandbox) -> None:
+    result = await make_terminal_handler(default_timeout=1)({"command": "sleep 30"}, local_sandbox)
     assert result["error"] == "Command timed out after 1 s"
 
 
@@ -81,24 +75,24 @@ class _RecordingSandbox:
     def __init__(self) -> None:
         self.timeouts: list[float] = []
 
-    def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
+    async def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
         self.timeouts.append(timeout)
         return ExecResult("", 0)
 
-    def read_file(self, path: str) -> bytes:
+    async def read_file(self, path: str) -> bytes:
         raise FileNotFoundError(path)
 
-    def write_file(self, path: str, data: bytes) -> None:
+    async def write_file(self, path: str, data: bytes) -> None:
         raise FileNotFoundError(path)
 
 
 @pytest.mark.parametrize(
     ("timeout", "used"), [(None, DEFAULT_TIMEOUT), (5, 5), ("7", 7), (10**6, MAX_TIMEOUT)]
 )
-def test_timeout_argument_defaults_and_is_capped(timeout: Any, used: float, run: Run) -> None:
-    sandbox = _RecordingSandbox()  # no `aexec`: the async handler runs its `exec` in a thread
+async def test_timeout_argument_defaults_and_is_capped(timeout: Any, used: float) -> None:
+    sandbox = _RecordingSandbox()
     args = {"command": "true"} if timeout is None else {"command": "true", "timeout": timeout}
-    assert run(args, sandbox)["error"] is None
+    assert (await run(args, sandbox))["error"] is None
     assert sandbox.timeouts == [used]
 
 
@@ -113,31 +107,29 @@ def test_timeout_argument_defaults_and_is_capped(timeout: Any, used: float, run:
         {"command": "true", "workdir": 3},
     ],
 )
-def test_bad_arguments_become_error_results(
-    local_sandbox: LocalSandbox, args: dict[str, Any], run: Run
-) -> None:
-    result = run(args, local_sandbox)
+async def test_bad_arguments_become_error_results(local_sandbox: LocalSandbox, args: dict[str, Any]) -> None:
+    result = await run(args, local_sandbox)
     assert result["exit_code"] == -1 and result["output"] == ""
     assert isinstance(result["error"], str) and result["error"]
 
 
-def test_workdir(local_sandbox: LocalSandbox, run: Run) -> None:
-    local_sandbox.write_file("sub/marker.txt", b"")
-    assert run({"command": "ls", "workdir": "sub"}, local_sandbox)["output"] == "marker.txt\n"
-    missing = run({"command": "ls", "workdir": "nowhere"}, local_sandbox)
+async def test_workdir(local_sandbox: LocalSandbox) -> None:
+    await local_sandbox.write_file("sub/marker.txt", b"")
+    assert (await run({"command": "ls", "workdir": "sub"}, local_sandbox))["output"] == "marker.txt\n"
+    missing = await run({"command": "ls", "workdir": "nowhere"}, local_sandbox)
     assert missing["exit_code"] == -1 and "nowhere" in missing["error"]
-    outside = run({"command": "ls", "workdir": "/etc"}, local_sandbox)
+    outside = await run({"command": "ls", "workdir": "/etc"}, local_sandbox)
     assert outside["exit_code"] == -1 and local_sandbox.root in outside["error"]
 
 
-def test_ansi_escape_codes_are_stripped(local_sandbox: LocalSandbox, run: Run) -> None:
+async def test_ansi_escape_codes_are_stripped(local_sandbox: LocalSandbox) -> None:
     command = r"printf '\033[1;31mred\033[0m \033]0;title\007plain\033(B\n'"
-    assert run({"command": command}, local_sandbox)["output"] == "red plain\n"
+    assert (await run({"command": command}, local_sandbox))["output"] == "red plain\n"
 
 
-def test_long_output_keeps_40_percent_head_and_60_percent_tail(local_sandbox: LocalSandbox, run: Run) -> None:
+async def test_long_output_keeps_40_percent_head_and_60_percent_tail(local_sandbox: LocalSandbox) -> None:
     command = "head -c 60000 /dev/zero | tr '\\0' A; head -c 60000 /dev/zero | tr '\\0' B"
-    output = run({"command": command}, local_sandbox)["output"]
+    output = (await run({"command": command}, local_sandbox))["output"]
     marker = "\n\n[OUTPUT TRUNCATED - 70000 chars omitted out of 120000 total]\n\n"
     assert output == "A" * 20_000 + marker + "B" * 30_000
 

@@ -8,22 +8,13 @@ workdir are.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from agent.errors import SandboxPathError
-from agent.protocols import (
-    AsyncSandbox,
-    AsyncToolHandler,
-    ExecResult,
-    Sandbox,
-    ToolHandler,
-    Toolset,
-    ToolSpec,
-)
+from agent.protocols import ExecResult, Sandbox, ToolHandler, Toolset, ToolSpec
 
 DEFAULT_TIMEOUT = 180  # seconds; the model may ask for another value up to MAX_TIMEOUT
 MAX_TIMEOUT = 600
@@ -84,33 +75,12 @@ PROCESS_SCHEMA: dict[str, Any] = {
 def make_terminal_handler(default_timeout: float = DEFAULT_TIMEOUT) -> ToolHandler:
     """A `terminal` handler whose default timeout is `default_timeout` (e.g. from run options)."""
 
-    def run_terminal(args: Mapping[str, Any], sandbox: Sandbox) -> dict[str, Any]:
-        call = _parse(args, default_timeout)
-        if isinstance(call, str):
-            return _failure(call)
-        try:
-            return _answer(sandbox.exec(call.command, timeout=call.timeout, cwd=call.workdir), call)
-        except (SandboxPathError, FileNotFoundError, NotADirectoryError) as exc:
-            return _failure(f"Invalid workdir {call.workdir!r}: {_reason(exc)}")
-
-    return run_terminal
-
-
-def make_async_terminal_handler(default_timeout: float = DEFAULT_TIMEOUT) -> AsyncToolHandler:
-    """`make_terminal_handler` for the event loop: no thread per command where the sandbox can
-    run commands from the loop (`AsyncSandbox`), a thread otherwise."""
-
     async def run_terminal(args: Mapping[str, Any], sandbox: Sandbox) -> dict[str, Any]:
         call = _parse(args, default_timeout)
         if isinstance(call, str):
             return _failure(call)
         try:
-            if isinstance(sandbox, AsyncSandbox):
-                result = await sandbox.aexec(call.command, timeout=call.timeout, cwd=call.workdir)
-            else:
-                result = await asyncio.to_thread(
-                    sandbox.exec, call.command, timeout=call.timeout, cwd=call.workdir
-                )
+            result = await sandbox.exec(call.command, timeout=call.timeout, cwd=call.workdir)
         except (SandboxPathError, FileNotFoundError, NotADirectoryError) as exc:
             return _failure(f"Invalid workdir {call.workdir!r}: {_reason(exc)}")
         return _answer(result, call)
@@ -188,12 +158,7 @@ def _process_unavailable() -> str:
 
 def build_toolset(default_timeout: float = DEFAULT_TIMEOUT) -> Toolset:
     """The family's tools, with `terminal` defaulting to `default_timeout` seconds."""
-    terminal = ToolSpec(
-        "terminal",
-        TERMINAL_SCHEMA,
-        make_terminal_handler(default_timeout),
-        async_handler=make_async_terminal_handler(default_timeout),
-    )
+    terminal = ToolSpec("terminal", TERMINAL_SCHEMA, make_terminal_handler(default_timeout))
     process = ToolSpec("process", PROCESS_SCHEMA, None, available=_process_unavailable)
     return Toolset("terminal", "Shell commands and background processes", (terminal, process))
 

@@ -16,10 +16,8 @@ import logging.handlers
 import os
 import queue
 import signal
-import threading
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from collections.abc import Callable
 from typing import Any
 
 from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, WorkerExit
@@ -31,8 +29,7 @@ from agent.llm.factory import open_chat_model
 from agent.llm.rate_limit import AdaptiveLimiter
 from agent.loop.agent_loop import converse
 from agent.loop.conversation import Prompt
-from agent.protocols import Sandbox, SandboxFactory, SandboxSpec
-from agent.sandboxes import sandbox_pool
+from agent.sandboxes import sandbox_pool, throttled
 from agent.sandboxes.host import orphans
 from agent.toolbox.registry import ResolvedTools, resolve_tools
 
@@ -45,27 +42,6 @@ def _die_with_parent(parent_pid: int) -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
-
-
-def throttled(factory: SandboxFactory, starts: int) -> SandboxFactory:
-    """At most `starts` sandbox creations at once, so a burst of starts cannot starve the
-    machine. Sandboxes that open on the event loop (`async with`) open one at a time already."""
-    gate = threading.BoundedSemaphore(starts)
-
-    def open_sandbox(spec: SandboxSpec) -> AbstractContextManager[Sandbox]:
-        manager = factory(spec)
-        return manager if isinstance(manager, AbstractAsyncContextManager) else gated(manager)
-
-    @contextlib.contextmanager
-    def gated(manager: AbstractContextManager[Sandbox]) -> Iterator[Sandbox]:
-        with gate:
-            sandbox = manager.__enter__()
-        try:
-            yield sandbox
-        finally:
-            manager.__exit__(None, None, None)
-
-    return open_sandbox
 
 
 def main(worker_id: int, config: RunConfig, jobs: Any, events: Any, parent_pid: int) -> None:
@@ -120,7 +96,7 @@ class Worker:
         connections = self.config.inflight_per_worker + 8
         self.model = open_chat_model(self.config.agent, limiter=self.limiter, max_connections=connections)
         try:
-            with sandbox_pool(self.config.sandbox, self.config.run_name) as factory:
+            async with sandbox_pool(self.config.sandbox, self.config.run_name) as factory:
                 self.factory = throttled(factory, self.config.sandbox_starts)
                 await self._pull_and_run()
         finally:

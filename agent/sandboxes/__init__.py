@@ -1,53 +1,39 @@
 """Sandbox backends and the choice between them.
 
-Each backend module (`local`, `bwrap`, `docker`) exposes:
-
-    def open_sandbox(spec: SandboxSpec, options: SandboxOptions) -> AbstractContextManager[Sandbox]
-    def unavailable_reason(options: SandboxOptions) -> str | None   # None when usable here
-
-and may expose `open_pool(options, run_name) -> AbstractContextManager[SandboxFactory]`, a
-factory for a whole run in one process that reuses what it can between prompts.
-
-Backends are imported lazily so that a missing optional dependency of one backend never
-breaks another.
+A backend is a package (`local`, `bwrap`, `docker`) exposing `BACKEND`, a `SandboxBackend`
+(agent/protocols.py): how to open a sandbox, why it cannot run here, how to reap what dead
+processes left, and optionally a pool for a whole run. Backends are imported lazily, by name,
+so that a missing optional dependency of one backend (the docker SDK) never breaks another.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import os
-from collections.abc import AsyncIterator, Iterator
-from contextlib import (
-    AbstractAsyncContextManager,
-    AbstractContextManager,
-    asynccontextmanager,
-    contextmanager,
-    suppress,
-)
-from types import ModuleType
-from typing import TypeVar
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from agent.errors import ConfigError, SandboxUnavailable
-from agent.protocols import Sandbox, SandboxFactory, SandboxSpec
-from agent.sandboxes.options import SandboxOptions
-
-T = TypeVar("T")
+from agent.protocols import Sandbox, SandboxBackend, SandboxFactory, SandboxOptions, SandboxSpec
+from agent.sandboxes.blocking import to_the_end
+from agent.sandboxes.session import sandbox_session, throttled
 
 __all__ = [
     "BACKENDS",
     "SandboxOptions",
     "available_backends",
+    "backend",
     "reap_stale",
     "resolve_backend",
     "sandbox_factory",
     "sandbox_pool",
     "sandbox_session",
+    "throttled",
     "to_the_end",
     "unavailable_reason",
 ]
 
-BACKENDS = ("local", "bwrap", "docker")
+BACKENDS = ("local", "bwrap", "docker")  # each is the package agent.sandboxes.<name>
 UNSUPPORTED = {
     "singularity": "Singularity/Apptainer is not supported yet (not installable on these machines)",
     "apptainer": "Singularity/Apptainer is not supported yet (not installable on these machines)",
@@ -67,18 +53,21 @@ def resolve_backend(flag: str | None) -> str:
     return name
 
 
-def _module(backend: str) -> ModuleType:
-    return importlib.import_module(f"agent.sandboxes.{backend}.sandbox")
+def backend(name: str) -> SandboxBackend:
+    """The backend called `name` (one of BACKENDS), its package imported now if not yet."""
+    if name not in BACKENDS:
+        raise ConfigError(f"unknown sandbox backend {name!r}; use one of {', '.join(BACKENDS)}")
+    found: SandboxBackend = importlib.import_module(f"agent.sandboxes.{name}").BACKEND
+    return found
 
 
 def unavailable_reason(options: SandboxOptions) -> str | None:
     """Why `options.backend` cannot run here (with how to fix it), or None when it can."""
     try:
-        module = _module(options.backend)
+        chosen = backend(options.backend)
     except ImportError as exc:
         return f"backend module failed to import: {exc}"
-    reason: str | None = module.unavailable_reason(options)
-    return reason
+    return chosen.unavailable_reason(options)
 
 
 def available_backends(options: SandboxOptions | None = None) -> dict[str, str | None]:
@@ -92,13 +81,7 @@ def available_backends(options: SandboxOptions | None = None) -> dict[str, str |
 def reap_stale(options: SandboxOptions) -> list[str]:
     """Remove what dead processes (kill -9, the OOM killer) left behind for this backend:
     directories for local/bwrap, containers for docker. Returns what was removed."""
-    if options.backend == "docker":
-        from agent.sandboxes.docker.engine import engine_client
-        from agent.sandboxes.docker.lifecycle import reap_stale as reap_containers
-
-        return reap_containers(engine_client())
-    removed: list[str] = _module(options.backend).reap_stale(options.root)
-    return removed
+    return backend(options.backend).reap_stale(options)
 
 
 def sandbox_factory(options: SandboxOptions) -> SandboxFactory:
@@ -106,75 +89,22 @@ def sandbox_factory(options: SandboxOptions) -> SandboxFactory:
     reason = unavailable_reason(options)
     if reason is not None:
         raise SandboxUnavailable(f"sandbox backend '{options.backend}' is unavailable: {reason}")
-    module = _module(options.backend)
+    chosen = backend(options.backend)
 
-    def open_sandbox(spec: SandboxSpec) -> AbstractContextManager[Sandbox]:
-        cm: AbstractContextManager[Sandbox] = module.open_sandbox(spec, options)
-        return cm
+    def open_sandbox(spec: SandboxSpec) -> AbstractAsyncContextManager[Sandbox]:
+        return chosen.open(spec, options)
 
     return open_sandbox
 
 
-@contextmanager
-def sandbox_pool(options: SandboxOptions, run_name: str) -> Iterator[SandboxFactory]:
+@asynccontextmanager
+async def sandbox_pool(options: SandboxOptions, run_name: str) -> AsyncIterator[SandboxFactory]:
     """A factory for all of a run's sandboxes in this process, valid inside the block: the
     backend's own pool when it has one, else `sandbox_factory`'s fresh sandbox per prompt."""
     factory = sandbox_factory(options)  # raises SandboxUnavailable before anything is made
-    open_pool = getattr(_module(options.backend), "open_pool", None)
-    if open_pool is None:
+    pool = backend(options.backend).pool
+    if pool is None:
         yield factory
         return
-    with open_pool(options, run_name) as pooled:
+    async with pool(options, run_name) as pooled:
         yield pooled
-
-
-@asynccontextmanager
-async def sandbox_session(factory: SandboxFactory, spec: SandboxSpec) -> AsyncIterator[Sandbox]:
-    """Open a sandbox from async code: on the event loop when the factory's manager supports
-    `async with`, else creation and destruction run in threads; a cancellation that lands
-    mid-creation still destroys what was created."""
-    manager = factory(spec)
-    if isinstance(manager, AbstractAsyncContextManager):
-        async with _shielded_exit(manager) as sandbox:
-            yield sandbox
-        return
-    entering = asyncio.ensure_future(asyncio.to_thread(manager.__enter__))
-    try:
-        sandbox = await to_the_end(entering)
-    except asyncio.CancelledError:
-        if not entering.cancelled() and entering.exception() is None:
-            await to_the_end(asyncio.ensure_future(asyncio.to_thread(manager.__exit__, None, None, None)))
-        raise
-    try:
-        yield sandbox
-    finally:
-        # A later cancellation must not abandon a half-destroyed sandbox.
-        await to_the_end(asyncio.ensure_future(asyncio.to_thread(manager.__exit__, None, None, None)))
-
-
-async def to_the_end(work: asyncio.Future[T]) -> T:
-    """Await `work` (a thread's result). A thread cannot be stopped: when the caller is
-    cancelled, even again and again, it first waits until the thread is done, then the
-    cancellation goes on; so a sandbox is never closed, or handed on, while a thread still
-    creates it, destroys it or writes into it."""
-    try:
-        return await asyncio.shield(work)
-    except asyncio.CancelledError:
-        while not work.done():
-            with suppress(asyncio.CancelledError):
-                await asyncio.wait([work])
-        if not work.cancelled():
-            work.exception()  # retrieved: the cancelled caller will not read it
-        raise
-
-
-@asynccontextmanager
-async def _shielded_exit(manager: AbstractAsyncContextManager[Sandbox]) -> AsyncIterator[Sandbox]:
-    sandbox = await manager.__aenter__()
-    try:
-        yield sandbox
-    except BaseException as exc:
-        # Shielded: a second cancellation must not abandon a half-destroyed sandbox.
-        await asyncio.shield(manager.__aexit__(type(exc), exc, exc.__traceback__))
-        raise
-    await asyncio.shield(manager.__aexit__(None, None, None))

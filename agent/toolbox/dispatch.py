@@ -1,10 +1,10 @@
 """Dispatching one tool call to its handler. Dispatch never renames a near-miss tool name: an
 unknown name is an error the model sees. Argument problems and handler failures also become
-tool results (`{"error": ...}`), never exceptions."""
+tool results (`{"error": ...}`), never exceptions. Every handler runs on the event loop (a
+blocking tool is wrapped in a thread where its family declares it), so there is one path."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Mapping
@@ -12,7 +12,6 @@ from typing import Any
 
 from agent.common.unicode_text import encodable
 from agent.protocols import JSON, Sandbox, ToolSpec
-from agent.sandboxes import to_the_end
 from agent.toolbox.arguments import drop_null_optionals, parse_arguments, validate_arguments
 from agent.toolbox.registry import unavailable_reason
 
@@ -28,37 +27,16 @@ def unknown_tool_result(name: str, allowed: Mapping[str, ToolSpec]) -> str:
     return _error(f"Unknown tool '{name}'. Available tools: {', '.join(sorted(allowed)) or 'none'}")
 
 
-def handle_function_call(
-    name: str, raw_arguments: str, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]
-) -> str:
-    """Run one tool call; returns the tool message content (errors as `{"error": ...}`)."""
+async def dispatch(name: str, raw_arguments: str, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]) -> str:
+    """Run one tool call on the event loop; returns the tool message content (errors as
+    `{"error": ...}`)."""
     prepared = _prepare(name, raw_arguments, allowed)
     if isinstance(prepared, str):
         return prepared
     spec, args = prepared
     assert spec.handler is not None  # _prepare checked
     try:
-        return _content(spec.handler(args, sandbox))
-    except Exception as exc:  # any handler failure is a tool result the model reads
-        log.debug("tool %s raised", name, exc_info=True)
-        return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
-
-
-async def ahandle_function_call(
-    name: str, raw_arguments: str, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]
-) -> str:
-    """`handle_function_call` from the event loop: a tool's `async_handler` runs on the loop,
-    a tool without one runs in a thread."""
-    spec = allowed.get(name)
-    if spec is None or spec.async_handler is None:
-        # Awaited to the end even when cancelled: the sandbox closes as a cancellation unwinds.
-        work = asyncio.to_thread(handle_function_call, name, raw_arguments, sandbox, allowed)
-        return await to_the_end(asyncio.ensure_future(work))
-    prepared = _prepare(name, raw_arguments, allowed)
-    if isinstance(prepared, str):
-        return prepared
-    try:
-        return _content(await spec.async_handler(prepared[1], sandbox))
+        return _content(await spec.handler(args, sandbox))
     except Exception as exc:  # any handler failure is a tool result the model reads
         log.debug("tool %s raised", name, exc_info=True)
         return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
@@ -88,7 +66,3 @@ def _content(result: JSON) -> str:
     """The tool message, valid UTF-8 whatever the tool read (a diff of a Latin-1 file holds
     surrogateescape characters)."""
     return encodable(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
-
-
-# The loop's name for the one async dispatch path.
-dispatch = ahandle_function_call

@@ -63,7 +63,7 @@ _reported: set[str] = set()  # tools whose unavailability this process has logge
 def unavailable_reason(spec: ToolSpec) -> str | None:
     """Why `spec` cannot run on this machine, None when it can."""
     reason = spec.available()
-    if spec.handler is None and spec.async_handler is None:
+    if spec.handler is None:
         return reason or "no handler is implemented"
     return reason
 
@@ -73,7 +73,7 @@ def _report(spec: ToolSpec, reason: str) -> None:
         return
     _reported.add(spec.name)
     # A declared-only tool is unavailable by design; a real tool missing its backend is news.
-    declared_only = spec.handler is None and spec.async_handler is None
+    declared_only = spec.handler is None
     log.log(logging.INFO if declared_only else logging.WARNING, "tool %s not offered: %s", spec.name, reason)
 
 

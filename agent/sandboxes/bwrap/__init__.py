@@ -1,0 +1,27 @@
+"""The `bwrap` backend: every command in fresh namespaces on a read-only root (see `sandbox`,
+and `command` for the bubblewrap command line). Its blocking work runs in threads."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+
+from agent.protocols import Sandbox, SandboxBackend, SandboxOptions, SandboxPool, SandboxSpec
+from agent.sandboxes.bwrap import sandbox
+
+
+class BwrapBackend:
+    def unavailable_reason(self, options: SandboxOptions) -> str | None:
+        return sandbox.unavailable_reason(options)
+
+    def open(self, spec: SandboxSpec, options: SandboxOptions) -> AbstractAsyncContextManager[Sandbox]:
+        return sandbox.open_sandbox(spec, options)
+
+    def reap_stale(self, options: SandboxOptions) -> list[str]:
+        return sandbox.reap_stale(options.root)
+
+    @property
+    def pool(self) -> SandboxPool | None:
+        return None  # a sandbox costs one directory: nothing worth reusing
+
+
+BACKEND: SandboxBackend = BwrapBackend()

@@ -20,7 +20,7 @@ import glob
 import os
 from dataclasses import dataclass
 
-from agent.sandboxes.options import SandboxOptions
+from agent.protocols import SandboxOptions
 
 HOST_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 HOST_ETC = (

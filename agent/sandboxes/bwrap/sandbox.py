@@ -5,7 +5,7 @@ bwrap_command). Starts take milliseconds and need no daemon.
 A prompt's sandbox is a host directory holding its `/workspace` and `/tmp` (and its cwd when
 that lies outside both); files persist across the prompt's commands, processes do not: when a
 command ends its pid namespace ends with it. A timeout kills the whole namespace. Leaving the
-`with` block deletes the directory. Sandboxes die with a runner killed by SIGKILL (parent
+block deletes the directory. Sandboxes die with a runner killed by SIGKILL (parent
 death signals); `reap_stale` deletes what such a runner left, first killing any process that
 still uses it (bwrap cannot close the race of its parent dying while it sets itself up).
 
@@ -28,15 +28,16 @@ import shutil
 import stat
 import tempfile
 import uuid
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 
 from agent.errors import SandboxError, SandboxPathError
-from agent.protocols import ExecResult, SandboxSpec
+from agent.protocols import ExecResult, SandboxOptions, SandboxSpec
 from agent.sandboxes import shell_scripts
+from agent.sandboxes.blocking import ThreadedSandbox, opened_in_thread
 from agent.sandboxes.bwrap.command import Layout, bwrap_argv, root_mounts
 from agent.sandboxes.host.sandbox_dirs import make_sandbox_dir, reap_dirs, remove_tree
-from agent.sandboxes.host.sandbox_process import ProcessOutcome, run_process
-from agent.sandboxes.options import SandboxOptions
+from agent.sandboxes.host.sandbox_process import ProcessOutcome, kill_running, run_process
 
 DIR_PREFIX = "bwrap-"
 SANDBOX_UID_BASE = 2_000_000_000  # a root runner gives each sandbox its own uid above this
@@ -94,9 +95,12 @@ def reap_stale(root: str | None = None) -> list[str]:
     return reap_dirs(root or tempfile.gettempdir(), DIR_PREFIX)
 
 
-def open_sandbox(spec: SandboxSpec, options: SandboxOptions) -> BwrapSandbox:
-    """The prompt's sandbox; entering it makes its directory, leaving it deletes it."""
-    return BwrapSandbox(spec, options)
+def open_sandbox(
+    spec: SandboxSpec, options: SandboxOptions
+) -> AbstractAsyncContextManager[ThreadedSandbox[BwrapSandbox]]:
+    """The prompt's sandbox, used from the event loop (its blocking work runs in threads);
+    entering it makes its directory, leaving it deletes it."""
+    return opened_in_thread(BwrapSandbox(spec, options))
 
 
 def _image_root(spec: SandboxSpec) -> str | None:
@@ -118,6 +122,7 @@ class BwrapSandbox:
         self._dir: str | None = None
         self._binds: tuple[tuple[str, str], ...] = ()
         self._layout: Layout | None = None
+        self._running: set[int] = set()  # process groups of the launches running now
 
     @property
     def workdir(self) -> str:
@@ -175,7 +180,13 @@ class BwrapSandbox:
         nproc = self._options.pids_limit + (0 if self._uid is not None else _tasks_of(os.getuid()))
         argv = bwrap_argv(self._layout, self._options, nproc, script, args)
         limit = 2 * shell_scripts.MAX_READ + 2 if script == shell_scripts.READ else shell_scripts.OUTPUT_LIMIT
-        return run_process(argv, timeout=timeout, limit=limit, stdin=stdin, user=self._uid)
+        return run_process(
+            argv, timeout=timeout, limit=limit, stdin=stdin, user=self._uid, running=self._running
+        )
+
+    def interrupt(self) -> None:
+        """Kill every command running now (each launch's whole namespace dies with it)."""
+        kill_running(self._running)
 
     def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
         target = self._resolve(cwd) if cwd else self._workdir

@@ -18,6 +18,7 @@ import select
 import socket
 import struct
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,15 +132,19 @@ def run_script(
     stdin: bytes = b"",
     kill: bool = True,
     prints_pid: bool = False,
+    streams: set[Any] | None = None,
 ) -> ExecOutcome:
     """Runs `sh -c script sh args...` as root in the container, feeding it `stdin` then EOF.
     The pid line is printed before `script` unless the script prints it (`prints_pid`).
     After `timeout` s it is killed (unless `kill` is false: the kill script itself) and the
-    outcome says `timed_out`."""
+    outcome says `timed_out`. While it runs its connection is in `streams`, where another
+    thread may shut it down to end the wait (`end_streams`)."""
     argv = ["/bin/sh", "-c", GO + ("" if prints_pid else PID) + script, "sh", *args]
     exec_id = client.api.exec_create(container_id, argv, stdin=True, workdir="/")["Id"]
     sock = client.api.exec_start(exec_id, socket=True)
     conn = getattr(sock, "_sock", sock)  # a SocketIO over unix sockets, the socket itself otherwise
+    streams = set() if streams is None else streams
+    streams.add(conn)
     try:
         conn.sendall(b"\n" + stdin)
         conn.shutdown(socket.SHUT_WR)  # EOF on the process's stdin; the engine keeps streaming
@@ -150,14 +155,28 @@ def run_script(
             restarted = stop_command(client, container_id, reader.pid)
             reader.read_until(time.monotonic() + KILL_GRACE)
     finally:
+        streams.discard(conn)
         conn.close()
         sock.close()
+    return _outcome(client, exec_id, reader, finished=finished, restarted=restarted)
+
+
+def _outcome(
+    client: Any, exec_id: str, reader: _FrameReader, *, finished: bool, restarted: bool
+) -> ExecOutcome:
     if not finished:
         return ExecOutcome(reader.stdout.getvalue(), reader.stderr.getvalue(), -1, True, restarted)
     exit_code = _exit_code(client, exec_id)
     if reader.pid is None:
         raise ExecNotStarted(f"exit code {exit_code}: {reader.stderr.getvalue().decode(errors='replace')}")
     return ExecOutcome(reader.stdout.getvalue(), reader.stderr.getvalue(), exit_code, False)
+
+
+def end_streams(streams: set[Any]) -> None:
+    """Shut down the connections of the `run_script` calls running now: their waits end at once."""
+    for conn in list(streams):
+        with suppress(OSError):  # closed meanwhile (the call ended): nothing left to wake
+            conn.shutdown(socket.SHUT_RDWR)
 
 
 def stop_command(client: Any, container_id: str, pid: int | None) -> bool:

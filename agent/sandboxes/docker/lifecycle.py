@@ -19,7 +19,7 @@ from agent.protocols import SandboxSpec
 from agent.sandboxes.host.owner import FIELDS, current_owner, owner_is_dead
 
 if TYPE_CHECKING:
-    from agent.sandboxes.options import SandboxOptions
+    from agent.protocols import SandboxOptions
 
 PREFIX = "io.agent-batch-runner"
 LABEL_PROJECT = f"{PREFIX}.sandbox"  # value "1" on every container of ours

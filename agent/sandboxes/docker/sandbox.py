@@ -3,7 +3,8 @@ works unchanged against Podman's Docker-compatible socket (DOCKER_HOST).
 
 Entering the sandbox checks the image (once per image per process) and starts creating the
 container in the background, so that creation overlaps the prompt's first model call; the
-first command waits for it. Leaving the `with` block removes the container, also on an
+first command waits for it. Everything blocks, so the loop uses the sandbox through threads
+(`opened_in_thread`). Leaving the block removes the container, also on an
 exception or KeyboardInterrupt (the runner turns SIGTERM into an exception, so the same path
 runs). A process killed with SIGKILL leaves its container behind: `reap_stale`, called by the
 runner at start, removes containers whose owner process is dead.
@@ -22,18 +23,21 @@ import posixpath
 import threading
 import uuid
 from concurrent.futures import Future
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any
 
 from docker.errors import APIError, NotFound
 
 from agent.errors import SandboxError, SandboxPathError
-from agent.protocols import ExecResult, SandboxSpec
+from agent.protocols import ExecResult, SandboxOptions, SandboxSpec
 from agent.sandboxes import shell_scripts
+from agent.sandboxes.blocking import ThreadedSandbox, opened_in_thread
 from agent.sandboxes.docker.container_exec import (
     COMMAND_SCRIPT,
     ExecNotStarted,
     ExecOutcome,
+    end_streams,
     restart_container,
     run_script,
 )
@@ -45,7 +49,6 @@ from agent.sandboxes.docker.engine import (
     short_error,
 )
 from agent.sandboxes.docker.lifecycle import ContainerPlan, create_container, reap_stale, remove_sandbox
-from agent.sandboxes.options import SandboxOptions
 
 __all__ = ["DockerSandbox", "ensure_image", "open_sandbox", "reap_stale", "unavailable_reason"]
 
@@ -61,9 +64,12 @@ def unavailable_reason(options: SandboxOptions) -> str | None:
     return engine_unavailable_reason(options.default_image)
 
 
-def open_sandbox(spec: SandboxSpec, options: SandboxOptions, *, client: Any = None) -> DockerSandbox:
-    """The prompt's sandbox; entering it checks the image, leaving it removes the container."""
-    return DockerSandbox(client or engine_client(), spec, options)
+def open_sandbox(
+    spec: SandboxSpec, options: SandboxOptions, *, client: Any = None
+) -> AbstractAsyncContextManager[ThreadedSandbox[DockerSandbox]]:
+    """The prompt's sandbox, used from the event loop (its engine calls run in threads);
+    entering it checks the image, leaving it removes the container."""
+    return opened_in_thread(DockerSandbox(client or engine_client(), spec, options))
 
 
 def _workdir(spec: SandboxSpec) -> str:
@@ -82,6 +88,9 @@ class DockerSandbox:
         )
         self._created: Future[str] = Future()
         self._started = False
+        self._streams: set[Any] = set()  # connections of the engine calls in flight
+        self._interrupts = 0  # how often `interrupt` ran: a call interrupted starts nothing more
+        self._lock = threading.Lock()
 
     @property
     def workdir(self) -> str:
@@ -136,22 +145,46 @@ class DockerSandbox:
             raise SandboxPathError(f"invalid path {path!r}")
         return posixpath.normpath(posixpath.join(self.workdir, path))
 
+    def interrupt(self) -> None:
+        """Kill every command running now: a restart, as after a fork bomb (files are kept);
+        then end the streams of their calls, which an engine may keep open after a restart."""
+        with self._lock:
+            self._interrupts += 1
+            busy = bool(self._streams)
+        if busy and self._created.done() and self._created.exception() is None:
+            try:
+                restart_container(self._client, self._created.result())
+            except ENGINE_ERRORS as exc:  # the calls fail on their own if it is gone
+                log.warning("could not restart %s to stop its commands: %s", self.name, short_error(exc))
+        end_streams(self._streams)
+
     def _run(self, script: str, args: list[str], *, timeout: float, **options: Any) -> ExecOutcome:
         """`options`: run_script's limit, stdin and prints_pid."""
+        interrupts = self._interrupts
         container_id = self._container_id()
         try:
             try:
-                return run_script(self._client, container_id, script, args, timeout=timeout, **options)
+                self._check(interrupts)
+                return self._run_script(container_id, script, args, timeout=timeout, **options)
             except (ExecNotStarted, APIError):
                 # No process can start (a fork bomb holds every pid) or the keepalive died
                 # (the OOM killer may pick it): a restart kills all processes, keeps the files.
+                self._check(interrupts)
                 restart_container(self._client, container_id)
-                outcome = run_script(self._client, container_id, script, args, timeout=timeout, **options)
+                outcome = self._run_script(container_id, script, args, timeout=timeout, **options)
                 return dataclasses.replace(outcome, restarted=True)
         except NotFound as exc:
             raise SandboxError(f"the sandbox container {self.name} is gone") from exc
         except (ExecNotStarted, *ENGINE_ERRORS) as exc:
             raise SandboxError(f"cannot run a process in {self.name}: {short_error(exc)}") from exc
+
+    def _run_script(self, container_id: str, script: str, args: list[str], **options: Any) -> ExecOutcome:
+        return run_script(self._client, container_id, script, args, streams=self._streams, **options)
+
+    def _check(self, interrupts: int) -> None:
+        """Start nothing more for a call that `interrupt` stopped."""
+        if self._interrupts != interrupts:
+            raise SandboxError(f"the call was interrupted: {self.name} was restarted")
 
     def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
         target = self._resolve(cwd) if cwd else self.workdir

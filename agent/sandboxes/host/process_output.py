@@ -62,30 +62,10 @@ async def watch(proc: subprocess.Popen[bytes], output: OutputBuffer, timeout: fl
     deadline = loop.time() + timeout
     fd, exit_fd = proc.stdout.fileno(), os.pidfd_open(proc.pid)
     eof, exited = loop.create_future(), loop.create_future()
-
-    def on_output() -> None:  # one read per wake-up: `yes` must not hold the loop
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            return
-        except OSError:  # EIO and the like: nothing more will come
-            chunk = b""
-        if chunk:
-            output.append(chunk)
-            return
-        loop.remove_reader(fd)
-        if not eof.done():
-            eof.set_result(None)
-
-    def on_exit() -> None:
-        loop.remove_reader(exit_fd)  # a pidfd stays readable once its process has exited
-        if not exited.done():  # a timeout or a cancellation may have got there first
-            exited.set_result(None)
-
     try:
         os.set_blocking(fd, False)
-        loop.add_reader(fd, on_output)
-        loop.add_reader(exit_fd, on_exit)
+        loop.add_reader(fd, _on_output, loop, fd, output, eof)
+        loop.add_reader(exit_fd, _on_exit, loop, exit_fd, exited)
         try:
             async with asyncio.timeout_at(deadline):
                 await exited
@@ -98,6 +78,30 @@ async def watch(proc: subprocess.Popen[bytes], output: OutputBuffer, timeout: fl
         loop.remove_reader(fd)
         loop.remove_reader(exit_fd)
         os.close(exit_fd)
+
+
+def _on_output(
+    loop: asyncio.AbstractEventLoop, fd: int, output: OutputBuffer, eof: asyncio.Future[None]
+) -> None:
+    """One read per wake-up: `yes` must not hold the loop."""
+    try:
+        chunk = os.read(fd, 65536)
+    except BlockingIOError:
+        return
+    except OSError:  # EIO and the like: nothing more will come
+        chunk = b""
+    if chunk:
+        output.append(chunk)
+        return
+    loop.remove_reader(fd)
+    if not eof.done():
+        eof.set_result(None)
+
+
+def _on_exit(loop: asyncio.AbstractEventLoop, exit_fd: int, exited: asyncio.Future[None]) -> None:
+    loop.remove_reader(exit_fd)  # a pidfd stays readable once its process has exited
+    if not exited.done():  # a timeout or a cancellation may have got there first
+        exited.set_result(None)
 
 
 def read_ready(fd: int, output: OutputBuffer, limit: int = 4 << 20) -> None:

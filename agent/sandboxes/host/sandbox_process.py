@@ -82,9 +82,42 @@ class _Pipes:
 
 
 def run_process(
-    argv: list[str], *, timeout: float, limit: int, stdin: bytes = b"", user: int | None = None
+    argv: list[str],
+    *,
+    timeout: float,
+    limit: int,
+    stdin: bytes = b"",
+    user: int | None = None,
+    running: set[int] | None = None,
 ) -> ProcessOutcome:
-    proc = subprocess.Popen(
+    """Run argv to its end or its deadline. While it runs its process group id is in `running`,
+    for `kill_running` (from another thread) to kill."""
+    running = set() if running is None else running
+    proc = _spawn(argv, stdin, user)
+    pipes = _Pipes(proc, stdin, limit)
+    running.add(proc.pid)
+    try:
+        finished = pipes.pump(time.monotonic() + timeout)
+        if not finished:
+            _kill_group(proc.pid)
+            pipes.pump(time.monotonic() + KILL_GRACE)
+        running.discard(proc.pid)  # before the wait: a reaped pid may be reused
+        code = proc.wait()
+    finally:
+        running.discard(proc.pid)
+        if proc.poll() is None:  # interrupted (KeyboardInterrupt): leave nothing running
+            _kill_group(proc.pid)
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                with suppress(BrokenPipeError):  # stdin with unread data
+                    stream.close()
+    exit_code = 128 - code if code < 0 else code
+    return ProcessOutcome(pipes.stdout.getvalue(), pipes.stderr.getvalue(), exit_code, not finished)
+
+
+def _spawn(argv: list[str], stdin: bytes, user: int | None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
         argv,
         stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -95,23 +128,12 @@ def run_process(
         group=user,
         extra_groups=[] if user is not None else None,
     )
-    pipes = _Pipes(proc, stdin, limit)
-    try:
-        finished = pipes.pump(time.monotonic() + timeout)
-        if not finished:
-            _kill_group(proc.pid)
-            pipes.pump(time.monotonic() + KILL_GRACE)
-        code = proc.wait()
-    finally:
-        if proc.poll() is None:  # interrupted (KeyboardInterrupt): leave nothing running
-            _kill_group(proc.pid)
-            proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                with suppress(BrokenPipeError):  # stdin with unread data
-                    stream.close()
-    exit_code = 128 - code if code < 0 else code
-    return ProcessOutcome(pipes.stdout.getvalue(), pipes.stderr.getvalue(), exit_code, not finished)
+
+
+def kill_running(running: set[int]) -> None:
+    """Kill the process groups of the `run_process` calls running now (they then return soon)."""
+    for pgid in list(running):
+        _kill_group(pgid)
 
 
 def _kill_group(pgid: int) -> None:

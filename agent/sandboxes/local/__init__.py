@@ -1,0 +1,28 @@
+"""The `local` backend: a private host directory per prompt, commands run by host bash (see
+`sandbox`), slots reused within a run's pool (see `slots`)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+
+from agent.protocols import Sandbox, SandboxBackend, SandboxOptions, SandboxPool, SandboxSpec
+from agent.sandboxes.local import sandbox, slots
+
+
+class LocalBackend:
+    def unavailable_reason(self, options: SandboxOptions) -> str | None:
+        return sandbox.unavailable_reason(options)
+
+    def open(self, spec: SandboxSpec, options: SandboxOptions) -> AbstractAsyncContextManager[Sandbox]:
+        return sandbox.open_sandbox(spec, options)
+
+    def reap_stale(self, options: SandboxOptions) -> list[str]:
+        """Delete sandbox pools under the root whose owner process is dead."""
+        return slots.reap_stale(options.root or sandbox.default_root())
+
+    @property
+    def pool(self) -> SandboxPool:
+        return sandbox.open_pool
+
+
+BACKEND: SandboxBackend = LocalBackend()

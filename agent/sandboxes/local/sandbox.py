@@ -5,6 +5,10 @@ A sandbox is a slot of a `SlotPool` (see `local_slots` for the layout and why sl
 block kills the sandbox's processes and deletes the slot; a run's workers share one pool per
 process (`open_pool`), so a slot is emptied and handed to the next prompt.
 
+Everything runs on the event loop without a thread where it is cheap: commands (the loop
+watches their output and exit), taking a free slot, small files and emptying a slot that holds
+a few files. Killing what a sandbox left running, deleting a tree and big files go to a thread.
+
 This backend isolates files and environment variables, not the host: commands run as the
 runner's user with the host's filesystem visible. The path checks keep the file tools inside
 the sandbox dir; they are no defence against a hostile command.
@@ -12,23 +16,23 @@ the sandbox dir; they are no defence against a hostile command.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, suppress
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from types import TracebackType
 
 from agent.errors import SandboxError, SandboxPathError, SandboxUnavailable
-from agent.protocols import ExecResult, Sandbox, SandboxFactory, SandboxSpec
+from agent.protocols import ExecResult, Sandbox, SandboxFactory, SandboxOptions, SandboxSpec
+from agent.sandboxes.blocking import in_thread
 from agent.sandboxes.host.process_groups import ProcessGroups
-from agent.sandboxes.local import slots as local_slots
 from agent.sandboxes.local.slots import SlotPool
-from agent.sandboxes.options import SandboxOptions
 
 MAX_READ_BYTES = 50 << 20  # read_file refuses larger files (the whole file is loaded)
+LOOP_IO_BYTES = 1 << 20  # files up to this size are read and written on the event loop
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NO_BASH = "bash was not found on PATH; install bash to use the local backend"
 PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "USER")  # plus LC_*; everything else is dropped
@@ -44,38 +48,43 @@ def unavailable_reason(options: SandboxOptions) -> str | None:
     return None
 
 
-@contextmanager
-def open_sandbox(spec: SandboxSpec, options: SandboxOptions) -> Iterator[LocalSandbox]:
+@asynccontextmanager
+async def open_sandbox(spec: SandboxSpec, options: SandboxOptions) -> AsyncIterator[LocalSandbox]:
     """A fresh sandbox for `spec`, in a pool of its own; leaving the block kills its processes
     and deletes it."""
     pool = SlotPool(options.root or default_root(), spec.run_name, spec.prompt_key)
-    with pool, Session(spec, pool, shutil.which("bash")) as sandbox:
-        yield sandbox
+    with pool:  # made on the loop (a marker and a directory); deleted in a thread
+        try:
+            async with Session(spec, pool, shutil.which("bash")) as sandbox:
+                yield sandbox
+        except BaseException:
+            await in_thread(pool.close, strict=False)  # never mask what is propagating
+            raise
+        await in_thread(pool.close)
 
 
-@contextmanager
-def open_pool(options: SandboxOptions, run_name: str) -> Iterator[SandboxFactory]:
+@asynccontextmanager
+async def open_pool(options: SandboxOptions, run_name: str) -> AsyncIterator[SandboxFactory]:
     """A factory for all of a run's sandboxes in this process: each is a slot of one pool,
     emptied and reused after its prompt. Leaving the block deletes the pool."""
     bash = shutil.which("bash")
     with SlotPool(options.root or default_root(), run_name, f"w{os.getpid()}") as pool:
 
-        def factory(spec: SandboxSpec) -> AbstractContextManager[Sandbox]:
+        def factory(spec: SandboxSpec) -> AbstractAsyncContextManager[Sandbox]:
             return Session(spec, pool, bash)
 
         yield factory
 
 
-class Session:
-    """One prompt's sandbox on a slot of `pool`: `with` from a thread, or `async with` on the
-    event loop, where opening (taking a free slot) is quick and closing stays on the loop unless
-    it has processes to kill or a big tree to delete."""
+class Session(AbstractAsyncContextManager[Sandbox]):
+    """One prompt's sandbox on a slot of `pool`. Opening (taking a free slot) is quick and
+    stays on the loop; so does closing unless it has processes to kill or a big tree to delete."""
 
     def __init__(self, spec: SandboxSpec, pool: SlotPool, bash: str | None) -> None:
         self._spec, self._pool, self._bash = spec, pool, bash
         self._sandbox: LocalSandbox | None = None
 
-    def __enter__(self) -> LocalSandbox:
+    async def __aenter__(self) -> LocalSandbox:
         if self._bash is None:
             raise SandboxUnavailable(NO_BASH)
         sandbox = LocalSandbox(self._pool, self._pool.acquire(), self._bash)
@@ -87,14 +96,9 @@ class Session:
         self._sandbox = sandbox
         return sandbox
 
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close(strict=kind is None)
-
-    async def __aenter__(self) -> LocalSandbox:
-        return self.__enter__()
-
-    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         if self._sandbox is not None:
             await self._sandbox.aclose(strict=kind is None)
 
@@ -117,13 +121,9 @@ class LocalSandbox:
 
     # ------------------------------------------------------------ commands
 
-    def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
-        """Run `bash -c command` in its own process group; on timeout kill the whole group."""
-        directory = self._workdir if cwd is None else self._existing_dir(cwd)
-        return self._processes.run([self._bash, "-c", command], cwd=directory, env=self._env, timeout=timeout)
-
-    async def aexec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
-        """`exec` from the event loop, without a thread."""
+    async def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
+        """Run `bash -c command` in its own process group, from the event loop without a thread;
+        on timeout or cancellation kill the whole group."""
         directory = self._workdir if cwd is None else self._existing_dir(cwd)
         argv = [self._bash, "-c", command]
         return await self._processes.arun(argv, cwd=directory, env=self._env, timeout=timeout)
@@ -139,38 +139,20 @@ class LocalSandbox:
             raise SandboxPathError(f"{path}: outside the sandbox (paths must stay under {self.root})")
         return real
 
-    def read_file(self, path: str) -> bytes:
+    async def read_file(self, path: str) -> bytes:
         real = self.resolve_path(path)
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)  # a FIFO must not hang us
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if stat.S_ISDIR(info.st_mode):
-                raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-            if not stat.S_ISREG(info.st_mode):
-                raise OSError(errno.EINVAL, "Not a regular file", path)
-            if info.st_size > MAX_READ_BYTES:
-                limit = f"{info.st_size} bytes, limit {MAX_READ_BYTES}"
-                raise OSError(errno.EFBIG, f"File too large to load ({limit}); use the terminal", path)
-            return handle.read()
+        try:
+            small = os.stat(real).st_size <= LOOP_IO_BYTES
+        except OSError:
+            small = True  # _read says what is wrong
+        return _read(real, path) if small else await in_thread(_read, real, path)
 
-    def write_file(self, path: str, data: bytes) -> None:
+    async def write_file(self, path: str, data: bytes) -> None:
         real = self.resolve_path(path)
-        parent = os.path.dirname(real)
-        os.makedirs(parent, exist_ok=True)
-        try:
-            mode = stat.S_IMODE(os.stat(real).st_mode)  # keep e.g. the executable bit
-        except FileNotFoundError:
-            mode = 0o644
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(real)}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.chmod(tmp, mode)
-            os.replace(tmp, real)
-        except BaseException:
-            with suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        if len(data) <= LOOP_IO_BYTES:
+            _write(real, data)
+        else:
+            await in_thread(_write, real, data)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -188,11 +170,11 @@ class LocalSandbox:
         if self._closed:
             return
         if not self._processes.close_if_idle():
-            await asyncio.to_thread(self.close, strict=strict)
+            await in_thread(self.close, strict=strict)
             return
         self._closed = True
         if not self._pool.release_small(self.root):
-            await asyncio.to_thread(self._pool.release, self.root, strict=strict)
+            await in_thread(self._pool.release, self.root, strict=strict)
 
     def _make_workdir(self, cwd: str | None) -> str:
         if not cwd:
@@ -211,9 +193,37 @@ class LocalSandbox:
         return real
 
 
-def reap_stale(root: str | None = None) -> list[str]:
-    """Delete sandbox pools under `root` whose owner process is dead; returns the paths removed."""
-    return local_slots.reap_stale(root or default_root())
+def _read(real: str, path: str) -> bytes:
+    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)  # a FIFO must not hang us
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "Not a regular file", path)
+        if info.st_size > MAX_READ_BYTES:
+            limit = f"{info.st_size} bytes, limit {MAX_READ_BYTES}"
+            raise OSError(errno.EFBIG, f"File too large to load ({limit}); use the terminal", path)
+        return handle.read()
+
+
+def _write(real: str, data: bytes) -> None:
+    parent = os.path.dirname(real)
+    os.makedirs(parent, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(os.stat(real).st_mode)  # keep e.g. the executable bit
+    except FileNotFoundError:
+        mode = 0o644
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(real)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, real)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def _scrubbed_env(root: str, bash: str) -> dict[str, str]:

@@ -108,15 +108,16 @@ class SlotPool:
     def close(self, *, strict: bool = True) -> None:
         """Kill every process still working in the pool, delete it, its marker, and the run dir
         once its last pool is gone."""
-        if not self.path:
+        path, self.path = self.path, ""  # closed once: leaving the `with` block after `close` is a no-op
+        if not path:
             return
-        kill_strays(self.path)  # only a sandbox left open reaches here with processes
+        kill_strays(path)  # only a sandbox left open reaches here with processes
         try:
-            remove_tree(self.path)
+            remove_tree(path)
             with suppress(FileNotFoundError):
                 os.unlink(self._marker)
         except OSError as exc:
-            _report(f"could not remove sandbox pool {self.path}: {exc}", exc, strict)
+            _report(f"could not remove sandbox pool {path}: {exc}", exc, strict)
         with suppress(OSError):
             os.rmdir(self._run_dir)
 

@@ -1,0 +1,104 @@
+"""search_files: `find` and `grep` run through `Sandbox.exec`, so every backend searches alike;
+the pattern, path and glob reach the shell quoted, never as code."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from agent.protocols import Sandbox
+from tools.files.arguments import BadArguments, integer, model_errors, text
+from tools.files.editing import MAX_LINE_CHARS
+
+DEFAULT_SEARCH_LIMIT = 50
+MAX_SEARCH_LIMIT = 500
+SEARCH_TIMEOUT = 60.0
+_TOTAL = "__TOTAL__ "
+_MATCH = re.compile(r"(.*?):(\d+):(.*)", re.S)
+
+
+@model_errors
+async def search_files(args: Mapping[str, Any], sandbox: Sandbox) -> dict[str, Any]:
+    pattern = text(args, "pattern")
+    target = args.get("target") or "content"
+    if target not in ("content", "files"):
+        raise BadArguments(f"'target' must be 'content' or 'files', got {target!r}")
+    path = text(args, "path", default=".") or "."
+    file_glob = text(args, "file_glob", default="") or None
+    limit = min(integer(args, "limit", DEFAULT_SEARCH_LIMIT), MAX_SEARCH_LIMIT)
+    await _check_reachable(sandbox, path)
+    if target == "files":
+        command = _file_search(pattern, path, limit)
+    else:
+        command = _content_search(pattern, path, file_glob, limit)
+    result = await sandbox.exec(command, timeout=SEARCH_TIMEOUT)
+    if result.timed_out:
+        return {"error": f"Search timed out after {SEARCH_TIMEOUT:g} s; narrow 'path' or 'file_glob'"}
+    if result.exit_code == 2:
+        return {"error": f"Invalid regex pattern {pattern!r}: {result.output.strip()}"}
+    *lines, total_line = result.output.rstrip("\n").split("\n")
+    if not total_line.startswith(_TOTAL):
+        return {"error": f"Search failed (exit code {result.exit_code}): {result.output.strip()[:500]}"}
+    total = int(total_line[len(_TOTAL) :])
+    found: dict[str, Any] = {"total_count": total}
+    if target == "files":
+        found["files"] = [_relative(line) for line in lines]
+    else:
+        found["matches"] = [m for m in map(_match, lines) if m is not None]
+    if total > limit:
+        found["truncated"] = True
+    return found
+
+
+async def _check_reachable(sandbox: Sandbox, path: str) -> None:
+    """Raise SandboxPathError/FileNotFoundError for a path the file tools may not search.
+
+    `exec` reaches the whole host on the local backend, so the search itself cannot be the
+    gate; the protocol's only path check is read_file. A directory (or an oversized file)
+    fails to read for other reasons, which means it is reachable.
+    """
+    try:
+        await sandbox.read_file(path)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+
+
+def _file_search(glob: str, path: str, limit: int) -> str:
+    test = "-path" if "/" in glob else "-name"
+    listing = _find(path, f"{test} {shlex.quote(glob)}")
+    return f"{listing} | awk -v max={limit} 'NR <= max {{ print }} END {{ print \"{_TOTAL}\" NR }}'"
+
+
+def _content_search(regex: str, path: str, file_glob: str | None, limit: int) -> str:
+    quoted = shlex.quote(regex)
+    # grep exits 2 (busybox: >1) on a bad regex; report its message instead of "no matches".
+    # (busybox compiles the regex only when it reads a line, hence the input.)
+    check = f'err=$(echo | grep -E -e {quoted} 2>&1 >/dev/null); [ $? -gt 1 ] && {{ echo "$err"; exit 2; }}; '
+    listing = _find(path, f"-name {shlex.quote(file_glob)}" if file_glob else "")
+    grep = f"tr '\\n' '\\0' | xargs -0 -r grep -nHE -e {quoted} -- 2>/dev/null"
+    # Only "path:line:text" lines are matches (old greps print "Binary file x matches").
+    count = (
+        f"awk -v max={limit} '/:[0-9]+:/ {{ n++; if (n <= max) print substr($0, 1, {MAX_LINE_CHARS}) }} "
+        f'END {{ print "{_TOTAL}" n + 0 }}\''
+    )
+    return f"{check}{listing} | {grep} | {count}"
+
+
+def _find(path: str, test: str) -> str:
+    """Regular files under path (sorted, .git skipped), one per line; POSIX/busybox compatible."""
+    start = shlex.quote(path if not path.startswith("-") else f"./{path}")
+    return f"find {start} -name .git -prune -o -type f {test} -print 2>/dev/null | LC_ALL=C sort"
+
+
+def _match(line: str) -> dict[str, Any] | None:
+    found = _MATCH.fullmatch(line)
+    if found is None:
+        return None
+    return {"path": _relative(found[1]), "line": int(found[2]), "content": found[3]}
+
+
+def _relative(found_path: str) -> str:
+    return found_path[2:] if found_path.startswith("./") else found_path
