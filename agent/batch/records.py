@@ -40,7 +40,7 @@ def answer(job: Job, result: ConversationResult, *, keep_no_reasoning: bool) -> 
 
 
 def build_entry(
-    job: Job, result: ConversationResult, usage: dict[str, int], format_name: str = DEFAULT_FORMAT
+    job: Job, result: ConversationResult, usage: dict[str, float], format_name: str = DEFAULT_FORMAT
 ) -> tuple[dict[str, Any], bool]:
     """(entry, has any reasoning) for a conversation that reached an outcome."""
     rendered = render(
@@ -60,7 +60,7 @@ def build_entry(
     return entry, rendered.analysis.reasoning.turns_with_reasoning > 0
 
 
-def _metadata(job: Job, result: ConversationResult, usage: dict[str, int]) -> dict[str, Any]:
+def _metadata(job: Job, result: ConversationResult, usage: dict[str, float]) -> dict[str, Any]:
     user = {k: v for k, v in job.metadata.items() if k not in _OURS}
     return {
         **user,

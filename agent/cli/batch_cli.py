@@ -33,6 +33,10 @@ _SAME_NAME = (
     "rpm",
     "tpm",
     "embedded_threads",
+    "price_input",
+    "price_output",
+    "price_cached",
+    "max_cost",
 )
 
 
