@@ -85,7 +85,11 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
         _merged_line(stats, merged),
         f"Duration: {_duration(float(stats.get('duration_seconds') or 0.0))}",
         f"Tokens this run: {_token_line(tokens.get('this_invocation') or {})}",
-        f"Tokens in merged file: {_token_line(tokens.get('merged_output') or {})}",
+        *(
+            []
+            if _unmerged(stats)
+            else [f"Tokens in merged file: {_token_line(tokens.get('merged_output') or {})}"]
+        ),
         _cost_line(stats),
         f"Model: {stats.get('model')} · distribution: {stats.get('distribution')} · "
         f"{_n(stats.get('total_prompts'))} prompts, {_n(stats.get('total_batches'))} batches of "
