@@ -139,6 +139,11 @@ class BatchRun:
             )
 
     def _schedule(self, todo: int, already_done: int) -> Tally:
+        if self.config.max_cost is not None and self.config.prices is None:
+            log.warning(
+                "--max_cost without --price_input/--price_output counts only the costs the endpoint "
+                "reports (usage.cost): an endpoint that reports none is never stopped"
+            )
         with RunProgress(todo + already_done, already_done, console=self.console) as progress:
             self.progress = progress
             self.scheduler = Scheduler(self.config, self._on_event, self._checkpoint)
