@@ -129,8 +129,10 @@ def provider(call_cost: float) -> EndpointServer:
     return EndpointServer(respond)
 
 
-def provider_flags(tmp_path: Path, server: EndpointServer, run_name: str) -> tuple[str, ...]:
-    dataset(tmp_path, PROMPTS)
+def provider_flags(
+    tmp_path: Path, server: EndpointServer, run_name: str, prompts: list[str] = PROMPTS
+) -> tuple[str, ...]:
+    dataset(tmp_path, prompts)
     return (
         "--dataset_file=d.jsonl",
         "--batch_size=5",
@@ -152,12 +154,13 @@ def test_the_providers_cost_wins_over_the_price_table(tmp_path: Path) -> None:
     assert read_json(run_dir / "statistics.json")["cost"]["this_invocation_usd"] == pytest.approx(0.05)
 
 
-def test_max_cost_stops_new_prompts_exits_1_and_resume_finishes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("count", [20, 6])  # more jobs than the queue holds, and fewer
+def test_max_cost_stops_new_prompts_exits_1_and_resume_finishes(tmp_path: Path, count: int) -> None:
     # $0.002 a prompt, a $0.005 budget: the third answered prompt reaches it; no new prompt
     # starts after that (the one already in flight finishes), and --resume runs the rest.
-    cli = BatchCLI(tmp_path)
+    cli, prompts = BatchCLI(tmp_path), PROMPTS[:count]
     with provider(0.001) as server:
-        flags = provider_flags(tmp_path, server, "budget")
+        flags = provider_flags(tmp_path, server, "budget", prompts)
         flags += ("--num_workers=1", "--max_inflight=1")
         stopped = cli.run(*flags, "--max_cost=0.005")
         assert stopped.returncode == 1, stopped
@@ -165,7 +168,7 @@ def test_max_cost_stops_new_prompts_exits_1_and_resume_finishes(tmp_path: Path) 
         stats = read_json(run_dir / "statistics.json")
         assert stats["budget"]["reached"] is True and stats["budget"]["max_cost_usd"] == 0.005
         done = stats["completion"]["in_output"]
-        assert 3 <= done <= 5 and stats["completion"]["not_started"] == 20 - done
+        assert 3 <= done <= 5 and stats["completion"]["not_started"] == count - done
         assert stats["cost"]["this_invocation_usd"] == pytest.approx(0.002 * done)
         last = stopped.stderr.rstrip().splitlines()[-1]
         assert last.endswith("(--max_cost reached). Next: rerun with --resume to run them."), stopped
@@ -173,5 +176,5 @@ def test_max_cost_stops_new_prompts_exits_1_and_resume_finishes(tmp_path: Path) 
 
         resumed = cli.run(*flags, "--resume")
         assert resumed.returncode == 0, resumed
-    assert batch_prompts(run_dir) == Counter(PROMPTS)
-    assert trajectory_prompts(run_dir) == Counter(PROMPTS)
+    assert batch_prompts(run_dir) == Counter(prompts)
+    assert trajectory_prompts(run_dir) == Counter(prompts)

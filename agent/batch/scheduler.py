@@ -62,13 +62,19 @@ class Scheduler:
         self._lock = threading.Lock()
         self._stop = threading.Event()  # stop everything: feeding and waiting
         self._no_more = threading.Event()  # start no new job; those running finish
+        self._fed = False  # every job and end mark was put (guarded by _lock)
         self._stopped = StoppedWatch()
 
     def stop_feeding(self, reason: str) -> None:
         """Start no new prompt (queued jobs are taken back); running ones finish."""
-        if not self._no_more.is_set():
+        with self._lock:
+            if self._no_more.is_set():
+                return
             self.tally.stopped_by = reason
             self._no_more.set()
+            fed = self._fed
+        if fed:  # the feeder is gone: the queue holds jobs and end marks, take the jobs back here
+            threading.Thread(target=self._end_early, name="job-recall", daemon=True).start()
 
     def run(self, jobs: Iterable[Job]) -> Tally:
         procs = [
@@ -112,9 +118,18 @@ class Scheduler:
                 self.tally.queued[job.key] = job
             if not self._put_while(job):
                 return
-        if self._no_more.is_set():
-            self._take_back_queued()
         for _ in range(self.config.num_workers):
+            if not self._put_while(None):
+                return
+        with self._lock:  # from here on, stop_feeding takes queued jobs back itself
+            self._fed = True
+            late = self._no_more.is_set()
+        if late:
+            self._end_early()
+
+    def _end_early(self) -> None:
+        """Take back every queued job, then put back the end marks taken with them."""
+        for _ in range(self._take_back_queued()):
             if not self._put_while(None):
                 return
 
@@ -127,16 +142,19 @@ class Scheduler:
                 return True
         return True
 
-    def _take_back_queued(self) -> None:
-        """Empty the job queue, so workers find the end-of-jobs marks next."""
+    def _take_back_queued(self) -> int:
+        """Empty the job queue; returns how many end marks (None) it held."""
+        ends = 0
         while True:
             try:
                 job = self.jobs.get(timeout=0.2)
             except queue.Empty:
-                return
-            if job is not None:
-                with self._lock:
-                    self.tally.queued.pop(job.key, None)
+                return ends
+            if job is None:
+                ends += 1
+                continue
+            with self._lock:
+                self.tally.queued.pop(job.key, None)
 
     def _put(self, item: Job | None) -> bool:
         try:
