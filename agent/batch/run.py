@@ -2,7 +2,10 @@
 
 Exactly once: a prompt is done when its line is in a batch file (or its discard record in
 discarded.jsonl). Everything else — checkpoint.json, statistics.json, trajectories.jsonl —
-is derived from those append-only files and rewritten atomically.
+is derived from those append-only files and rewritten atomically. So is the exit code: a fresh
+scan at the end splits the dataset into done, discarded, failed and not started
+(`agent.batch.completion`); on start, discards whose filter is now off join the output
+(`agent.batch.recovery`); `--max_cost` stops scheduling once this invocation spent it.
 """
 
 from __future__ import annotations
