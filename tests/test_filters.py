@@ -94,3 +94,29 @@ def test_keep_malformed_keeps_them_but_other_filters_still_apply(tmp_path: Path)
     assert read_json(run_dir / "run_config.json")["keep_malformed"] is True
     gpt = kept["not offered"]["conversations"][2]["value"]
     assert '"name": "web_search"' in gpt  # kept as the model made it
+
+
+def test_resume_keeps_what_every_applying_filter_now_keeps_without_model_calls(tmp_path: Path) -> None:
+    """--resume --keep_malformed moves the malformed discards into the output, except the one
+    that also had no reasoning (its other filter is still on); no request reaches the endpoint."""
+    run_dir, _ = run(tmp_path)
+    with SimulatedEndpoint() as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        resumed = cli.run(
+            f"--dataset_file={tmp_path / 'p.jsonl'}", "--batch_size=10", "--run_name=r", "--num_workers=1",
+            "--distribution=terminal_only", "--resume", "--keep_malformed",
+        )  # fmt: skip
+        assert resumed.returncode == 0, resumed
+        assert endpoint.requests == []
+    entries = read_jsonl(run_dir / "trajectories.jsonl")
+    recovered = sorted(human_prompt(e) for e in entries)
+    assert recovered == sorted(p for p in SCRIPTS if p != "not offered, no reasoning")
+    assert all("discard_reasons" not in e["metadata"] for e in entries)
+    again = BatchCLI(tmp_path).run(
+        f"--dataset_file={tmp_path / 'p.jsonl'}", "--batch_size=10", "--run_name=r", "--num_workers=1",
+        "--distribution=terminal_only", "--resume", "--keep_malformed", "--keep_no_reasoning",
+        "--base_url=http://127.0.0.1:9/v1", "--api_key=unused-key",
+    )  # fmt: skip
+    assert again.returncode == 0, again
+    final = [human_prompt(e) for e in read_jsonl(run_dir / "trajectories.jsonl")]
+    assert sorted(final) == sorted(SCRIPTS)  # each once

@@ -229,3 +229,44 @@ def test_summary_lists_discards_failures_with_resume_hint_and_throttling() -> No
 def test_summary_without_failures_gives_no_resume_hint() -> None:
     text = rendered(document(RunStatistics()))
     assert "Failed this run: none" in text and "--resume" not in text
+
+
+def test_cost_is_summed_where_known_and_unknown_is_not_zero() -> None:
+    stats = RunStatistics()
+    stats.add_processed("completed", {"prompt_tokens": 10, "completion_tokens": 2, "cost_usd": 0.25})
+    stats.add_processed("failed", {"prompt_tokens": 10, "completion_tokens": 2})
+    stats.add_entry(entry("<think>x</think>"))
+    doc = document(stats)
+    assert doc["cost"] == {"this_invocation_usd": 0.25, "merged_output_usd": None, "prompts_with_cost": 1}
+    assert stats.cost_usd == 0.25 and stats.entries_this_run == 1
+    text = rendered(doc)
+    assert "Cost this run: $0.250000 · in merged file: unknown" in text
+    assert "--price_input" not in text
+    assert "Cost this run: unknown · in merged file: unknown (no usage.cost" in rendered(
+        document(RunStatistics())
+    )
+
+
+def test_summary_names_heavy_filters_recovered_discards_and_the_budget() -> None:
+    extra = {
+        "filter_warnings": [
+            {"reason": "no_reasoning", "discarded": 9, "entries": 10, "kept_by": "--keep_no_reasoning"}
+        ],
+        "recovered_discards": {"no_reasoning": 4},
+        "budget": {"max_cost_usd": 1.5, "reached": True},
+        "completion": {"not_started": 12, "not_started_indices": list(range(10))},
+    }
+    text = rendered(document(RunStatistics(), extra=extra))
+    assert "the no_reasoning filter discarded 9 of 10 entries (90%); --keep_no_reasoning keeps them" in text
+    assert "Moved from discarded.jsonl into the output (filter off): no_reasoning 4" in text
+    assert "--max_cost=$1.500000 reached: no new prompt was started" in text
+    assert "Not started: 12 prompts (dataset indices 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 …)" in text
+
+
+def test_an_unmerged_summary_counts_nothing_from_the_merged_file() -> None:
+    extra = {"merged": False, "completion": {"in_output": 3, "discarded": 1, "valid_prompts": 9}}
+    text = " ".join(rendered(document(RunStatistics(), extra=extra)).replace("│", " ").split())
+    assert "Trajectories in merged file: not rewritten (interrupted); on disk: 3 results" in text
+    assert "1 discards of 9 prompts" in text
+    assert "Tokens in merged file" not in text and "tools available" not in text
+    assert "Tool usage and reasoning: not counted (the merged file was not rewritten)" in text

@@ -1,9 +1,10 @@
 """What a worker process tells the parent, one frozen, picklable value per event.
 
-`Finished`, `Discarded` and `Failed` answer a job (the parent writes them to the run
-directory), `Cancelled` says a job was given up unanswered (SIGTERM), `LimiterReport` carries
-a worker's rate-limiter statistics and `WorkerExit` is its goodbye. The parent tells them
-apart by type. This module stays light: the parent imports it, never the worker's SDKs.
+`Started` says which worker runs a job; `Finished`, `Discarded` and `Failed` answer a job (the
+parent writes them to the run directory); `Cancelled` says a job was given up unanswered
+(SIGTERM); `LimiterReport` carries a worker's rate-limiter statistics and `WorkerExit` is its
+goodbye. The parent tells them apart by type. This module stays light: the parent imports it,
+never the worker's SDKs.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class Finished:
     line: bytes
     completed: bool
     outcome: str
-    usage: dict[str, int]
+    usage: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Discarded:
     prompt_index: int
     reason: str
     entry: dict[str, Any]
-    usage: dict[str, int]
+    usage: dict[str, float]
     timestamp: str
 
     def record(self) -> dict[str, Any]:
@@ -59,11 +60,11 @@ class Failed:
     prompt_index: int
     error_class: str
     message: str
-    usage: dict[str, int]
+    usage: dict[str, float]
     timestamp: str
 
     @classmethod
-    def of(cls, job: Job, error_class: str, message: str, usage: dict[str, int] | None = None) -> Failed:
+    def of(cls, job: Job, error_class: str, message: str, usage: dict[str, float] | None = None) -> Failed:
         return cls(job.key, job.index, error_class, message[:2000], usage or {}, datetime.now().isoformat())
 
     def record(self, attempt: int) -> dict[str, Any]:
@@ -77,6 +78,14 @@ class Failed:
             "usage": self.usage,
             "attempt": attempt,
         }
+
+
+@dataclass(frozen=True)
+class Started:
+    """A worker took a job and runs it: if that worker dies, the prompt is `worker_lost`."""
+
+    key: str
+    worker: int
 
 
 @dataclass(frozen=True)
@@ -96,4 +105,4 @@ class WorkerExit:
 
 
 Answer = Finished | Discarded | Failed  # a job's outcome, written to the run directory
-WorkerEvent = Finished | Discarded | Failed | Cancelled | LimiterReport | WorkerExit
+WorkerEvent = Finished | Discarded | Failed | Started | Cancelled | LimiterReport | WorkerExit

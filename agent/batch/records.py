@@ -9,9 +9,9 @@ come from.
 Filters: an entry is discarded (kept whole in discarded.jsonl) when the conversation is
 malformed (the analysis' flaws: `duplicate_call_id`, `tool_not_offered`, `invalid_arguments`,
 `leaked_tool_call`) or no turn has reasoning (`no_reasoning`), unless the run keeps that kind
-(`KEPT_BY`). When several apply, the first in that order is the discard's reason, and the
-entry's `metadata.discard_reasons` lists every one that applied, so an entry recovered when
-the run keeps more is checked against them all.
+(`agent.config.run_config.KEPT_BY`). When several apply, the first in that order is the
+discard's reason, and the entry's `metadata.discard_reasons` lists every one that applied,
+so an entry recovered when the run keeps more is checked against them all.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from agent.batch.events import Answer, Discarded, Failed, Finished
 from agent.batch.jobs import Job
+from agent.config.run_config import KEPT_BY
 from agent.export.analysis import FLAWS, Analysis
 from agent.export.formats import DEFAULT_FORMAT, render
 from agent.loop.conversation import ConversationResult
@@ -30,8 +31,8 @@ from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 _OURS = ("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage")
 NO_REASONING = "no_reasoning"
 FILTERS = (*FLAWS, NO_REASONING)  # every discard reason, in the order that picks an entry's one
-# Each discard reason, and the RunConfig field that keeps such entries when true.
-KEPT_BY: dict[str, str] = {**dict.fromkeys(FLAWS, "keep_malformed"), NO_REASONING: "keep_no_reasoning"}
+if set(FILTERS) != set(KEPT_BY):  # one table says which flag keeps each reason (run_config)
+    raise RuntimeError(f"discard reasons {FILTERS} and the KEPT_BY table disagree: {sorted(KEPT_BY)}")
 
 
 def answer(
@@ -65,7 +66,7 @@ def filters_applying(analysis: Analysis) -> list[str]:
 
 
 def build_entry(
-    job: Job, result: ConversationResult, usage: dict[str, int], format_name: str = DEFAULT_FORMAT
+    job: Job, result: ConversationResult, usage: dict[str, float], format_name: str = DEFAULT_FORMAT
 ) -> tuple[dict[str, Any], Analysis]:
     """(entry, the analysis it was rendered from) for a conversation that reached an outcome."""
     rendered = render(
@@ -85,7 +86,7 @@ def build_entry(
     return entry, rendered.analysis
 
 
-def _metadata(job: Job, result: ConversationResult, usage: dict[str, int]) -> dict[str, Any]:
+def _metadata(job: Job, result: ConversationResult, usage: dict[str, float]) -> dict[str, Any]:
     user = {k: v for k, v in job.metadata.items() if k not in _OURS}
     return {
         **user,

@@ -2,7 +2,10 @@
 
 Exactly once: a prompt is done when its line is in a batch file (or its discard record in
 discarded.jsonl). Everything else — checkpoint.json, statistics.json, trajectories.jsonl —
-is derived from those append-only files and rewritten atomically.
+is derived from those append-only files and rewritten atomically. So is the exit code: a fresh
+scan at the end splits the dataset into done, discarded, failed and not started
+(`agent.batch.completion`); on start, discards whose filter is now off join the output
+(`agent.batch.recovery`); `--max_cost` stops scheduling once this invocation spent it.
 """
 
 from __future__ import annotations
@@ -10,16 +13,21 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
+from agent.batch.completion import EXIT_OK, Completion
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
 from agent.batch.events import Discarded, Failed, Finished, LimiterReport, WorkerEvent
 from agent.batch.jobs import Job
 from agent.batch.progress import RunProgress
+from agent.batch.recovery import filter_warnings, recover_discards
 from agent.batch.scheduler import Scheduler, Tally
 from agent.config.run_config import RunConfig
 from agent.protocols import RunStore, StoredKeys
@@ -30,8 +38,6 @@ from agent.toolbox.distributions import sample_toolsets_from_distribution
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
 log = logging.getLogger("agent.batch.run")
-
-EXIT_OK, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 130
 
 
 class BatchRun:
@@ -45,6 +51,9 @@ class BatchRun:
         self.attempts: dict[str, int] = {}
         self.done_keys: set[str] = set()
         self.progress: RunProgress | None = None
+        self.scheduler: Scheduler | None = None
+        self.failed_keys: set[str] = set()
+        self.recovered: Counter[str] = Counter()
 
     def run(self, scan: DatasetScan) -> int:
         started = time.monotonic()
@@ -58,19 +67,22 @@ class BatchRun:
             else:
                 self.console.print("Every prompt of the dataset is already done; merging.")
             self._checkpoint()
-            if tally is not None and tally.interrupted:
-                self._finish(scan, started, merge=False)
-                return EXIT_INTERRUPTED
-            stats = self._finish(scan, started, merge=True)
+            interrupted = tally is not None and tally.interrupted
+            done = self._completion(tally)
+            self._finish(scan, started, done, merge=not interrupted)
         finally:
             self.store.close()
-        failed = sum(stats["failures"].values())
-        if failed:
-            self.console.print(
-                f"[red]{failed} prompt(s) failed[/red]: rerun with --resume to retry them.", soft_wrap=True
-            )
-            return EXIT_FAILURES
-        return EXIT_OK
+        return done.exit_code
+
+    def _completion(self, tally: Tally | None) -> Completion:
+        """What the run directory now holds for each valid prompt (a fresh scan, not our counts)."""
+        return Completion.of(
+            self._rows(),
+            self.store.scan(),
+            self.failed_keys,
+            interrupted=tally is not None and tally.interrupted,
+            stopped_by=tally.stopped_by if tally is not None else None,
+        )
 
     def _open_run(self) -> StoredKeys:
         for note in self.store.repair():
@@ -79,6 +91,9 @@ class BatchRun:
         index = self.store.scan()
         self.attempts = dict(index.failures)
         self.store.write_json("run_config.json", self.config.public())
+        self.recovered = recover_discards(self.config, self.store, index)
+        for reason, count in sorted(self.recovered.items()):
+            log.warning("moved %d %s discard(s) into the output: this run keeps them", count, reason)
         return index
 
     def _reap_sandboxes(self) -> None:
@@ -127,10 +142,15 @@ class BatchRun:
             )
 
     def _schedule(self, todo: int, already_done: int) -> Tally:
+        if self.config.max_cost is not None and self.config.prices is None:
+            log.warning(
+                "--max_cost without --price_input/--price_output counts only the costs the endpoint "
+                "reports (usage.cost): an endpoint that reports none is never stopped"
+            )
         with RunProgress(todo + already_done, already_done, console=self.console) as progress:
             self.progress = progress
-            scheduler = Scheduler(self.config, self._on_event, self._checkpoint)
-            return scheduler.run(self._jobs())
+            self.scheduler = Scheduler(self.config, self._on_event, self._checkpoint)
+            return self.scheduler.run(self._jobs())
 
     def _on_event(self, event: WorkerEvent) -> None:
         match event:
@@ -149,8 +169,23 @@ class BatchRun:
                 self._record_failure(event)
             case LimiterReport():
                 self.stats.add_limiter(event.stats)
+        self._check_budget()
+
+    def _check_budget(self) -> None:
+        """At --max_cost, start no new prompt (those in flight finish and are paid for)."""
+        budget = self.config.max_cost
+        if budget is None or self.scheduler is None or self.stats.cost_usd < budget:
+            return
+        if self.scheduler.tally.stopped_by is None:
+            log.warning(
+                "--max_cost=%g reached ($%.6f spent): no new prompt starts; in-flight ones finish",
+                budget,
+                self.stats.cost_usd,
+            )
+            self.scheduler.stop_feeding("max_cost")
 
     def _record_failure(self, event: Failed) -> None:
+        self.failed_keys.add(event.key)
         self.store.append_failure(event.record(attempt=self.attempts.get(event.key, 0) + 1))
         self._batch(event.prompt_index)["failed"] += 1
         self.stats.add_failure(event.error_class)
@@ -203,15 +238,29 @@ class BatchRun:
             },
         }
 
-    def _finish(self, scan: DatasetScan, started: float, *, merge: bool) -> dict[str, Any]:
+    def _finish(self, scan: DatasetScan, started: float, done: Completion, *, merge: bool) -> None:
         summary = self._summary(scan, time.monotonic() - started)
         if merge:
             report = self.store.merge(set(TOOL_TO_TOOLSET_MAP), on_entry=self.stats.add_entry)
             summary["merge"] = dict(vars(report))
-        stats = self.stats.to_dict(**summary)
+        extra = {"completion": done.as_dict(), "merged": merge, **self._filters_and_budget()}
+        stats = self.stats.to_dict(**summary, extra=extra)
         self.store.write_json("statistics.json", stats)
         render_statistics(stats, self.console)
         if merge:
             path = self.config.run_dir / "trajectories.jsonl"
             self.console.print(f"Trajectories: {path}", markup=False, highlight=False, soft_wrap=True)
-        return stats
+        style = "green" if done.exit_code == EXIT_OK else "red"
+        self.console.print(Text(done.next_step(), style=style), soft_wrap=True)
+
+    def _filters_and_budget(self) -> dict[str, Any]:
+        """The filter notes (heavy discards, recovered ones) and the budget, for statistics.json."""
+        return {
+            "filter_warnings": filter_warnings(self.stats.discards, self.stats.entries_this_run),
+            "recovered_discards": dict(sorted(self.recovered.items())),
+            "budget": {
+                "max_cost_usd": self.config.max_cost,
+                "reached": self.scheduler is not None and self.scheduler.tally.stopped_by == "max_cost",
+                "prices_per_million": asdict(self.config.prices) if self.config.prices else None,
+            },
+        }

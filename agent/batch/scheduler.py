@@ -3,8 +3,11 @@
 Jobs flow through a bounded queue, so the dataset is streamed, never held; each worker pulls
 a job whenever one of its conversation slots frees, so a slow prompt never idles capacity.
 Results come back on one event queue; the parent appends them to the run directory, syncs
-in groups and rewrites the checkpoint. A prompt dispatched to a worker that died without
-answering is recorded as a `worker_lost` failure, retried on resume.
+in groups and rewrites the checkpoint. A worker says which job it starts (`Started`): a
+prompt running on a worker that died without answering is recorded as one `worker_lost`
+failure, retried on resume; a prompt only waiting in the queue is not a failure, just not
+started. `stop_feeding` (the cost budget) ends scheduling: queued jobs are taken back and
+in-flight ones finish. A stopped worker is continued (`agent.batch.stopped`).
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.batch import worker_entry
-from agent.batch.events import Cancelled, Discarded, Failed, Finished, WorkerEvent, WorkerExit
+from agent.batch.events import Cancelled, Discarded, Failed, Finished, Started, WorkerEvent, WorkerExit
 from agent.batch.jobs import Job
+from agent.batch.stopped import StoppedWatch
 from agent.config.run_config import RunConfig
 
 log = logging.getLogger("agent.batch.scheduler")
@@ -32,8 +36,11 @@ STOP_GRACE = 30.0  # seconds workers get to destroy their sandboxes after SIGTER
 
 @dataclass
 class Tally:
-    dispatched: dict[str, Job] = field(default_factory=dict)  # key -> job, until answered
+    queued: dict[str, Job] = field(default_factory=dict)  # key -> job fed, until answered
+    running: dict[str, int] = field(default_factory=dict)  # key -> worker running it, until answered
+    dead_workers: set[int] = field(default_factory=set)  # workers that died without a goodbye
     interrupted: bool = False
+    stopped_by: str | None = None  # why scheduling ended early: "max_cost", "worker_lost"
 
 
 class Scheduler:
@@ -53,7 +60,21 @@ class Scheduler:
         self.events: Any = self.ctx.Queue()
         self.tally = Tally()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # stop everything: feeding and waiting
+        self._no_more = threading.Event()  # start no new job; those running finish
+        self._fed = False  # every job and end mark was put (guarded by _lock)
+        self._stopped = StoppedWatch()
+
+    def stop_feeding(self, reason: str) -> None:
+        """Start no new prompt (queued jobs are taken back); running ones finish."""
+        with self._lock:
+            if self._no_more.is_set():
+                return
+            self.tally.stopped_by = reason
+            self._no_more.set()
+            fed = self._fed
+        if fed:  # the feeder is gone: the queue holds jobs and end marks, take the jobs back here
+            threading.Thread(target=self._end_early, name="job-recall", daemon=True).start()
 
     def run(self, jobs: Iterable[Job]) -> Tally:
         procs = [
@@ -71,9 +92,10 @@ class Scheduler:
         try:
             dead = self._drain(procs)
             if dead is not None:
+                self.tally.stopped_by = "worker_lost"
                 log.error(
                     "worker %d exited unexpectedly (exit code %s; the OOM killer?): stopping the run; "
-                    "its prompts are recorded as worker_lost, rerun with --resume",
+                    "the prompts it was running are recorded as worker_lost, rerun with --resume",
                     dead,
                     procs[dead].exitcode,
                 )
@@ -90,15 +112,49 @@ class Scheduler:
 
     def _feed(self, jobs: Iterable[Job]) -> None:
         for job in jobs:
+            if self._no_more.is_set():
+                break
             with self._lock:
-                self.tally.dispatched[job.key] = job
-            while not self._put(job):
-                if self._stop.is_set():
-                    return
+                self.tally.queued[job.key] = job
+            if not self._put_while(job):
+                return
         for _ in range(self.config.num_workers):
-            while not self._put(None):
-                if self._stop.is_set():
-                    return
+            if not self._put_while(None):
+                return
+        with self._lock:  # from here on, stop_feeding takes queued jobs back itself
+            self._fed = True
+            late = self._no_more.is_set()
+        if late:
+            self._end_early()
+
+    def _end_early(self) -> None:
+        """Take back every queued job, then put back the end marks taken with them."""
+        for _ in range(self._take_back_queued()):
+            if not self._put_while(None):
+                return
+
+    def _put_while(self, item: Job | None) -> bool:
+        """Put `item` unless the run stops (False) or, for a job, feeding ends (True, not put)."""
+        while not self._put(item):
+            if self._stop.is_set():
+                return False
+            if item is not None and self._no_more.is_set():
+                return True
+        return True
+
+    def _take_back_queued(self) -> int:
+        """Empty the job queue; returns how many end marks (None) it held."""
+        ends = 0
+        while True:
+            try:
+                job = self.jobs.get(timeout=0.2)
+            except queue.Empty:
+                return ends
+            if job is None:
+                ends += 1
+                continue
+            with self._lock:
+                self.tally.queued.pop(job.key, None)
 
     def _put(self, item: Job | None) -> bool:
         try:
@@ -126,6 +182,7 @@ class Scheduler:
                 self._drain_leftovers(exited)
                 return None
             if time.monotonic() >= next_tick:
+                self._stopped.check({i: p.pid for i, p in enumerate(procs) if i not in exited})
                 self.on_tick()
                 next_tick = time.monotonic() + SYNC_EVERY
                 if deadline is None and (dead := self._unannounced_death(procs, exited)) is not None:
@@ -136,7 +193,9 @@ class Scheduler:
         if all(p.exitcode is None for i, p in enumerate(procs) if i not in exited):
             return None
         self._drain_leftovers(exited)  # its goodbye may still be in the queue
-        return next((i for i, p in enumerate(procs) if i not in exited and p.exitcode is not None), None)
+        dead = {i for i, p in enumerate(procs) if i not in exited and p.exitcode is not None}
+        self.tally.dead_workers |= dead
+        return min(dead, default=None)
 
     def _handle(self, event: WorkerEvent | logging.LogRecord, exited: set[int]) -> None:
         match event:
@@ -146,9 +205,14 @@ class Scheduler:
             case WorkerExit(worker=worker):
                 exited.add(worker)
                 return
+            case Started(key=key, worker=worker):
+                with self._lock:
+                    self.tally.running[key] = worker
+                return
             case Finished() | Discarded() | Failed() | Cancelled():
                 with self._lock:
-                    self.tally.dispatched.pop(event.key, None)
+                    self.tally.queued.pop(event.key, None)
+                    self.tally.running.pop(event.key, None)
         self.on_event(event)
 
     def _drain_leftovers(self, exited: set[int]) -> None:
@@ -164,6 +228,7 @@ class Scheduler:
         for proc in procs:
             if proc.is_alive() and proc.pid is not None:
                 os.kill(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, signal.SIGCONT)  # a stopped worker cannot act on SIGTERM
         while True:
             try:
                 self._drain(procs, deadline=time.monotonic() + STOP_GRACE)
@@ -183,10 +248,13 @@ class Scheduler:
         self.events.close()
 
     def _account_lost(self) -> None:
-        """Prompts handed to a worker that never answered: failures, unless we were interrupted."""
-        lost = list(self.tally.dispatched.values())
-        self.tally.dispatched.clear()
-        if self.tally.interrupted:
-            return
-        for job in lost:
-            self.on_event(Failed.of(job, "worker_lost", "the worker process running it exited early"))
+        """Prompts a worker was running when it died: one `worker_lost` failure each. When we
+        were interrupted, only the dead workers' (the others' were cancelled). Jobs that never
+        started are no failures."""
+        with self._lock:
+            running, self.tally.running = self.tally.running, {}
+            jobs = self.tally.queued
+        for key, worker in running.items():
+            job = jobs.get(key)
+            if job is not None and (not self.tally.interrupted or worker in self.tally.dead_workers):
+                self.on_event(Failed.of(job, "worker_lost", "the worker process running it exited early"))

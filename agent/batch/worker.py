@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import gc
 import logging
 import logging.handlers
@@ -20,7 +21,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, WorkerExit
+from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, Started, WorkerExit
 from agent.batch.jobs import Job
 from agent.batch.records import answer
 from agent.config.run_config import RunConfig
@@ -126,6 +127,7 @@ class Worker:
                 self.events.put(Cancelled(job.key))
             if job is None or self.stopping.is_set():
                 break
+            self.events.put(Started(job.key, self.id))
             task = asyncio.create_task(self._run_job(job))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -165,4 +167,5 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - a bug costs one prompt, not the run; reported, not swallowed
             log.error("%s\n%s", exc, traceback.format_exc())
             return Failed.of(job, "exception", f"{type(exc).__name__}: {exc}")
+        result = dataclasses.replace(result, usage=result.usage.priced(run.prices))
         return answer(job, result, keep_no_reasoning=run.keep_no_reasoning, keep_malformed=run.keep_malformed)

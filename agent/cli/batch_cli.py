@@ -38,6 +38,10 @@ _SAME_NAME = (
     "tpm",
     "embedded_threads",
     "keep_malformed",
+    "price_input",
+    "price_output",
+    "price_cached",
+    "max_cost",
 )
 
 

@@ -174,6 +174,16 @@ FLAGS: tuple[Flag, ...] = (
     Flag("keep_malformed", "bool", _run("keep_malformed"),
          "keep malformed samples: leaked, invalid, unoffered or duplicate tool calls (default: discard)",
          "Logging", _BATCH),
+    Flag("price_input", "float", _run("price_input"),
+         "USD per million prompt tokens, to cost calls the provider does not price (usage.cost)",
+         "Workers and budgets", _BATCH, shown="none"),
+    Flag("price_output", "float", _run("price_output"), "USD per million completion tokens",
+         "Workers and budgets", _BATCH, shown="none"),
+    Flag("price_cached", "float", _run("price_cached"), "USD per million cached prompt tokens",
+         "Workers and budgets", _BATCH, shown="--price_input"),
+    Flag("max_cost", "float", _run("max_cost"),
+         "USD this invocation may spend: then no new prompt starts (in-flight ones finish)",
+         "Workers and budgets", _BATCH, shown="none"),
 )  # fmt: skip
 
 BY_NAME = {flag.name: flag for flag in FLAGS}

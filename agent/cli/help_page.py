@@ -41,6 +41,8 @@ def _usage(flag: Flag) -> str:
         metavar = "NAME"
     elif flag.name.endswith(("_file", "_dir")):
         metavar = "PATH"
+    elif flag.name.startswith("price_") or flag.name == "max_cost":
+        metavar = "USD"
     else:
         metavar = "NUMBER" if flag.name in ("rpm", "tpm") else _METAVAR[flag.kind]
     return f"--{flag.name}={metavar}"

@@ -9,7 +9,18 @@ from typing import Any
 
 from agent.config.agent_config import AgentConfig
 from agent.errors import ConfigError
+from agent.protocols import Prices
 from agent.sandboxes import SandboxOptions
+
+# Each discard reason and the RunConfig field (bool, a flag of the same name) that turns its
+# filter off. A discard whose filter is off is moved into the output when a run starts.
+KEPT_BY: dict[str, str] = {
+    "duplicate_call_id": "keep_malformed",
+    "tool_not_offered": "keep_malformed",
+    "invalid_arguments": "keep_malformed",
+    "leaked_tool_call": "keep_malformed",
+    "no_reasoning": "keep_no_reasoning",
+}
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -46,6 +57,29 @@ class RunConfig:
     sandbox_starts: int = 4  # concurrent sandbox creations per worker process
     embedded_threads: int = 1
     keep_malformed: bool = False  # keep entries the well-formedness filter would discard
+    price_input: float | None = None  # USD per million prompt tokens
+    price_output: float | None = None  # USD per million completion tokens
+    price_cached: float | None = None  # USD per million cached prompt tokens (default: price_input)
+    max_cost: float | None = None  # USD this invocation may spend before it stops scheduling
+
+    def __post_init__(self) -> None:
+        given = (self.price_input is not None, self.price_output is not None)
+        if any(given) and not all(given):
+            raise ConfigError("--price_input and --price_output go together: pass both, or neither")
+        if self.price_cached is not None and not all(given):
+            raise ConfigError("--price_cached needs --price_input and --price_output")
+
+    @property
+    def prices(self) -> Prices | None:
+        """The price table of the flags, None when not given (then only a provider's cost counts)."""
+        if self.price_input is None or self.price_output is None:
+            return None
+        return Prices(self.price_input, self.price_output, self.price_cached)
+
+    def keeps(self, reason: str) -> bool:
+        """Whether the filter that discards for `reason` is off in this run."""
+        field_name = KEPT_BY.get(reason)
+        return field_name is not None and bool(getattr(self, field_name))
 
     @property
     def run_dir(self) -> Path:

@@ -10,6 +10,7 @@ one turn (each would run in the sandbox, one after the other). Fields we only ca
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from agent.common.unicode_text import encodable_json, may_hold_surrogates
@@ -52,6 +53,30 @@ def _count(usage: dict[str, Any], key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def _details(usage: dict[str, Any], name: str, key: str) -> int:
+    details = usage.get(name)
+    return _count(details, key) if isinstance(details, dict) else 0
+
+
+def _cost(usage: dict[str, Any]) -> float | None:
+    """The provider's own price of the call in USD (OpenRouter's `usage.cost`), when it says."""
+    cost = usage.get("cost")
+    if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0:
+        return None
+    return float(cost)
+
+
+def read_usage(usage: dict[str, Any]) -> Usage:
+    """Token counts, cached prompt tokens and the provider-reported cost of one reply."""
+    return Usage(
+        prompt_tokens=_count(usage, "prompt_tokens"),
+        completion_tokens=_count(usage, "completion_tokens"),
+        reasoning_tokens=_details(usage, "completion_tokens_details", "reasoning_tokens"),
+        cached_tokens=_details(usage, "prompt_tokens_details", "cached_tokens"),
+        cost_usd=_cost(usage),
+    )
+
+
 def _message(raw: bytes) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(completion, its first choice, that choice's message); ValueError, LookupError or
     TypeError when the body is no chat completion."""
@@ -78,18 +103,12 @@ def parse_reply(raw: bytes) -> ModelReply:
     content = message.get("content")
     text, content = reasoning.extract(message, content if isinstance(content, str) else "")
     usage = completion.get("usage")
-    usage = usage if isinstance(usage, dict) else {}
-    details = usage.get("completion_tokens_details")
     finish = choice.get("finish_reason")
     return ModelReply(
         content=content,
         reasoning=text,
         tool_calls=calls,
         finish_reason=finish if isinstance(finish, str) and finish else "stop",
-        usage=Usage(
-            prompt_tokens=_count(usage, "prompt_tokens"),
-            completion_tokens=_count(usage, "completion_tokens"),
-            reasoning_tokens=_count(details, "reasoning_tokens") if isinstance(details, dict) else 0,
-        ),
+        usage=read_usage(usage if isinstance(usage, dict) else {}),
         reasoning_details=message.get("reasoning_details") or None,
     )

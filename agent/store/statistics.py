@@ -4,7 +4,8 @@ Two scopes are kept apart. The merged output (`add_entry`, called for every entr
 `trajectories.jsonl`) gives tool usage, reasoning coverage, outcomes and tokens of the data set
 as it now stands, resumed runs included. This invocation (`add_processed`, `add_discard`,
 `add_failure`, `add_limiter`) gives what this process did: prompts finished, discards per
-filter, failures per class, tokens spent and how the endpoint throttled us.
+filter, failures per class, tokens and USD spent and how the endpoint throttled us. USD is
+summed from each usage's `cost_usd` and stays None (unknown, not 0) when none has one.
 
 The summary printed after a run is `agent.store.summary_view`'s; `render_statistics` is
 re-exported here for the callers that import it with `RunStatistics`.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +41,23 @@ def _add_tokens(total: Counter[str], usage: Any) -> None:
     total["completion"] += completion
     total["reasoning"] += json_int(usage.get("reasoning_tokens"))
     total["total"] += json_int(usage.get("total_tokens")) if "total_tokens" in usage else prompt + completion
+
+
+@dataclass
+class Spend:
+    """USD summed from usages' `cost_usd`, and how many had one (none known is not 0 USD)."""
+
+    usd: float = 0.0
+    costed: int = 0
+
+    def add(self, usage: Any) -> None:
+        cost = usage.get("cost_usd") if isinstance(usage, Mapping) else None
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            self.usd += cost
+            self.costed += 1
+
+    def known(self) -> float | None:
+        return round(self.usd, 6) if self.costed else None
 
 
 def _percent(part: int, whole: int) -> float:
@@ -89,6 +108,8 @@ class RunStatistics:
         self._discards = Counter[str]()
         self._failures = Counter[str]()
         self._limiters: dict[object, Mapping[str, Any]] = {}
+        self._cost = Spend()  # merged output
+        self._run_cost = Spend()  # this invocation
 
     def add_entry(self, entry: Mapping[str, Any]) -> None:
         """Count one entry of the merged output. Runs once per entry at the end of every run,
@@ -107,6 +128,7 @@ class RunStatistics:
         metadata = metadata if isinstance(metadata, dict) else {}
         self._outcomes[str(metadata.get("outcome") or "unknown")] += 1
         _add_tokens(self._tokens, metadata.get("usage"))
+        self._cost.add(metadata.get("usage"))
 
     def _add_tool_stats(self, stats: dict[Any, Any]) -> None:
         tools = self._tools
@@ -138,13 +160,37 @@ class RunStatistics:
     def add_failure(self, error_class: str) -> None:
         self._failures[error_class] += 1
 
-    def add_processed(self, outcome: str, usage: Mapping[str, int]) -> None:
+    def add_processed(self, outcome: str, usage: Mapping[str, float]) -> None:
         """One prompt finished in this invocation, whatever became of it."""
         self._run_outcomes[outcome] += 1
         split = outcome if outcome in ("completed", "discarded", "failed") else "partial"
         self._run["processed"] += 1
         self._run[split] += 1
         _add_tokens(self._run_tokens, usage)
+        self._run_cost.add(usage)
+
+    @property
+    def discards(self) -> dict[str, int]:
+        """Discards per filter in this invocation."""
+        return dict(self._discards)
+
+    @property
+    def entries_this_run(self) -> int:
+        """Prompts of this invocation that reached an outcome (kept or discarded)."""
+        return self._run["processed"] - self._run["failed"]
+
+    @property
+    def cost_usd(self) -> float:
+        """What this invocation spent, as far as it is known (0 when no cost is known)."""
+        return self._run_cost.usd
+
+    def _cost_statistics(self) -> dict[str, Any]:
+        """USD spent, None where no call's cost is known (no price table, none reported)."""
+        return {
+            "this_invocation_usd": self._run_cost.known(),
+            "merged_output_usd": self._cost.known(),
+            "prompts_with_cost": self._run_cost.costed,
+        }
 
     def add_limiter(self, worker_stats: Mapping[str, Any], *, worker: object = None) -> None:
         """One worker process's limiter statistics. With `worker`, a later call for the same
@@ -206,6 +252,7 @@ class RunStatistics:
         duration_seconds: float,
         merge: Mapping[str, Any] | None = None,
         dataset: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The `statistics.json` document (JSON-serialisable)."""
         return {
@@ -225,8 +272,10 @@ class RunStatistics:
             "trajectories": {key: self._entries[key] for key in _ENTRY_KEYS},
             "outcomes": dict(sorted(self._outcomes.items())),
             "tokens": self._token_statistics(),
+            "cost": self._cost_statistics(),
             "this_invocation": self._this_invocation(duration_seconds),
             "rate_limiting": self._rate_limiting(),
             "merge": dict(merge or {}),
             "dataset": dict(dataset or {}),
+            **(extra or {}),
         }

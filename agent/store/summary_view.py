@@ -39,6 +39,42 @@ def _counts_line(counts: Mapping[str, Any]) -> str:
     return " · ".join(items) or "none"
 
 
+def _unmerged(stats: Mapping[str, Any]) -> bool:
+    """An interrupted run: trajectories.jsonl was not rewritten, so nothing was counted from it."""
+    return stats.get("merged") is False
+
+
+def _merged_line(stats: Mapping[str, Any], merged: Mapping[str, Any]) -> str:
+    if _unmerged(stats):
+        done = stats.get("completion") or {}
+        return (
+            f"Trajectories in merged file: not rewritten (interrupted); on disk: {_n(done.get('in_output'))} "
+            f"results in the batch files and {_n(done.get('discarded'))} discards of "
+            f"{_n(done.get('valid_prompts'))} prompts"
+        )
+    return (
+        f"Trajectories in merged file: {_n(merged.get('entries'))} (completed {_n(merged.get('completed'))}, "
+        f"partial {_n(merged.get('partial'))})"
+    )
+
+
+def _usd(value: Any) -> str:
+    return f"${value:,.6f}" if isinstance(value, int | float) and not isinstance(value, bool) else "unknown"
+
+
+def _cost_line(stats: Mapping[str, Any]) -> str:
+    cost, budget = stats.get("cost") or {}, stats.get("budget") or {}
+    line = f"Cost this run: {_usd(cost.get('this_invocation_usd'))}"
+    if not _unmerged(stats):
+        line += f" · in merged file: {_usd(cost.get('merged_output_usd'))}"
+    if cost.get("this_invocation_usd") is None:
+        line += " (no usage.cost from the endpoint; --price_input/--price_output price the tokens)"
+    if budget.get("max_cost_usd") is not None:
+        reached = "reached: no new prompt was started" if budget.get("reached") else "not reached"
+        line += f" · --max_cost={_usd(budget['max_cost_usd'])} {reached}"
+    return line
+
+
 def _summary(stats: Mapping[str, Any]) -> Panel:
     run, merged = stats.get("this_invocation") or {}, stats.get("trajectories") or {}
     tokens = stats.get("tokens") or {}
@@ -46,11 +82,15 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
         f"Prompts processed this run: {_n(run.get('processed'))} (✓ {_n(run.get('completed'))} completed, "
         f"◐ {_n(run.get('partial'))} partial, ⌫ {_n(run.get('discarded'))} discarded, "
         f"✗ {_n(run.get('failed'))} failed) · {run.get('prompts_per_second', 0.0):.2f} prompts/s",
-        f"Trajectories in merged file: {_n(merged.get('entries'))} (completed {_n(merged.get('completed'))}, "
-        f"partial {_n(merged.get('partial'))})",
+        _merged_line(stats, merged),
         f"Duration: {_duration(float(stats.get('duration_seconds') or 0.0))}",
         f"Tokens this run: {_token_line(tokens.get('this_invocation') or {})}",
-        f"Tokens in merged file: {_token_line(tokens.get('merged_output') or {})}",
+        *(
+            []
+            if _unmerged(stats)
+            else [f"Tokens in merged file: {_token_line(tokens.get('merged_output') or {})}"]
+        ),
+        _cost_line(stats),
         f"Model: {stats.get('model')} · distribution: {stats.get('distribution')} · "
         f"{_n(stats.get('total_prompts'))} prompts, {_n(stats.get('total_batches'))} batches of "
         f"{_n(stats.get('batch_size'))} this run",
@@ -98,11 +138,35 @@ def _reasoning(stats: Mapping[str, Any]) -> Text:
 
 def _problems(stats: Mapping[str, Any]) -> Text:
     lines = [f"Discarded this run: {_counts_line(stats.get('discarded') or {})}"]
+    lines += _filter_lines(stats)
     failures = stats.get("failures") or {}
     lines.append(f"Failed this run: {_counts_line(failures)}")
     if any(json_int(value) for value in failures.values()):
         lines.append("  rerun with --resume to retry them")
+    done = stats.get("completion") or {}
+    if json_int(done.get("not_started")):
+        named = ", ".join(str(i) for i in done.get("not_started_indices") or [])
+        more = " …" if json_int(done["not_started"]) > len(done.get("not_started_indices") or []) else ""
+        lines.append(f"Not started: {_n(done['not_started'])} prompts (dataset indices {named}{more})")
     return Text("\n".join(lines))
+
+
+def _filter_lines(stats: Mapping[str, Any]) -> list[str]:
+    """Filters that dropped most of the entries, and discards moved back into the output."""
+    lines = []
+    for warning in stats.get("filter_warnings") or []:
+        count, entries = json_int(warning.get("discarded")), json_int(warning.get("entries"))
+        line = (
+            f"  the {warning.get('reason')} filter discarded {_n(count)} of {_n(entries)} entries "
+            f"({100.0 * count / max(entries, 1):.0f}%)"
+        )
+        if warning.get("kept_by"):
+            line += f"; {warning['kept_by']} keeps them (with --resume, from discarded.jsonl, no model call)"
+        lines.append(line)
+    recovered = stats.get("recovered_discards") or {}
+    if any(json_int(value) for value in recovered.values()):
+        lines.append(f"Moved from discarded.jsonl into the output (filter off): {_counts_line(recovered)}")
+    return lines
 
 
 def _rate_limiting(stats: Mapping[str, Any]) -> Text:
@@ -121,6 +185,10 @@ def _rate_limiting(stats: Mapping[str, Any]) -> Text:
 
 def render_statistics(stats: Mapping[str, Any], console: Console) -> None:
     """Print the summary of a `to_dict` document (or a loaded `statistics.json`)."""
-    parts: list[Any] = [_summary(stats), _tool_table(stats.get("tool_statistics") or {}), _reasoning(stats)]
+    parts: list[Any] = [_summary(stats)]
+    if _unmerged(stats):
+        parts.append(Text("Tool usage and reasoning: not counted (the merged file was not rewritten)"))
+    else:
+        parts += [_tool_table(stats.get("tool_statistics") or {}), _reasoning(stats)]
     parts += [_problems(stats), _rate_limiting(stats)]
     console.print(Group(*parts))

@@ -1,0 +1,185 @@
+"""Filters re-applied on resume, said out loud; the cost of a run and its budget (--max_cost).
+
+Real runner subprocesses: the simulated endpoint (no reasoning at all, or its token counts
+priced by a price table), or an endpoint server whose replies carry a provider cost
+(`usage.cost`, as OpenRouter sends it) and cached prompt tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.servers.endpoint_server import EndpointServer
+from agent.servers.simulated.replies import Turn, build_completion
+from agent.servers.simulated.server import SimulatedEndpoint
+from tests.test_batch_support import (
+    API_KEY,
+    BatchCLI,
+    batch_prompts,
+    read_json,
+    read_jsonl,
+    trajectory_prompts,
+    write_dataset,
+)
+
+PROMPTS = [f"Cost prompt {i}" for i in range(20)]
+
+
+def dataset(tmp_path: Path, prompts: list[str]) -> None:
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+
+
+def flat(text: str) -> str:
+    """Console text with the summary panel's borders and wrapping undone."""
+    return " ".join(text.replace("│", " ").split())
+
+
+def test_a_filter_that_dropped_everything_says_so_and_resume_recovers_without_calls(tmp_path: Path) -> None:
+    prompts = [f"Silent {i}" for i in range(5)]
+    dataset(tmp_path, prompts)
+    flags = ("--dataset_file=d.jsonl", "--batch_size=2", "--run_name=nr", "--num_workers=1")
+    with SimulatedEndpoint(reasoning="none") as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        first = cli.run(*flags)
+        assert first.returncode == 0, first  # discarded by a filter is an outcome
+        text = flat(first.stderr)
+        assert (
+            "the no_reasoning filter discarded 5 of 5 entries (100%); --keep_no_reasoning keeps them" in text
+        )
+        run_dir = cli.run_dir("nr")
+        assert trajectory_prompts(run_dir) == Counter()
+
+        endpoint.clear_requests()
+        kept = cli.run(*flags, "--resume", "--keep_no_reasoning")
+        assert kept.returncode == 0, kept
+        assert endpoint.requests == []  # recovered from discarded.jsonl, no model call
+        assert trajectory_prompts(run_dir) == Counter(prompts)
+        stats = read_json(run_dir / "statistics.json")
+        assert stats["recovered_discards"] == {"no_reasoning": 5}
+        assert stats["trajectories"]["entries"] == 5
+        assert "Moved from discarded.jsonl into the output (filter off): no_reasoning 5" in flat(kept.stderr)
+
+        again = cli.run(*flags, "--resume", "--keep_no_reasoning")
+        assert again.returncode == 0, again
+        assert endpoint.requests == []
+        assert batch_prompts(run_dir) == Counter(prompts)  # exactly once: not appended again
+        assert read_json(run_dir / "statistics.json")["recovered_discards"] == {}
+
+
+def test_cost_from_a_price_table_per_entry_and_per_run(tmp_path: Path) -> None:
+    dataset(tmp_path, PROMPTS)
+    flags = ("--dataset_file=d.jsonl", "--batch_size=5", "--run_name=priced", "--num_workers=2")
+    with SimulatedEndpoint() as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        done = cli.run(*flags, "--price_input=3", "--price_output=15")
+    assert done.returncode == 0, done
+    run_dir = cli.run_dir("priced")
+    entries = read_jsonl(run_dir / "trajectories.jsonl")
+    assert len(entries) == 20
+    expected = 0.0
+    for entry in entries:
+        usage = entry["metadata"]["usage"]
+        cost = (usage["prompt_tokens"] * 3 + usage["completion_tokens"] * 15) / 1_000_000
+        assert usage["cost_usd"] == pytest.approx(cost, abs=1e-10)
+        expected += cost
+    cost_stats = read_json(run_dir / "statistics.json")["cost"]
+    assert cost_stats["this_invocation_usd"] == pytest.approx(expected, abs=1e-6)
+    assert cost_stats["merged_output_usd"] == pytest.approx(expected, abs=1e-6)
+    assert f"Cost this run: ${round(expected, 6):,.6f}" in flat(done.stderr)
+
+
+def test_without_prices_the_entries_keep_their_bytes(tmp_path: Path) -> None:
+    dataset(tmp_path, PROMPTS[:2])
+    with SimulatedEndpoint() as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        done = cli.run("--dataset_file=d.jsonl", "--batch_size=5", "--run_name=plain", "--num_workers=1")
+    assert done.returncode == 0, done
+    for entry in read_jsonl(cli.run_dir("plain") / "trajectories.jsonl"):
+        assert list(entry["metadata"]["usage"]) == [
+            "prompt_tokens",
+            "completion_tokens",
+            "reasoning_tokens",
+            "total_tokens",
+        ]
+    assert read_json(cli.run_dir("plain") / "statistics.json")["cost"]["this_invocation_usd"] is None
+
+
+def provider(call_cost: float, delay: float = 0.0) -> EndpointServer:
+    """An endpoint whose every reply says what it cost (`usage.cost`) and that 10 prompt
+    tokens came from the cache: a terminal call first, then the answer (each after `delay` s)."""
+
+    async def respond(body: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(delay)
+        answered = any(m.get("role") == "assistant" for m in body.get("messages") or [])
+        call = (("terminal", json.dumps({"command": "echo hi"})),)
+        turn = (
+            Turn(content="Done.", reasoning="Think.")
+            if answered
+            else Turn(reasoning="Plan.", tool_calls=call)
+        )
+        completion = build_completion(body, turn, "sim-model")
+        completion["usage"]["cost"] = call_cost
+        completion["usage"]["prompt_tokens_details"] = {"cached_tokens": 10}
+        return completion
+
+    return EndpointServer(respond)
+
+
+def provider_flags(
+    tmp_path: Path, server: EndpointServer, run_name: str, prompts: list[str] = PROMPTS
+) -> tuple[str, ...]:
+    dataset(tmp_path, prompts)
+    return (
+        "--dataset_file=d.jsonl",
+        "--batch_size=5",
+        f"--run_name={run_name}",
+        f"--base_url={server.base_url}",
+        f"--api_key={API_KEY}",
+    )
+
+
+def test_the_providers_cost_wins_over_the_price_table(tmp_path: Path) -> None:
+    with provider(0.00125) as server:
+        flags = provider_flags(tmp_path, server, "billed")
+        done = BatchCLI(tmp_path).run(*flags, "--num_workers=2", "--price_input=1000", "--price_output=1000")
+    assert done.returncode == 0, done
+    run_dir = BatchCLI(tmp_path).run_dir("billed")
+    for entry in read_jsonl(run_dir / "trajectories.jsonl"):
+        assert entry["metadata"]["usage"]["cost_usd"] == pytest.approx(0.0025)  # two calls
+        assert entry["metadata"]["usage"]["cached_tokens"] == 20
+    assert read_json(run_dir / "statistics.json")["cost"]["this_invocation_usd"] == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("count", [20, 6])  # more jobs than the queue holds, and fewer
+def test_max_cost_stops_new_prompts_exits_1_and_resume_finishes(tmp_path: Path, count: int) -> None:
+    # $0.002 a prompt, a $0.005 budget: the third answered prompt reaches it; no new prompt
+    # starts after that (the one already in flight finishes), and --resume runs the rest.
+    # Calls take 0.1 s, as a real endpoint's take longer: the parent hears of each answer
+    # before the worker is done with the next prompt (an instant endpoint lets a worker take
+    # a few more prompts in the time the parent needs to stop feeding).
+    cli, prompts = BatchCLI(tmp_path), PROMPTS[:count]
+    with provider(0.001, delay=0.1) as server:
+        flags = provider_flags(tmp_path, server, "budget", prompts)
+        flags += ("--num_workers=1", "--max_inflight=1")
+        stopped = cli.run(*flags, "--max_cost=0.005")
+        assert stopped.returncode == 1, stopped
+        run_dir = cli.run_dir("budget")
+        stats = read_json(run_dir / "statistics.json")
+        assert stats["budget"]["reached"] is True and stats["budget"]["max_cost_usd"] == 0.005
+        done = stats["completion"]["in_output"]
+        assert 3 <= done <= 5 and stats["completion"]["not_started"] == count - done
+        assert stats["cost"]["this_invocation_usd"] == pytest.approx(0.002 * done)
+        last = stopped.stderr.rstrip().splitlines()[-1]
+        assert last.endswith("(--max_cost reached). Next: rerun with --resume to run them."), stopped
+        assert read_jsonl(run_dir / "failures.jsonl") == []
+
+        resumed = cli.run(*flags, "--resume")
+        assert resumed.returncode == 0, resumed
+    assert batch_prompts(run_dir) == Counter(prompts)
+    assert trajectory_prompts(run_dir) == Counter(prompts)
