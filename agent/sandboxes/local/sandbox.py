@@ -179,8 +179,10 @@ class LocalSandbox:
     def _make_workdir(self, cwd: str | None) -> str:
         if not cwd:
             return os.path.join(self.root, "workspace")
-        # The dataset's cwd ("/app", "src") names a directory inside the sandbox dir.
-        target = os.path.realpath(os.path.join(self.root, cwd.lstrip("/")))
+        # The sandbox dir stands for the sandbox's "/", as in bwrap and docker: "/app" is
+        # <root>/app, a relative "src" is /workspace/src.
+        inside = cwd.lstrip("/") if cwd.startswith("/") else os.path.join("workspace", cwd)
+        target = os.path.realpath(os.path.join(self.root, inside))
         if target != self.root and not target.startswith(self.root + os.sep):
             raise SandboxPathError(f"cwd {cwd!r} leaves the sandbox {self.root}")
         os.makedirs(target, exist_ok=True)
