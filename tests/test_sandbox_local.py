@@ -197,7 +197,9 @@ async def test_names_are_sanitised_into_the_root(local_sandbox_root: Path) -> No
         assert pool.name.startswith("a_b_c-")
 
 
-@pytest.mark.parametrize(("cwd", "relative"), [(None, "workspace"), ("/app", "app"), ("src/pkg", "workspace/src/pkg")])
+@pytest.mark.parametrize(
+    ("cwd", "relative"), [(None, "workspace"), ("/app", "app"), ("src/pkg", "workspace/src/pkg")]
+)
 async def test_dataset_cwd_is_honoured_inside_the_sandbox(
     local_sandbox_root: Path, cwd: str | None, relative: str
 ) -> None:
