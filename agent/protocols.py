@@ -253,6 +253,9 @@ class StoredKeys(Protocol):
     @property
     def failures(self) -> dict[str, int]: ...  # key -> failed attempts, for keys not done or discarded
 
+    @property
+    def indices(self) -> dict[str, int]: ...  # key -> the prompt_index it was first written with
+
 
 class RunStore(Protocol):
     """Where a batch run's results go, as `BatchRun` uses it. `lock` then `repair` before the

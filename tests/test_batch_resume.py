@@ -1,6 +1,6 @@
 """Resume runs every prompt exactly once: repeated prompts run once per copy, a partial run is
 finished whatever the new order or length of the dataset, failures are recorded and retried,
-discards are recorded and never paid for again."""
+discards are recorded and never paid for again; prompt_index is unique and never changes."""
 
 from __future__ import annotations
 
@@ -122,3 +122,62 @@ def test_no_reasoning_endpoint_is_discarded_unless_kept(tmp_path: Path) -> None:
         assert not read_jsonl(cli.run_dir("kept") / "discarded.jsonl")
         reasoning = read_json(cli.run_dir("kept") / "statistics.json")["reasoning_statistics"]
         assert reasoning["turns_with_reasoning"] == 0 and reasoning["total_assistant_turns"] > 0
+
+
+def indices_by_prompt(run_dir: Path) -> dict[str, int]:
+    """prompt -> prompt_index of every trajectory and discard, asserting no prompt is there twice
+    and no two prompts share an index."""
+    entries = read_jsonl(run_dir / "trajectories.jsonl")
+    entries += [d["entry"] for d in read_jsonl(run_dir / "discarded.jsonl")]
+    for entry in entries:  # the shard follows the index
+        assert entry["metadata"]["batch_num"] == entry["prompt_index"] // 2, entry
+    prompts = [human_prompt(e) for e in entries]
+    assert len(set(prompts)) == len(prompts), Counter(prompts)
+    numbers = [e["prompt_index"] for e in entries]
+    assert len(set(numbers)) == len(numbers), sorted(numbers)
+    return dict(zip(prompts, numbers, strict=True))
+
+
+def failure_indices(run_dir: Path) -> dict[str, set[int]]:
+    found: dict[str, set[int]] = {}
+    for record in read_jsonl(run_dir / "failures.jsonl"):
+        found.setdefault(record["prompt_key"], set()).add(record["prompt_index"])
+    return found
+
+
+def test_prompt_index_is_unique_and_kept_across_resumes_of_an_edited_dataset(
+    cli: BatchCLI, sim_endpoint: SimulatedEndpoint
+) -> None:
+    dataset = cli.workdir / "prompts.jsonl"
+    prompts_dataset(dataset, [f"old {n}" for n in range(8)])
+    sim_endpoint.script("old 3", [Turn(fault=EndpointFault(401, "invalid api key (simulated)"))])
+    sim_endpoint.script("old 5", tool_then_answer(reasoning=False))  # discarded
+    flags = (f"--dataset_file={dataset}", "--batch_size=2", "--run_name=ix", "--num_workers=2")
+    assert cli.run(*flags, "--max_samples=6").returncode == 1  # "old 3" failed
+    run_dir = cli.run_dir("ix")
+    first = indices_by_prompt(run_dir)
+    assert first == {f"old {n}": n for n in (0, 1, 2, 4, 5)}
+
+    # Reordered, 5 prompts added (two at positions earlier prompts hold), no --max_samples; a new
+    # prompt fails, so the run is resumed twice.
+    new = [f"new {n}" for n in range(5)]
+    order = [new[0], "old 5", "old 4", new[1], "old 3", "old 2", new[2], "old 1", "old 0", new[3]]
+    prompts_dataset(dataset, [*order, "old 6", "old 7", new[4]])
+    sim_endpoint.clear()
+    sim_endpoint.script("new 2", [Turn(fault=EndpointFault(401, "invalid api key (simulated)"))])
+    assert cli.run(*flags, "--resume").returncode == 1  # "new 2" failed
+    second = indices_by_prompt(run_dir)
+    assert {p: second[p] for p in first} == first  # earlier entries keep their index
+    assert second["old 3"] == 3  # a retried failure keeps its failure record's index
+
+    sim_endpoint.clear()
+    third = cli.run(*flags, "--resume")
+    assert third.returncode == 0, third
+    final = indices_by_prompt(run_dir)
+    assert {p: final[p] for p in second} == second
+    assert set(final) == {*order, "old 6", "old 7", new[4]}
+    assert trajectory_prompts(run_dir) == Counter(set(final) - {"old 5"})
+    assert all(len(numbers) == 1 for numbers in failure_indices(run_dir).values())
+    assert final["new 2"] == 6  # its failure record's index, which was its row's position
+    assert (final["new 0"], final["new 1"]) == (7, 8)  # positions 0 and 3 were held: the first gaps
+    assert read_json(run_dir / "checkpoint.json")["completed_prompts"] == list(range(13))  # no gap

@@ -6,6 +6,8 @@ is derived from those append-only files and rewritten atomically. So is the exit
 scan at the end splits the dataset into done, discarded, failed and not started
 (`agent.batch.completion`); on start, discards whose filter is now off join the output
 (`agent.batch.recovery`); `--max_cost` stops scheduling once this invocation spent it.
+A prompt keeps the prompt_index it was first written with, whatever the dataset's new order
+(`agent.store.index.number_prompts` numbers the others), so indices are unique and stable.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from agent.config.run_config import RunConfig
 from agent.protocols import RunStore, StoredKeys
 from agent.sandboxes import reap_stale
 from agent.store.directory import RunDirectory
+from agent.store.index import number_prompts
 from agent.store.statistics import RunStatistics, render_statistics
 from agent.toolbox.distributions import sample_toolsets_from_distribution
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
@@ -50,6 +53,7 @@ class BatchRun:
         self.batch_stats: dict[int, dict[str, int]] = {}
         self.attempts: dict[str, int] = {}
         self.done_keys: set[str] = set()
+        self.numbers: dict[str, int] = {}  # key -> prompt_index, for the prompts not yet done
         self.progress: RunProgress | None = None
         self.scheduler: Scheduler | None = None
         self.failed_keys: set[str] = set()
@@ -102,17 +106,23 @@ class BatchRun:
             log.warning("removed a sandbox left by a dead process: %s", name)
 
     def _plan(self, index: StoredKeys) -> int:
-        """How many prompts remain; records which dataset indices are already done."""
-        todo = 0
+        """How many prompts remain; numbers them (`number_prompts`) and records which indices
+        are already done."""
+        pending: list[tuple[str, int]] = []
         for row in self._rows():
-            self._batch(row.index)["total"] += 1
             if row.key in index.done or row.key in index.discarded:
-                self.done_indices.add(row.index)
-                self._batch(row.index)["processed"] += 1
+                number = index.indices.get(row.key, row.index)  # a line without one: its row's
+                self.done_indices.add(number)
+                batch = self._batch(number)
+                batch["total"] += 1
+                batch["processed"] += 1
             else:
-                todo += 1
+                pending.append((row.key, row.index))
+        self.numbers = number_prompts(pending, index.indices)
+        for number in self.numbers.values():
+            self._batch(number)["total"] += 1
         self.done_keys = index.done | index.discarded
-        return todo
+        return len(pending)
 
     def _rows(self) -> Iterator[DatasetRow]:
         # The same backend as the scan, so the same rows are valid.
@@ -130,14 +140,15 @@ class BatchRun:
             if row.key in self.done_keys:
                 continue
             rng = random.Random(f"{cfg.seed}:{row.key}")  # reproducible whatever the scheduling
+            number = self.numbers[row.key]
             yield Job(
-                index=row.index,
+                index=number,
                 key=row.key,
                 prompt=row.prompt,
                 image=row.image,
                 cwd=row.cwd,
                 metadata=row.metadata,
-                batch_num=row.index // cfg.batch_size,
+                batch_num=number // cfg.batch_size,
                 toolsets=tuple(sample_toolsets_from_distribution(cfg.distribution, rng)),
             )
 

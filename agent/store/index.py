@@ -1,4 +1,5 @@
-"""What a run directory already holds: which prompts are done, discarded or failed.
+"""What a run directory already holds: which prompts are done, discarded or failed, and
+which `prompt_index` each one was written with; and the numbering rule for the rest.
 
 The scan streams every file line by line and never stops on a bad line: a line that is not
 UTF-8, not JSON, not an object, or has no key is counted as invalid and skipped. How a line's
@@ -8,9 +9,11 @@ key is found is `agent.store.keys`'s job.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import count
 from pathlib import Path
+from typing import Any
 
 from agent.store.jsonl import read_lines
 from agent.store.keys import KeyResolver, is_tombstone, record_key
@@ -22,6 +25,8 @@ class RunIndex:
     done: set[str] = field(default_factory=set)  # keys with a result line in batch files
     discarded: set[str] = field(default_factory=set)  # keys in discarded.jsonl (or tombstones)
     failures: dict[str, int] = field(default_factory=dict)  # key -> attempts, not done/discarded
+    # key -> the prompt_index it was first written with: result lines, then discards, then failures
+    indices: dict[str, int] = field(default_factory=dict)
     results: int = 0  # result lines with a key (duplicates included)
     invalid_lines: int = 0
 
@@ -46,7 +51,9 @@ def _scan_results(directory: Path, index: RunIndex) -> None:
             key = resolver.result_key(entry) if entry is not None else None
             if entry is None or key is None:
                 index.invalid_lines += 1
-            elif is_tombstone(entry):
+                continue
+            _note_index(index, key, entry)
+            if is_tombstone(entry):
                 index.discarded.add(key)
             else:
                 index.results += 1
@@ -58,7 +65,39 @@ def _record_keys(path: Path, index: RunIndex) -> Iterator[str]:
     counted in `index.invalid_lines`."""
     for _line, record in read_lines(path):
         key = record_key(record)
-        if key is None:
+        if record is None or key is None:
             index.invalid_lines += 1
         else:
+            _note_index(index, key, record)
             yield key
+
+
+def _note_index(index: RunIndex, key: str, line: dict[str, Any]) -> None:
+    number = line.get("prompt_index")
+    if isinstance(number, int) and not isinstance(number, bool) and number >= 0:
+        index.indices.setdefault(key, number)
+
+
+def number_prompts(pending: Iterable[tuple[str, int]], recorded: Mapping[str, int]) -> dict[str, int]:
+    """The prompt_index of each prompt not yet done, given as (key, row position) in dataset
+    order: its recorded one (a failure's) if no other prompt holds that number, else its
+    position if no prompt holds that, else the lowest number no prompt holds or claims.
+    `recorded` is `RunIndex.indices`; written numbers never change, no two prompts share one."""
+    holder: dict[int, str] = {}
+    for key, number in recorded.items():  # results first: a legacy clash keeps the result's
+        holder.setdefault(number, key)
+    numbers: dict[str, int] = {}
+    homeless: list[str] = []
+    for key, position in pending:
+        kept = recorded.get(key)
+        if kept is not None and holder[kept] == key:
+            numbers[key] = kept
+        elif position not in holder:
+            holder[position] = key
+            numbers[key] = position
+        else:
+            homeless.append(key)
+    # After every claim, so a gap filled is never a later row's own position.
+    free = (n for n in count() if n not in holder)
+    numbers.update(zip(homeless, free, strict=False))
+    return numbers
