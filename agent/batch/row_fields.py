@@ -13,6 +13,7 @@ as absent: Hugging Face and pandas exports write `null` for a column a row does 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +78,15 @@ def _reject_constant(name: str) -> Any:
     raise _NonStandardJSON(name)
 
 
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+def _finite(text: str) -> float:
+    # 1e999 overflows to infinity, which no JSON writer (ours included) can write back.
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonStandardJSON(f"{text} (out of range)")
+    return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite)
 
 
 def _parse(text: str) -> LineFields:
@@ -90,6 +99,8 @@ def _parse(text: str) -> LineFields:
         raise FieldError(None, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
     except RecursionError:
         raise FieldError(None, "invalid JSON: nested too deeply") from None
+    except ValueError:  # int() refuses integers of over 4,300 digits
+        raise FieldError(None, "invalid JSON: a number too long to read") from None
     if not isinstance(row, dict):
         raise FieldError(None, f"not a JSON object (got {_json_type(row)})")
     if "\\ud" in text.lower():  # only a \uD800-\uDFFF escape can decode to a lone surrogate

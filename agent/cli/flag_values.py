@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -43,21 +44,25 @@ def check_names(cli: str, names: Iterable[str], spelled: Mapping[str, str]) -> N
             raise ConfigError(unknown_flag_message(cli, spelled.get(name, f"--{name}"), name))
 
 
+# As typed: ASCII digits only (Python's int() and float() also take "1_0", " 3", other scripts'
+# digits, and a float's "nan"/"inf"); at most 18 digits, far beyond any count or budget.
+_INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]{1,18}(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+
+
 def _integer(flag: Flag, text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        raise ConfigError(f"--{flag.name} must be an integer, got {text!r}") from None
+    if not _INTEGER.fullmatch(text):
+        raise ConfigError(f"--{flag.name} must be an integer, got {text!r}")
+    number = int(text)
     if flag.minimum is not None and number < flag.minimum:
         raise ConfigError(f"--{flag.name} must be at least {flag.minimum}, got {number}")
     return number
 
 
 def _positive(flag: Flag, text: str) -> float:
-    try:
-        number = float(text)
-    except ValueError:
-        raise ConfigError(f"--{flag.name} must be a number, got {text!r}") from None
+    if not _DECIMAL.fullmatch(text):
+        raise ConfigError(f"--{flag.name} must be a number, got {text!r}")
+    number = float(text)
     if not math.isfinite(number) or number <= 0:
         raise ConfigError(f"--{flag.name} must be positive, got {text}")
     return number
@@ -71,11 +76,12 @@ def _boolean(flag: Flag, text: str) -> bool:
 
 
 def convert(flag: Flag, text: str) -> Any:
-    """The typed value of `flag` from its text; empty text means the flag's default."""
+    """The typed value of `flag` from its text; an empty value is an error (leave the flag out
+    for its default)."""
     if flag.kind == "bool":
         return _boolean(flag, text)
     if text == "":
-        return flag.default
+        raise ConfigError(f"--{flag.name} needs a value (leave the flag out for its default)")
     if flag.kind == "int":
         return _integer(flag, text)
     if flag.kind == "float":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -64,6 +65,13 @@ def load_prefill(name: str | None) -> tuple[dict[str, Any], ...]:
     return tuple(data)
 
 
+def check_base_url(url: str) -> None:
+    """An http(s) URL with a host: anything else would only fail, call after call, at run time."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"--base_url={url!r}: must be an http:// or https:// URL with a host")
+
+
 def resolve_api_key(key: str | None, base_url: str, environ: Mapping[str, str] = os.environ) -> str | None:
     """The key from the flag, else OPENROUTER_API_KEY / OPENAI_API_KEY from `environ` (the
     command lines pass the variables `agent.common.secrets` took out of the environment)."""
@@ -105,6 +113,7 @@ class AgentConfig:
         check_choice("api_dialect", self.api_dialect, DIALECTS)
         if self.max_iterations < 1:
             raise ConfigError(f"--max_turns must be at least 1, got {self.max_iterations}")
+        check_base_url(self.base_url)
 
     @property
     def dialect(self) -> str:
