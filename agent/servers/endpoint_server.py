@@ -12,11 +12,11 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
 
+from agent.common.lifecycle import StartStop
 from agent.protocols import Responder
 from agent.servers.completion_stream import DONE, completion_chunks, sse_event
 from agent.servers.faults import EndpointFault, error_response, misbehave
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 _MAX_BODY = 64 * 1024 * 1024  # long agent histories exceed aiohttp's 1 MiB default
 
 
-class EndpointServer:
+class EndpointServer(StartStop):
     """Serves a `Responder` as an OpenAI-compatible endpoint on `base_url`."""
 
     def __init__(
@@ -110,15 +110,6 @@ class EndpointServer:
             return
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
-
-    def __enter__(self) -> EndpointServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     async def serve_forever(self, on_ready: Callable[[], None] | None = None) -> None:
         """Serve in the running loop until cancelled; `on_ready` is called once listening."""

@@ -20,9 +20,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
+from agent.common.lifecycle import StartStop
 from agent.errors import ConfigError
 from agent.servers.embedded.adapter import AdapterPolicy, build_llama_request, build_response
 from agent.servers.endpoint_server import EndpointServer
@@ -141,7 +141,7 @@ class EmbeddedSettings:
     policy: AdapterPolicy = field(default_factory=AdapterPolicy)
 
 
-class EmbeddedModel:
+class EmbeddedModel(StartStop):
     """llama.cpp loaded in this process, answering chat bodies as a `Responder`."""
 
     def __init__(self, spec: EmbeddedSpec, settings: EmbeddedSettings | None = None) -> None:
@@ -200,17 +200,8 @@ class EmbeddedModel:
         response = await asyncio.to_thread(self.complete_raw, request)
         return build_response(body, response)
 
-    def __enter__(self) -> EmbeddedModel:
-        self.start()
-        return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-
-class EmbeddedEndpoint:
+class EmbeddedEndpoint(StartStop):
     """The embedded model behind our OpenAI-compatible server on a free loopback port."""
 
     def __init__(self, spec: EmbeddedSpec, settings: EmbeddedSettings | None = None) -> None:
@@ -236,12 +227,3 @@ class EmbeddedEndpoint:
     def stop(self) -> None:
         self._server.stop()
         self.model.stop()
-
-    def __enter__(self) -> EmbeddedEndpoint:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -16,9 +16,9 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
+from agent.common.lifecycle import StartStop
 from agent.servers.endpoint_server import EndpointServer
 from agent.servers.faults import EndpointFault
 from agent.servers.simulated.replies import (
@@ -52,7 +52,7 @@ class EndpointStats:
     first_request_at: float | None = None  # time.monotonic() of the first chat request
 
 
-class SimulatedEndpoint:
+class SimulatedEndpoint(StartStop):
     """An `EndpointServer` whose responder is a scripted, fault-injecting simulated model.
 
     Scripts are keyed by a conversation's first user message. The reply to a request is the
@@ -114,15 +114,6 @@ class SimulatedEndpoint:
 
     def stop(self) -> None:
         self.server.stop()
-
-    def __enter__(self) -> SimulatedEndpoint:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     async def serve_forever(self, on_ready: Callable[[], None] | None = None) -> None:
         await self.server.serve_forever(on_ready)
