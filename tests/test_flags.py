@@ -279,3 +279,9 @@ def test_a_base_url_that_is_no_http_url_is_refused_before_anything_runs(url: str
     assert values is not None
     with pytest.raises(ConfigError, match=r"^--base_url="):
         build_run_config(values)
+
+
+def test_a_single_query_can_bound_its_model_calls() -> None:
+    values = read_command_line(QUERY, ["--query=hi", "--request_timeout=3"])
+    assert values is not None
+    assert build_query_config(values).agent.request_timeout == 3.0
