@@ -269,7 +269,10 @@ def test_a_killed_worker_stops_the_run_cleanly_and_resume_finishes_it(tmp_path: 
                 proc.wait()
         run_dir = cli.run_dir("wl")
         lost = read_jsonl(run_dir / "failures.jsonl")
-        assert lost and {f["error_class"] for f in lost} == {"worker_lost"}
+        # worker_lost only for prompts the dead worker was running: a worker keeps its sandbox
+        # pool between prompts, so the one killed may have been between two prompts (none).
+        assert {f["error_class"] for f in lost} <= {"worker_lost"}
+        assert len(lost) == len({f["prompt_key"] for f in lost}) <= 2  # one record each, <= its slots
         lost_prompts = Counter(prompts[f["prompt_index"]] for f in lost)
         done = trajectory_prompts(run_dir)
         assert not set(done) & set(lost_prompts)
