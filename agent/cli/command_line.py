@@ -12,7 +12,6 @@ table's types (agent.cli.flag_values) instead of Fire's literal guessing, which 
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -22,7 +21,7 @@ import fire
 from agent.cli.flag_values import parse_flags
 from agent.cli.help_page import help_page
 from agent.common.redaction import install
-from agent.common.secrets import started_secrets
+from agent.common.secrets import is_flag, started_secrets
 from agent.config.agent_config import resolve_api_key
 from agent.errors import AgentError, ConfigError
 
@@ -30,20 +29,15 @@ Values = Mapping[str, Any]
 _HELP = ("help", "h")
 
 
-def _is_flag(token: str) -> bool:
-    """Fire's own test: a leading dash that does not start a negative number."""
-    return token.startswith("--") or re.match("^-[a-zA-Z]", token) is not None
-
-
 def flag_tokens(argv: Sequence[str]) -> dict[str, tuple[str, bool]]:
     """Each flag as Fire names it: (the flag as typed, whether it came without a value)."""
     found = {}
     for i, token in enumerate(argv):
-        if not _is_flag(token):
+        if not is_flag(token):
             continue
         typed = token.partition("=")[0]
         name = typed.lstrip("-").replace("-", "_")
-        bare = "=" not in token and (i + 1 == len(argv) or _is_flag(argv[i + 1]))
+        bare = "=" not in token and (i + 1 == len(argv) or is_flag(argv[i + 1]))
         if bare and name.startswith("no"):
             name = name[2:]  # Fire reads a bare --noX as X=False
         found[name] = (typed, bare)

@@ -97,8 +97,9 @@ def set_not_dumpable() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
-def _is_flag(token: str) -> bool:
-    """Fire's test of a flag token (see agent.cli.command_line)."""
+def is_flag(token: str) -> bool:
+    """Fire's own test of a flag token: a leading dash that does not start a negative number
+    (also how agent.cli.command_line reads the command line)."""
     return token.startswith("--") or re.match("^-[a-zA-Z]", token) is not None
 
 
@@ -122,7 +123,7 @@ def strip_secret_flags(argv: Sequence[str]) -> tuple[list[str], str | None]:
             kept.append(token)
         elif "=" in token:
             key = token.partition("=")[2]
-        elif i + 1 < len(argv) and not _is_flag(argv[i + 1]):
+        elif i + 1 < len(argv) and not is_flag(argv[i + 1]):
             key, skip = argv[i + 1], True
         else:
             kept.append(token)
