@@ -9,6 +9,7 @@ from typing import Any
 
 from agent.protocols import Sandbox, ToolSpec
 from agent.toolbox.arguments import validate_arguments
+from agent.toolbox.context import SandboxContext
 from agent.toolbox.dispatch import dispatch, unknown_tool_result
 from agent.toolbox.registry import (
     ALL_TOOLS,
@@ -46,4 +47,14 @@ def handle_function_call(
 ) -> str:
     """`dispatch` for synchronous scripts: the call runs on an event loop of its own (so not
     from inside a running loop: there, await `dispatch`)."""
-    return asyncio.run(dispatch(name, raw_arguments, sandbox, allowed))
+    return asyncio.run(_dispatch_on(sandbox, name, raw_arguments, allowed))
+
+
+async def _dispatch_on(
+    sandbox: Sandbox, name: str, raw_arguments: str, allowed: Mapping[str, ToolSpec]
+) -> str:
+    context = SandboxContext(sandbox)
+    try:
+        return await dispatch(name, raw_arguments, context, allowed)
+    finally:
+        await context.aclose()

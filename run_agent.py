@@ -71,7 +71,7 @@ class AIAgent:
         self.run_name, self._chat_model, self._limiter = run_name, chat_model, limiter
         # Resolved once per agent: every conversation offers the same tools.
         enabled, disabled = self.config.enabled_toolsets or None, self.config.disabled_toolsets
-        self.tools = tools_ or resolve_tools(enabled, disabled)
+        self.tools = tools_ or resolve_tools(enabled, disabled, self.config.tools)
         options = sandbox if isinstance(sandbox, SandboxOptions) else SandboxOptions(backend=sandbox)
         self._sandboxes = sandbox_factory_ or (sandbox_factory(options) if self.tools.specs else None)
         _set_log_level(verbose_logging, quiet_mode)

@@ -7,6 +7,8 @@
     ├── ModelAPIError        the endpoint failed for good (error_class says how)
     └── SandboxError         a sandbox could not be created or used
         ├── SandboxPathError     a path outside the sandbox
+        ├── SandboxStartError    the prompt's sandbox could not be made (fails the prompt, even
+        │                        when met inside a tool call: it is not the model's error)
         └── SandboxUnavailable   the backend cannot run on this machine
 
 Errors the *model* should see (bad tool arguments, failing commands) never raise past the
@@ -50,6 +52,10 @@ class SandboxError(AgentError):
 
 
 class SandboxPathError(SandboxError):
+    pass
+
+
+class SandboxStartError(SandboxError):
     pass
 
 

@@ -19,11 +19,12 @@ import model_tools
 import toolsets
 from agent.errors import ConfigError
 from agent.export.tool_stats import tool_stats
-from agent.protocols import Sandbox, SandboxSpec, ToolSpec
+from agent.protocols import Sandbox, SandboxSpec, ToolConfig, ToolSpec, on_sandbox
 from agent.sandboxes.blocking import blocking_tool
 from agent.sandboxes.local.sandbox import Session
 from agent.sandboxes.local.slots import SlotPool
 from agent.toolbox import registry
+from agent.toolbox.context import SandboxContext
 from model_tools import (
     ALL_TOOLS,
     TOOL_TO_TOOLSET_MAP,
@@ -42,7 +43,7 @@ IMPLEMENTED = ["patch", "read_file", "search_files", "terminal", "write_file"]
 
 async def call(name: str, args: Any, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]) -> Any:
     raw = args if isinstance(args, str) else json.dumps(args)
-    return json.loads(await dispatch(name, raw, sandbox, allowed))
+    return json.loads(await dispatch(name, raw, SandboxContext(sandbox), allowed))
 
 
 # ---------------------------------------------------------------- the static map
@@ -63,7 +64,7 @@ def test_declared_only_tools_have_schemas_but_no_handler_and_say_why() -> None:
     assert len(stubs) == 15
     for spec in stubs:
         assert spec.handler is None
-        assert "not" in (spec.available() or "") or "no " in (spec.available() or "")
+        assert "not" in (spec.available(ToolConfig()) or "") or "no " in (spec.available(ToolConfig()) or "")
         params = spec.schema["parameters"]
         assert params["type"] == "object" and set(params.get("required", ())) <= set(params["properties"])
 
@@ -123,7 +124,7 @@ def test_unavailability_is_logged_once_per_tool(
 def test_toolset_availability() -> None:
     availability = model_tools.toolset_availability()
     assert availability["terminal"] is None and availability["file"] is None
-    assert availability["browser"] == browser.TOOLSET.tools[0].available()
+    assert availability["browser"] == browser.TOOLSET.tools[0].available(ToolConfig())
 
 
 # ---------------------------------------------------------------- validation and dispatch
@@ -164,17 +165,20 @@ async def unserialisable(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
 
 
 PROBES = {
-    "probe": ToolSpec("probe", SCHEMA, echo),
-    "boom": ToolSpec("boom", {**SCHEMA, "name": "boom"}, raiser),
-    "text": ToolSpec("text", {"name": "text", "parameters": {"type": "object"}}, as_text),
-    "odd": ToolSpec("odd", {"name": "odd"}, unserialisable),
-    "gone": ToolSpec("gone", {"name": "gone"}, None, available=lambda: "no backend"),
+    "probe": ToolSpec("probe", SCHEMA, on_sandbox(echo)),
+    "boom": ToolSpec("boom", {**SCHEMA, "name": "boom"}, on_sandbox(raiser)),
+    "text": ToolSpec("text", {"name": "text", "parameters": {"type": "object"}}, on_sandbox(as_text)),
+    "odd": ToolSpec("odd", {"name": "odd"}, on_sandbox(unserialisable)),
+    "gone": ToolSpec("gone", {"name": "gone"}, None, available=lambda _config: "no backend"),
 }
 
 
 async def test_valid_call_reaches_the_handler(local_sandbox: Sandbox) -> None:
     raw = await dispatch(
-        "probe", '{"text": "hi", "count": 2, "ratio": 1, "tags": ["x"]}', local_sandbox, PROBES
+        "probe",
+        '{"text": "hi", "count": 2, "ratio": 1, "tags": ["x"]}',
+        SandboxContext(local_sandbox),
+        PROBES,
     )
     assert '"é"' in raw  # ensure_ascii=False
     assert json.loads(raw) == {
@@ -245,7 +249,9 @@ async def test_handler_exception_becomes_a_result_and_is_logged(
 
 
 async def test_string_results_pass_through_and_unserialisable_ones_fail(local_sandbox: Sandbox) -> None:
-    assert await dispatch("text", "", local_sandbox, PROBES) == "already a string"  # "" means {}
+    assert (
+        await dispatch("text", "", SandboxContext(local_sandbox), PROBES) == "already a string"
+    )  # "" means {}
     assert (await call("odd", "{}", local_sandbox, PROBES))["error"].startswith(
         "Tool 'odd' failed: TypeError:"
     )
@@ -285,7 +291,7 @@ async def test_real_results_are_classified_by_tool_stats(local_sandbox: Sandbox)
     ]
     messages: list[dict[str, Any]] = [{"role": "assistant", "content": "", "tool_calls": calls}]
     for i, (name, args) in enumerate(plan):
-        content = await dispatch(name, json.dumps(args), local_sandbox, allowed)
+        content = await dispatch(name, json.dumps(args), SandboxContext(local_sandbox), allowed)
         messages.append({"role": "tool", "tool_call_id": str(i), "content": content})
     stats, _ = tool_stats(messages, TOOL_TO_TOOLSET_MAP)
     assert stats["terminal"] == {"count": 1, "success": 1, "failure": 0}
@@ -325,7 +331,7 @@ def sandbox_of_a_script(root: Path) -> Iterator[Sandbox]:
 def test_the_synchronous_facade_answers_as_dispatch(local_sandbox_root: Path) -> None:
     with sandbox_of_a_script(local_sandbox_root) as sandbox:
         for name, raw in CASES:
-            expected = asyncio.run(dispatch(name, raw, sandbox, PROBES))
+            expected = asyncio.run(dispatch(name, raw, SandboxContext(sandbox), PROBES))
             assert handle_function_call(name, raw, sandbox, PROBES) == expected
         allowed = resolve_tools(["terminal"]).allowed
         ran = json.loads(handle_function_call("terminal", '{"command": "echo hi"}', sandbox, allowed))
@@ -341,7 +347,7 @@ async def test_a_blocking_tool_runs_in_a_thread(local_sandbox: Sandbox) -> None:
 
     schema = {"name": "t", "parameters": {"type": "object"}}
     allowed = {"blocking": ToolSpec("blocking", schema, blocking_tool(blocking))}
-    result = await dispatch("blocking", "{}", local_sandbox, allowed)
+    result = await dispatch("blocking", "{}", SandboxContext(local_sandbox), allowed)
     assert result == '{"error": "Tool \'blocking\' failed: ValueError: blocking and broken"}'
     assert threads["blocking"] != threading.get_ident()
 
@@ -362,7 +368,7 @@ async def test_a_cancelled_call_of_a_blocking_tool_returns_only_once_the_tool_is
 
     schema = {"name": "w", "parameters": {"type": "object"}}
     allowed = {"w": ToolSpec("w", schema, blocking_tool(slow_writer))}
-    call = asyncio.create_task(dispatch("w", "{}", local_sandbox, allowed))
+    call = asyncio.create_task(dispatch("w", "{}", SandboxContext(local_sandbox), allowed))
     await asyncio.to_thread(entered.wait, 5)
     call.cancel()
     await asyncio.sleep(0.05)

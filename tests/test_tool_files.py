@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agent.sandboxes.local.sandbox import LocalSandbox
+from agent.toolbox.context import SandboxContext
 from tools.files import MAX_READ_LINES, TOOLSET
 
 TOOLS = TOOLSET.tools
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.anyio
 async def call(name: str, sandbox: LocalSandbox, **args: Any) -> Any:
     handler = next(spec.handler for spec in TOOLS if spec.name == name)
     assert handler is not None
-    return await handler(args, sandbox)
+    return await handler(args, SandboxContext(sandbox))
 
 
 def host(sandbox: LocalSandbox, path: str) -> Path:

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from agent.protocols import ExecResult, Sandbox, ToolSpec
+from agent.protocols import ExecResult, Sandbox, ToolConfig, ToolSpec
 from agent.sandboxes.local.sandbox import LocalSandbox
+from agent.toolbox.context import SandboxContext
 from tools import terminal
 from tools.terminal import DEFAULT_TIMEOUT, MAX_TIMEOUT, TOOLSET, make_terminal_handler, truncate_output
 
@@ -26,16 +27,16 @@ async def run(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
     """The terminal tool as dispatch calls it."""
     handler = _tool("terminal").handler
     assert handler is not None
-    return await handler(args, sandbox)
+    return await handler(args, SandboxContext(sandbox))
 
 
 def test_family_declares_terminal_and_an_unoffered_process_tool() -> None:
     assert TOOLSET.name == "terminal"
     assert [spec.name for spec in TOOLS] == ["terminal", "process"]
-    assert _tool("terminal").available() is None
+    assert _tool("terminal").available(ToolConfig()) is None
     process = _tool("process")
     assert process.handler is None
-    assert process.available() == "background process management is not implemented yet"
+    assert process.available(ToolConfig()) == "background process management is not implemented yet"
     for spec in TOOLS:
         assert spec.schema["name"] == spec.name and spec.schema["description"]
         parameters = spec.schema["parameters"]
@@ -63,7 +64,9 @@ async def test_timeout_is_an_error_with_exit_code_124(local_sandbox: LocalSandbo
 
 
 async def test_default_timeout_comes_from_the_handler_factory(local_sandbox: LocalSandbox) -> None:
-    result = await make_terminal_handler(default_timeout=1)({"command": "sleep 30"}, local_sandbox)
+    result = await make_terminal_handler(default_timeout=1)(
+        {"command": "sleep 30"}, SandboxContext(local_sandbox)
+    )
     assert result["error"] == "Command timed out after 1 s"
 
 

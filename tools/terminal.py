@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.errors import SandboxPathError
-from agent.protocols import ExecResult, Sandbox, ToolHandler, Toolset, ToolSpec
+from agent.protocols import ExecResult, Sandbox, ToolConfig, ToolHandler, Toolset, ToolSpec, on_sandbox
 
 DEFAULT_TIMEOUT = 180  # seconds; the model may ask for another value up to MAX_TIMEOUT
 MAX_TIMEOUT = 600
@@ -75,6 +75,7 @@ PROCESS_SCHEMA: dict[str, Any] = {
 def make_terminal_handler(default_timeout: float = DEFAULT_TIMEOUT) -> ToolHandler:
     """A `terminal` handler whose default timeout is `default_timeout` (e.g. from run options)."""
 
+    @on_sandbox
     async def run_terminal(args: Mapping[str, Any], sandbox: Sandbox) -> dict[str, Any]:
         call = _parse(args, default_timeout)
         if isinstance(call, str):
@@ -152,7 +153,7 @@ def _failure(message: str) -> dict[str, Any]:
     return {"output": "", "exit_code": -1, "error": message}
 
 
-def _process_unavailable() -> str:
+def _process_unavailable(config: ToolConfig) -> str:
     return "background process management is not implemented yet"
 
 

@@ -32,6 +32,7 @@ from agent.loop.agent_loop import converse
 from agent.loop.conversation import Prompt
 from agent.sandboxes import sandbox_pool, throttled
 from agent.sandboxes.host import orphans
+from agent.toolbox.context import Resources
 from agent.toolbox.registry import ResolvedTools, resolve_tools
 
 log = logging.getLogger("agent.batch.worker")
@@ -84,6 +85,7 @@ class Worker:
         self.stopping = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
         self.tools: dict[tuple[str, ...], ResolvedTools] = {}  # by sampled toolsets
+        self.shared = Resources()  # what the tools keep open for all conversations (a browser)
 
     def _stop(self) -> None:
         """SIGTERM: take no new job and cancel every conversation now (destroying its sandbox),
@@ -99,7 +101,10 @@ class Worker:
         try:
             async with sandbox_pool(self.config.sandbox, self.config.run_name) as factory:
                 self.factory = throttled(factory, self.config.sandbox_starts)
-                await self._pull_and_run()
+                try:
+                    await self._pull_and_run()
+                finally:
+                    await self.shared.aclose()
         finally:
             await self.model.aclose()
             self.events.put(LimiterReport(self.id, dict(self.limiter.stats.__dict__)))
@@ -145,7 +150,7 @@ class Worker:
     def _tools(self, toolsets: tuple[str, ...]) -> ResolvedTools:
         """The tools of a sampled toolset combination, resolved once per worker."""
         if toolsets not in self.tools:
-            self.tools[toolsets] = resolve_tools(toolsets or None)
+            self.tools[toolsets] = resolve_tools(toolsets or None, config=self.config.agent.tools)
         return self.tools[toolsets]
 
     async def _converse(self, job: Job) -> Answer:
@@ -153,9 +158,8 @@ class Worker:
         prompt = Prompt(job.prompt, job.sandbox_spec(run.run_name), job.log_prefix)
         try:
             async with asyncio.timeout(run.prompt_timeout):
-                result = await converse(
-                    run.agent, self.model, self._tools(job.toolsets), prompt, self.factory
-                )
+                tools = self._tools(job.toolsets)
+                result = await converse(run.agent, self.model, tools, prompt, self.factory, self.shared)
         except TimeoutError:
             return Failed.of(
                 job, "prompt_timeout", f"no outcome within --prompt_timeout={run.prompt_timeout}s"

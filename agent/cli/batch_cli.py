@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ _SAME_NAME = (
     "price_output",
     "price_cached",
     "max_cost",
+    "allow_missing_toolsets",
 )
 
 
@@ -55,9 +57,12 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
         default_image=values["image"],
         network=values["sandbox_network"],
     )
+    run_name = check_run_name(values["run_name"])
+    artifacts = Path(values["output_dir"], run_name).absolute()  # tools save files (images) there
+    agent = replace(agent, tools=replace(agent.tools, artifacts_dir=str(artifacts)))
     return RunConfig(
         **{name: values[name] for name in _SAME_NAME},
-        run_name=check_run_name(values["run_name"]),
+        run_name=run_name,
         agent=agent,
         max_inflight=max(values["num_workers"], values["max_inflight"]),
         sandbox=sandbox,

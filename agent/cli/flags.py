@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from agent.config.agent_config import DIALECTS, PROVIDER_SORTS, REASONING_EFFORTS, AgentConfig
 from agent.config.run_config import RunConfig
+from agent.protocols import WEB_BACKENDS, ToolConfig
 from agent.sandboxes import BACKENDS, SandboxOptions
 
 Kind = Literal["str", "int", "float", "bool", "list"]
@@ -33,6 +34,7 @@ GROUPS = (
     "Provider routing (OpenRouter)",
     "Workers and budgets",
     "Sandbox",
+    "Tools",
     "Logging",
 )
 
@@ -77,6 +79,10 @@ def _agent(name: str) -> Any:
 
 def _run(name: str) -> Any:
     return _default(RunConfig, name)
+
+
+def _tool(name: str) -> Any:
+    return _default(ToolConfig, name)
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -163,6 +169,27 @@ FLAGS: tuple[Flag, ...] = (
          "Sandbox", _BATCH),
     Flag("sandbox_network", "bool", _default(SandboxOptions, "network"), "allow network inside containers",
          "Sandbox", _BATCH),
+    # Tools
+    Flag("web_backend", "str", _tool("web_backend"), "web_search/web_extract backend", "Tools",
+         choices=WEB_BACKENDS),
+    Flag("web_corpus", "str", _tool("web_corpus"), "folder of .md/.html/.txt: the offline web backend",
+         "Tools", shown="none"),
+    Flag("allow_hosts", "list", _tool("allow_hosts"),
+         "hosts or networks (CIDR) web_extract and the browser may reach although private or loopback",
+         "Tools", shown="none"),
+    Flag("vision_model", "str", _tool("vision_model"), "model for vision_analyze and browser_vision",
+         "Tools", shown="--model"),
+    Flag("image_model", "str", _tool("image_model"), "model for image_generate", "Tools",
+         shown="the image API's default"),
+    Flag("moa_models", "list", _tool("moa_models"), "comma list of reference models for mixture_of_agents",
+         "Tools", shown="none"),
+    Flag("moa_aggregator", "str", _tool("moa_aggregator"), "aggregator model for mixture_of_agents",
+         "Tools", shown="--model"),
+    Flag("browser_executable", "str", _tool("browser_executable"), "Chromium for the browser tools",
+         "Tools", shown="chromium on PATH"),
+    Flag("allow_missing_toolsets", "bool", _run("allow_missing_toolsets"),
+         "run although the distribution needs a toolset unavailable here (its prompts lose it)",
+         "Tools", _BATCH),
     # Logging
     Flag("verbose", "bool", _run("verbose"), "log every tool call and result", "Logging"),
     Flag("quiet", "bool", False, "warnings and errors only", "Logging", _QUERY),

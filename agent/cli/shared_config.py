@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.config.agent_config import AgentConfig, load_prefill, reasoning_config
+from agent.protocols import ToolConfig
 
 # AgentConfig fields filled by the flag of the same name.
 _SAME_NAME = (
@@ -37,4 +38,23 @@ def build_agent_config(values: Mapping[str, Any], *, api_key: str | None) -> Age
         max_iterations=values["max_turns"],
         prefill_messages=load_prefill(values["prefill_messages_file"]),
         reasoning_config=reasoning_config(values["reasoning_effort"], values["reasoning_disabled"]),
+        tools=build_tool_config(values),
     )
+
+
+# ToolConfig fields filled by the flag of the same name.
+_TOOL_FLAGS = (
+    "web_backend",
+    "web_corpus",
+    "allow_hosts",
+    "vision_model",
+    "image_model",
+    "moa_models",
+    "moa_aggregator",
+    "browser_executable",
+)
+
+
+def build_tool_config(values: Mapping[str, Any], artifacts_dir: str | None = None) -> ToolConfig:
+    """The tools' settings from typed flag values."""
+    return ToolConfig(**{name: values[name] for name in _TOOL_FLAGS}, artifacts_dir=artifacts_dir)

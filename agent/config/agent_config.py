@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError
+from agent.protocols import ToolConfig
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 PROVIDER_SORTS = ("price", "throughput", "latency")
@@ -107,6 +108,7 @@ class AgentConfig:
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
     log_prefix_chars: int = DEFAULT_LOG_PREFIX_CHARS
     log_prefix: str = ""
+    tools: ToolConfig = field(default_factory=ToolConfig)
 
     def __post_init__(self) -> None:
         check_choice("provider_sort", self.provider_sort, PROVIDER_SORTS)
@@ -127,8 +129,9 @@ class AgentConfig:
 
     def public(self) -> dict[str, Any]:
         """The config as JSON-able data without secrets (saved with a run)."""
-        data = {k: v for k, v in self.__dict__.items() if k != "api_key"}
+        data = {k: v for k, v in self.__dict__.items() if k not in ("api_key", "tools")}
         data["api_key_set"] = self.api_key is not None
+        data["tools"] = self.tools.public()
         return json.loads(json.dumps(data))  # type: ignore[no-any-return]
 
 

@@ -61,6 +61,7 @@ class RunConfig:
     price_output: float | None = None  # USD per million completion tokens
     price_cached: float | None = None  # USD per million cached prompt tokens (default: price_input)
     max_cost: float | None = None  # USD this invocation may spend before it stops scheduling
+    allow_missing_toolsets: bool = False  # run although a sampled toolset is unavailable here
 
     def __post_init__(self) -> None:
         given = (self.price_input is not None, self.price_output is not None)

@@ -146,7 +146,11 @@ class OpenAIChatModel:
         # which cost ~10 ms of CPU per call at agent-sized histories. The SDK still sends the
         # request and raises its errors; the body arrives as bytes because building its
         # pydantic models cost more CPU than the rest of the call, for fields we never read.
-        body: dict[str, Any] = {"model": self.model, "messages": request.messages, **request.extra_params}
+        body: dict[str, Any] = {
+            "model": request.model or self.model,
+            "messages": request.messages,
+            **request.extra_params,
+        }
         if request.max_tokens is not None:
             key = "max_completion_tokens" if "reasoning_effort" in request.extra_params else "max_tokens"
             body[key] = request.max_tokens

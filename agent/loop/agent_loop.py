@@ -2,7 +2,8 @@
 
 Call the model, run the tool calls it made (in the conversation's sandbox), repeat until it
 answers, fails or runs out of turns. The loop takes the agent's configuration whole, a chat
-model, the resolved tools and, when tools need one, a sandbox factory; it returns a frozen
+model, the resolved tools and, when tools need one, a sandbox factory (the sandbox is made on
+the first tool call that needs it: `agent.toolbox.context`); it returns a frozen
 `ConversationResult`. Errors the model should see (unknown tools, bad arguments, failing
 tools) come back from dispatch as tool results; an endpoint that fails for good ends the
 conversation as `api_failure`.
@@ -25,9 +26,9 @@ from agent.errors import ModelAPIError
 from agent.export.analysis import RENAMED_CALL_IDS, SEPARATED
 from agent.llm.request import build_request
 from agent.loop.conversation import ConversationResult, Outcome, Prompt
-from agent.protocols import ChatModel, ModelReply, Sandbox, SandboxFactory, ToolCall, Usage
-from agent.sandboxes import sandbox_session
-from agent.toolbox.dispatch import dispatch, unknown_tool_result
+from agent.protocols import ChatModel, ModelReply, SandboxFactory, ToolCall, Usage
+from agent.toolbox.context import ConversationContext, Resources
+from agent.toolbox.dispatch import dispatch
 from agent.toolbox.registry import ResolvedTools
 
 log = logging.getLogger("agent.loop")
@@ -39,14 +40,22 @@ async def converse(
     tools: ResolvedTools,
     prompt: Prompt,
     sandboxes: SandboxFactory | None = None,
+    shared: Resources | None = None,
 ) -> ConversationResult:
     """Run one conversation to an explicit outcome. With `sandboxes`, the conversation gets a
-    fresh sandbox (`prompt.sandbox`), destroyed when it ends, however it ends."""
-    loop = _Loop(config, model, tools, prompt.log_prefix)
-    if sandboxes is None:
-        return await loop.run(prompt.text, None)
-    async with sandbox_session(sandboxes, prompt.sandbox) as sandbox:
-        return await loop.run(prompt.text, sandbox)
+    fresh sandbox (`prompt.sandbox`) on its first tool call that needs one; it and every other
+    resource the tools opened are closed when the conversation ends, however it ends. `shared`:
+    the worker's resources (default: the conversation's own)."""
+    own = Resources() if shared is None else None
+    context = ConversationContext(
+        config.tools, model, prompt.sandbox, sandboxes, shared or own or Resources()
+    )
+    try:
+        return await _Loop(config, model, tools, prompt.log_prefix, context).run(prompt.text)
+    finally:
+        await context.aclose()
+        if own is not None:
+            await own.aclose()
 
 
 def assistant_message(
@@ -96,13 +105,21 @@ def tool_message(call: ToolCall, content: str) -> dict[str, Any]:
 class _Loop:
     """One conversation's mutable state while it runs; `end` freezes it into the result."""
 
-    def __init__(self, config: AgentConfig, model: ChatModel, tools: ResolvedTools, log_prefix: str) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        model: ChatModel,
+        tools: ResolvedTools,
+        log_prefix: str,
+        context: ConversationContext,
+    ) -> None:
         self.config, self.model, self.tools, self.prefix = config, model, tools, log_prefix
+        self.context = context
         self.messages: list[dict[str, Any]] = []
         self.api_calls = 0
         self.usage = Usage()
 
-    async def run(self, text: str, sandbox: Sandbox | None) -> ConversationResult:
+    async def run(self, text: str) -> ConversationResult:
         """The loop: call the model, run its tool calls, repeat until an outcome."""
         cfg, definitions = self.config, self.tools.definitions
         self.messages.append({"role": "user", "content": text})
@@ -119,7 +136,7 @@ class _Loop:
             self.messages.append(assistant_message(reply, calls, renamed))
             if not calls:
                 return self.answered(reply)
-            self.messages += await self.run_tools(calls, sandbox)
+            self.messages += await self.run_tools(calls)
         return self.end(Outcome.MAX_ITERATIONS, error=f"no final answer within {cfg.max_iterations} calls")
 
     def answered(self, reply: ModelReply) -> ConversationResult:
@@ -130,16 +147,13 @@ class _Loop:
             return self.end(Outcome.GAVE_UP, error="the model returned an empty reply")
         return self.end(Outcome.COMPLETED, final_response=reply.content)
 
-    async def run_tools(self, calls: Sequence[ToolCall], sandbox: Sandbox | None) -> list[dict[str, Any]]:
+    async def run_tools(self, calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
         """Every tool call of a turn, in order; failures become tool results the model reads."""
         n, prefix, allowed = self.config.log_prefix_chars, self.prefix, self.tools.allowed
         results = []
         for call in calls:
             log.debug("%s🔧 %s(%s)", prefix, call.name, call.arguments[:n])
-            if sandbox is None:  # no tool is offered, so this one is unknown
-                content = unknown_tool_result(call.name, allowed)
-            else:
-                content = await dispatch(call.name, call.arguments, sandbox, allowed)
+            content = await dispatch(call.name, call.arguments, self.context, allowed)
             log.debug("%s↳ %s", prefix, content[:n])
             results.append(tool_message(call, content))
         return results
@@ -156,7 +170,7 @@ class _Loop:
             outcome=outcome,
             messages=self.messages,
             api_calls=self.api_calls,
-            usage=self.usage,
+            usage=self.usage + self.context.usage,
             model=self.config.model,
             toolsets_used=tuple(self.tools.toolsets_used),
             tool_schemas=tuple(d["function"] for d in self.tools.definitions),

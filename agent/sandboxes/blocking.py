@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager, suppress
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from agent.protocols import JSON, ExecResult, Sandbox, ToolHandler
+from agent.protocols import JSON, ExecResult, ToolContext, ToolHandler
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -129,10 +129,10 @@ BlockingTool = Callable[[Mapping[str, Any]], JSON]
 
 def blocking_tool(tool: BlockingTool) -> ToolHandler:
     """A tool that blocks (a CPU-bound job, a blocking client) as a `ToolHandler`: it runs in a
-    thread, awaited to its end. It gets the arguments only: the sandbox belongs to the loop."""
+    thread, awaited to its end. It gets the arguments only: the context belongs to the loop."""
 
     @functools.wraps(tool)
-    async def handler(args: Mapping[str, Any], sandbox: Sandbox) -> JSON:
+    async def handler(args: Mapping[str, Any], context: ToolContext) -> JSON:
         return await in_thread(tool, args)
 
     return handler

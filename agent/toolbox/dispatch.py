@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.common.unicode_text import encodable
-from agent.protocols import JSON, Sandbox, ToolSpec
+from agent.errors import SandboxStartError
+from agent.protocols import JSON, ToolConfig, ToolContext, ToolSpec
 from agent.toolbox.arguments import drop_null_optionals, parse_arguments, validate_arguments
-from agent.toolbox.registry import unavailable_reason
 
 log = logging.getLogger(__name__)
 
@@ -27,30 +27,34 @@ def unknown_tool_result(name: str, allowed: Mapping[str, ToolSpec]) -> str:
     return _error(f"Unknown tool '{name}'. Available tools: {', '.join(sorted(allowed)) or 'none'}")
 
 
-async def dispatch(name: str, raw_arguments: str, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]) -> str:
+async def dispatch(
+    name: str, raw_arguments: str, context: ToolContext, allowed: Mapping[str, ToolSpec]
+) -> str:
     """Run one tool call on the event loop; returns the tool message content (errors as
-    `{"error": ...}`)."""
-    prepared = _prepare(name, raw_arguments, allowed)
+    `{"error": ...}`). A sandbox that cannot be made raises: that fails the prompt."""
+    prepared = _prepare(name, raw_arguments, allowed, context.config)
     if isinstance(prepared, str):
         return prepared
     spec, args = prepared
     assert spec.handler is not None  # _prepare checked
     try:
-        return _content(await spec.handler(args, sandbox))
+        return _content(await spec.handler(args, context))
+    except SandboxStartError:
+        raise
     except Exception as exc:  # any handler failure is a tool result the model reads
         log.debug("tool %s raised", name, exc_info=True)
         return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
 
 
 def _prepare(
-    name: str, raw_arguments: str, allowed: Mapping[str, ToolSpec]
+    name: str, raw_arguments: str, allowed: Mapping[str, ToolSpec], config: ToolConfig
 ) -> tuple[ToolSpec, dict[str, Any]] | str:
     """The tool and its checked arguments, or the tool result that says what is wrong."""
     spec = allowed.get(name)
     if spec is None:
         return unknown_tool_result(name, allowed)
     if spec.handler is None:
-        return _error(f"Tool '{name}' is not available: {unavailable_reason(spec)}")
+        return _error(f"Tool '{name}' is not available: {spec.available(config) or 'no handler'}")
     parsed = parse_arguments(name, raw_arguments)
     if isinstance(parsed, str):
         return _error(parsed)

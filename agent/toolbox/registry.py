@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.errors import ConfigError
-from agent.protocols import Toolset, ToolSpec
+from agent.protocols import ToolConfig, Toolset, ToolSpec
 from tools import FAMILIES
 
 log = logging.getLogger(__name__)
 
 ALL = "all"  # pseudo-toolset: every toolset
+DEFAULT_TOOLS = ToolConfig()
 
 
 def _collect(families: Iterable[Toolset]) -> tuple[dict[str, Toolset], dict[str, ToolSpec]]:
@@ -60,9 +61,9 @@ class ResolvedTools:
 _reported: set[str] = set()  # tools whose unavailability this process has logged
 
 
-def unavailable_reason(spec: ToolSpec) -> str | None:
-    """Why `spec` cannot run on this machine, None when it can."""
-    reason = spec.available()
+def unavailable_reason(spec: ToolSpec, config: ToolConfig) -> str | None:
+    """Why `spec` cannot run on this machine with these settings, None when it can."""
+    reason = spec.available(config)
     if spec.handler is None:
         return reason or "no handler is implemented"
     return reason
@@ -102,9 +103,12 @@ def expand_toolsets(names: Iterable[str]) -> list[str]:
 
 
 def resolve_tools(
-    enabled_toolsets: Iterable[str] | None, disabled_toolsets: Iterable[str] | None = None
+    enabled_toolsets: Iterable[str] | None,
+    disabled_toolsets: Iterable[str] | None = None,
+    config: ToolConfig = DEFAULT_TOOLS,
 ) -> ResolvedTools:
-    """The tools offered for these toolsets (None: all), minus the disabled ones."""
+    """The tools offered for these toolsets (None: all), minus the disabled ones, with these
+    settings."""
     disabled = set(expand_toolsets(disabled_toolsets or ()))
     wanted = [ALL] if enabled_toolsets is None else enabled_toolsets
     enabled = [t for t in expand_toolsets(wanted) if t not in disabled]
@@ -112,7 +116,7 @@ def resolve_tools(
     unavailable: dict[str, str] = {}
     for name in sorted({tool for toolset in enabled for tool in TOOLSETS[toolset].tool_names}):
         spec = ALL_TOOLS[name]
-        reason = unavailable_reason(spec)
+        reason = unavailable_reason(spec, config)
         if reason is None:
             specs.append(spec)
         else:
@@ -126,10 +130,10 @@ def resolve_tools(
     )
 
 
-def toolset_availability() -> dict[str, str | None]:
+def toolset_availability(config: ToolConfig = DEFAULT_TOOLS) -> dict[str, str | None]:
     """Per toolset: None when at least one of its tools runs here, else why none does."""
     out: dict[str, str | None] = {}
     for name, toolset in TOOLSETS.items():
-        reasons = [unavailable_reason(spec) for spec in toolset.tools]
+        reasons = [unavailable_reason(spec, config) for spec in toolset.tools]
         out[name] = None if None in reasons else "; ".join(dict.fromkeys(r for r in reasons if r))
     return out

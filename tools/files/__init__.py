@@ -7,7 +7,7 @@ Every failure the model should see comes back as {"error": "..."}; only a broken
 
 from __future__ import annotations
 
-from agent.protocols import Toolset, ToolSpec
+from agent.protocols import Toolset, ToolSpec, on_sandbox
 from tools.files.editing import MAX_READ_LINES, patch, read_file, write_file
 from tools.files.schemas import PATCH_SCHEMA, READ_FILE_SCHEMA, SEARCH_FILES_SCHEMA, WRITE_FILE_SCHEMA
 from tools.files.search import search_files
@@ -18,9 +18,9 @@ TOOLSET = Toolset(
     "file",
     "Read, write, patch and search files",
     (
-        ToolSpec("read_file", READ_FILE_SCHEMA, read_file),
-        ToolSpec("write_file", WRITE_FILE_SCHEMA, write_file),
-        ToolSpec("patch", PATCH_SCHEMA, patch),
-        ToolSpec("search_files", SEARCH_FILES_SCHEMA, search_files),
+        ToolSpec("read_file", READ_FILE_SCHEMA, on_sandbox(read_file)),
+        ToolSpec("write_file", WRITE_FILE_SCHEMA, on_sandbox(write_file)),
+        ToolSpec("patch", PATCH_SCHEMA, on_sandbox(patch)),
+        ToolSpec("search_files", SEARCH_FILES_SCHEMA, on_sandbox(search_files)),
     ),
 )

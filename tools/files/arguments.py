@@ -8,14 +8,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.errors import SandboxPathError
-from agent.protocols import JSON, Sandbox, ToolHandler
+from agent.protocols import JSON, Sandbox, SandboxTool
 
 
 class BadArguments(ValueError):
     """The model's arguments cannot be used; the message tells it why."""
 
 
-def model_errors(handler: ToolHandler) -> ToolHandler:
+def model_errors(handler: SandboxTool) -> SandboxTool:
     """Turn failures the model caused or can fix into {"error": ...} results."""
 
     @functools.wraps(handler)

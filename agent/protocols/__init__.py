@@ -1,0 +1,63 @@
+"""The project's few seams, declared once: the chat model (`model`), the sandbox (`sandbox`),
+the tool (`tools`) and the run store (`store`).
+
+Each seam takes a value and returns a value, so a test double is a short function or class.
+The value types that cross the seams live beside them; import them from here.
+"""
+
+from agent.protocols.model import ChatModel, ChatRequest, ModelReply, Prices, Responder, ToolCall, Usage
+from agent.protocols.sandbox import (
+    DEFAULT_IMAGE,
+    ExecResult,
+    Sandbox,
+    SandboxBackend,
+    SandboxFactory,
+    SandboxOptions,
+    SandboxPool,
+    SandboxSpec,
+)
+from agent.protocols.store import RunStore, StoredKeys
+from agent.protocols.tools import (
+    JSON,
+    WEB_BACKENDS,
+    Availability,
+    SandboxTool,
+    ToolConfig,
+    ToolContext,
+    ToolHandler,
+    Toolset,
+    ToolSpec,
+    always,
+    on_sandbox,
+)
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "JSON",
+    "WEB_BACKENDS",
+    "Availability",
+    "ChatModel",
+    "ChatRequest",
+    "ExecResult",
+    "ModelReply",
+    "Prices",
+    "Responder",
+    "RunStore",
+    "Sandbox",
+    "SandboxBackend",
+    "SandboxFactory",
+    "SandboxOptions",
+    "SandboxPool",
+    "SandboxSpec",
+    "SandboxTool",
+    "StoredKeys",
+    "ToolCall",
+    "ToolConfig",
+    "ToolContext",
+    "ToolHandler",
+    "ToolSpec",
+    "Toolset",
+    "Usage",
+    "always",
+    "on_sandbox",
+]

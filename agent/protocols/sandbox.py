@@ -1,0 +1,88 @@
+"""The sandbox seam: where a prompt's commands and files live, and the backends that make them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+DEFAULT_IMAGE = "python:3.11-slim"
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    """What a run asks of its sandboxes, whatever the backend."""
+
+    backend: str = "local"
+    default_image: str = DEFAULT_IMAGE
+    network: bool = False  # containers: allow network access
+    memory_mb: int = 1024
+    cpus: float = 1.0
+    pids_limit: int = 256
+    command_timeout: float = 180.0  # default per-command timeout of the terminal tool
+    root: str | None = None  # local/bwrap: where per-prompt directories are made (default: tmp)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    output: str  # stdout and stderr interleaved, decoded as UTF-8 with replacement
+    exit_code: int
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What one prompt asks of its sandbox."""
+
+    run_name: str  # namespaces the sandbox: never shared across runs
+    prompt_key: str  # namespaces the sandbox: never shared across prompts
+    image: str | None = None  # container image (docker backend); ignored by local
+    cwd: str | None = None  # working directory inside the sandbox
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """A prompt's private environment, used from the event loop. Paths are in the sandbox's
+    own namespace; relative paths are relative to `workdir`. A path the sandbox cannot reach
+    raises `agent.errors.SandboxPathError`; a missing file raises FileNotFoundError. A
+    cancelled call leaves nothing of its own running (its command is killed)."""
+
+    @property
+    def workdir(self) -> str: ...
+
+    async def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult: ...
+
+    async def read_file(self, path: str) -> bytes: ...
+
+    async def write_file(self, path: str, data: bytes) -> None: ...
+
+
+# Opening a sandbox: `async with factory(spec) as sandbox: ...`; leaving the block destroys it.
+# A cancellation while the manager opens the sandbox leaves nothing behind.
+SandboxFactory = Callable[[SandboxSpec], AbstractAsyncContextManager[Sandbox]]
+# A factory for a whole run in one process, valid inside its block: `async with pool(options,
+# run_name) as factory`; it may reuse what it can between prompts (never their files or processes).
+SandboxPool = Callable[[SandboxOptions, str], AbstractAsyncContextManager[SandboxFactory]]
+
+
+class SandboxBackend(Protocol):
+    """A kind of sandbox (`agent.sandboxes.local`, `bwrap`, `docker`): each backend package
+    exposes one `BACKEND` of this type, which `agent.sandboxes` loads by name when asked."""
+
+    def unavailable_reason(self, options: SandboxOptions) -> str | None:
+        """Why this backend cannot run here (with how to fix it); None when it can."""
+        ...
+
+    def open(self, spec: SandboxSpec, options: SandboxOptions) -> AbstractAsyncContextManager[Sandbox]:
+        """A fresh sandbox for `spec`, destroyed when its block is left."""
+        ...
+
+    def reap_stale(self, options: SandboxOptions) -> list[str]:
+        """Remove what dead processes (kill -9, the OOM killer) left behind; returns what went."""
+        ...
+
+    @property
+    def pool(self) -> SandboxPool | None:
+        """The backend's factory for a whole run in one process, or None: a fresh `open` each time."""
+        ...

@@ -1,0 +1,50 @@
+"""The run-store seam: the run directory as a batch run uses it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Protocol
+
+
+class StoredKeys(Protocol):
+    """Which prompts a run directory already answered (what a resume skips or retries)."""
+
+    @property
+    def done(self) -> set[str]: ...  # keys with a result line
+
+    @property
+    def discarded(self) -> set[str]: ...  # keys with a discard record
+
+    @property
+    def failures(self) -> dict[str, int]: ...  # key -> failed attempts, for keys not done or discarded
+
+    @property
+    def indices(self) -> dict[str, int]: ...  # key -> the prompt_index it was first written with
+
+
+class RunStore(Protocol):
+    """Where a batch run's results go, as `BatchRun` uses it. `lock` then `repair` before the
+    first append; `close` releases the lock. Appended lines survive kill -9 once the call
+    returns; `write_json` replaces a file atomically after syncing every line appended before
+    it, and `merge` writes the merged trajectories (calling `on_entry` for each) and returns
+    its report, an object whose attributes are the report's JSON fields."""
+
+    def lock(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def repair(self) -> list[str]: ...  # notes on what was repaired, for the log
+
+    def scan(self) -> StoredKeys: ...
+
+    def append_result(self, batch_num: int, entry: Mapping[str, Any] | bytes) -> None: ...
+
+    def append_discard(self, record: Mapping[str, Any]) -> None: ...
+
+    def append_failure(self, record: Mapping[str, Any]) -> None: ...
+
+    def write_json(self, name: str, data: Any) -> None: ...
+
+    def merge(
+        self, valid_tools: Collection[str], on_entry: Callable[[dict[str, Any]], None] | None = None
+    ) -> object: ...
