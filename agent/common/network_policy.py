@@ -1,0 +1,107 @@
+"""The network policy that `web_extract` and the browser share: which URLs a tool may fetch.
+
+By default the public internet is allowed and everything else is refused: loopback, private,
+link-local (cloud metadata addresses such as 169.254.169.254 included), carrier-grade NAT,
+multicast and reserved ranges, in IPv4, IPv6 and IPv4-mapped IPv6. The check runs after DNS
+resolution, on every address the name resolves to, and callers run it again on every request
+and redirect. `--allow_hosts` lists host names or networks (CIDR or single addresses) that are
+allowed although they are not public (the tests allow 127.0.0.1).
+
+Callers that open the connection themselves should connect to the addresses `resolve` returned
+(a name that resolves differently a moment later cannot then reach a refused address).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agent.errors import ConfigError
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class PolicyRefusal(Exception):
+    """The URL may not be fetched; the message says why (a tool result the model reads)."""
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    networks: tuple[Network, ...] = ()  # allowed although not public
+    hosts: frozenset[str] = frozenset()  # host names allowed whatever they resolve to
+
+    @classmethod
+    def from_allow_list(cls, entries: Iterable[str]) -> NetworkPolicy:
+        """The policy for `--allow_hosts` entries; a malformed entry is a ConfigError."""
+        networks: list[Network] = []
+        hosts: set[str] = set()
+        for entry in (e.strip() for e in entries):
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+            except ValueError:
+                if not _is_host_name(entry):
+                    raise ConfigError(
+                        f"--allow_hosts: {entry!r} is neither a host name nor a network"
+                    ) from None
+                hosts.add(entry.lower().rstrip("."))
+        return cls(tuple(networks), frozenset(hosts))
+
+    def allows_address(self, address: Address) -> bool:
+        mapped = getattr(address, "ipv4_mapped", None)
+        plain: Address = mapped if mapped is not None else address
+        if any(plain in network for network in self.networks):
+            return True
+        return plain.is_global and not plain.is_multicast
+
+    async def resolve(self, url: str) -> list[str]:
+        """The addresses `url`'s host resolves to, all allowed; raises PolicyRefusal otherwise
+        (a scheme other than http/https, no host, a name that does not resolve, or any
+        resolved address outside the policy)."""
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise PolicyRefusal(f"{url}: only http and https URLs may be fetched")
+        host = (parts.hostname or "").rstrip(".")
+        if not host:
+            raise PolicyRefusal(f"{url}: the URL has no host")
+        addresses = await _addresses(host, parts.port or (443 if parts.scheme == "https" else 80))
+        if host.lower() in self.hosts:
+            return addresses
+        refused = [a for a in addresses if not self.allows_address(ipaddress.ip_address(a))]
+        if refused:
+            raise PolicyRefusal(
+                f"{url}: {host} resolves to {refused[0]}, a private, loopback or link-local address "
+                "(refused by the network policy; --allow_hosts allows it)"
+            )
+        return addresses
+
+    async def check(self, url: str) -> str | None:
+        """Why `url` may not be fetched, None when it may."""
+        try:
+            await self.resolve(url)
+        except PolicyRefusal as refusal:
+            return str(refusal)
+        return None
+
+
+async def _addresses(host: str, port: int) -> list[str]:
+    try:
+        return [str(ipaddress.ip_address(host.strip("[]")))]
+    except ValueError:
+        pass
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise PolicyRefusal(f"{host}: cannot resolve ({exc.strerror or exc})") from None
+    return sorted({str(info[4][0]).split("%")[0] for info in infos})
+
+
+def _is_host_name(entry: str) -> bool:
+    labels = entry.rstrip(".").split(".")
+    return all(label and len(label) <= 63 and label.replace("-", "").isalnum() for label in labels)
