@@ -43,7 +43,8 @@ async def converse(
     shared: Resources | None = None,
 ) -> ConversationResult:
     """Run one conversation to an explicit outcome. With `sandboxes`, the conversation gets a
-    fresh sandbox (`prompt.sandbox`) on its first tool call that needs one; it and every other
+    fresh sandbox (`prompt.sandbox`) on its first tool call that needs one (before the first
+    model call when the prompt names its own image, which may be missing); it and every other
     resource the tools opened are closed when the conversation ends, however it ends. `shared`:
     the worker's resources (default: the conversation's own)."""
     own = Resources() if shared is None else None
@@ -51,6 +52,9 @@ async def converse(
         config.tools, model, prompt.sandbox, sandboxes, shared or own or Resources()
     )
     try:
+        if sandboxes is not None and prompt.sandbox.image and tools.specs:
+            # A prompt's own image may be missing: find out before a token is spent on it.
+            await context.sandbox()
         return await _Loop(config, model, tools, prompt.log_prefix, context).run(prompt.text)
     finally:
         await context.aclose()
