@@ -17,6 +17,7 @@ from agent.store.jsonl import json_int
 from agent.store.statistics import has_reasoning
 
 EXAMPLES = 3  # failure messages kept per class
+Sampled = tuple[Mapping[str, Any], str | None]  # an entry and its discard reason (None: kept)
 
 
 def _usage_total(metadata: Mapping[str, Any]) -> int:
@@ -51,7 +52,9 @@ class RunDigest:
         self.toolsets: Counter[str] = Counter()  # entries offered each toolset
         self.reasoning: Counter[str] = Counter()  # turns, with_reasoning, and entries per coverage
         self.turns, self.tokens, self.times = array("l"), array("q"), array("d")
-        self.sample: StratifiedSample[dict[str, Any]] = StratifiedSample(sample_size, seed)
+        self.sample: StratifiedSample[tuple[Mapping[str, Any], str | None]] = StratifiedSample(
+            sample_size, seed
+        )
         self.systems: dict[str, int] = {}  # system prompt text -> id, for sampled entries only
 
     def add_entry(self, entry: Mapping[str, Any], discarded: str | None = None) -> None:
@@ -64,7 +67,7 @@ class RunDigest:
         if discarded is None:
             self._count(entry, metadata, outcome)
         stratum = f"discarded: {discarded}" if discarded else outcome
-        self.sample.offer(stratum, lambda: self._readable(entry, outcome, discarded, metadata))
+        self.sample.offer(stratum, (entry, discarded))
 
     def _count(self, entry: Mapping[str, Any], metadata: Mapping[str, Any], outcome: str) -> None:
         self.entries += 1
@@ -126,15 +129,20 @@ class RunDigest:
     def _system_id(self, text: str) -> int:
         return self.systems.setdefault(text, len(self.systems))
 
-    def _readable(
-        self, entry: Mapping[str, Any], outcome: str, discarded: str | None, metadata: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def drawn(self) -> list[dict[str, Any]]:
+        """The browser's sample, each entry made readable (`agent.report.turns`), numbering the
+        system prompts in `systems`."""
+        return [self._readable(entry, discarded) for entry, discarded in self.sample.drawn()]
+
+    def _readable(self, entry: Mapping[str, Any], discarded: str | None) -> dict[str, Any]:
+        metadata = entry.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
         stats = entry.get("tool_stats")
         conversations = entry.get("conversations")
         toolsets = entry.get("toolsets_used")
         return {
             "index": entry.get("prompt_index"),
-            "outcome": "discarded" if discarded else outcome,
+            "outcome": "discarded" if discarded else str(metadata.get("outcome") or "unknown"),
             "reason": discarded or "",
             "toolsets": [str(t) for t in toolsets] if isinstance(toolsets, list) else [],
             "tools": sorted(

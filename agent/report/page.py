@@ -50,7 +50,7 @@ def _browser(digest: RunDigest, shown: int) -> str:
 
 def render(stats: Mapping[str, Any], digest: RunDigest) -> str:
     """The whole page."""
-    sample = sorted(digest.sample.drawn(), key=lambda e: (e["outcome"], e["reason"], json_int(e["index"])))
+    sample = sorted(digest.drawn(), key=lambda e: (e["outcome"], e["reason"], json_int(e["index"])))
     systems = [text for text, _ in sorted(digest.systems.items(), key=lambda item: item[1])]
     nonce = secrets.token_urlsafe(18)
     policy = (
