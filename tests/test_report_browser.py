@@ -6,6 +6,7 @@ saved as a screenshot (tmp dir; under CI also test-artifacts/report/)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,24 @@ def test_the_run_writes_the_report_and_says_where_it_is(run: ReportRun) -> None:
     assert run.result.returncode == 1, run.result  # the scripted failure
     assert f"Report: {run.report} (open it in a browser" in run.result.stderr
     assert run.report.stat().st_size > 20_000
+
+
+def test_a_real_run_shows_tokens_and_load_in_progress_and_records_a_timeline(run: ReportRun) -> None:
+    status = [line for line in run.result.stderr.splitlines() if line.startswith("progress: ")]
+    assert len(status) >= 2 and status[-1].startswith("progress: 24/24 prompts (✓ 22 ◐ 0 ✗ 1 ⌫ 1)")
+    assert re.search(
+        r" · [\d.]+k tokens \([\d.]+k?/s\) · in flight 0 prompts, 0 calls \(limit \d+", status[-1]
+    )
+    timeline = run.statistics["timeline"]
+    points = [dict(zip(timeline["columns"], p, strict=True)) for p in timeline["points"]]
+    assert points[-1]["finished"] == 24 and points[-1]["failed"] == 1
+    assert points[-1]["tokens"] == run.statistics["tokens"]["this_invocation"]["total"]
+    assert max(p["in_flight"] for p in points) > 0
+    assert max(p["calls_in_flight"] for p in points) > 0  # the workers' pulses reached the parent
+    assert run.statistics["rate_limiting"]["rate_limited"] > 0
+    assert run.result.stderr.rstrip().endswith(
+        "Not done: 1 failed of 24 prompts. Next: rerun with --resume to run them."
+    )
 
 
 def test_page_loads_offline_and_every_plot_has_data_marks(opened: Opened) -> None:

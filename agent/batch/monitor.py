@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 from agent.batch.events import LimiterPulse
 from agent.batch.progress import Load, RunProgress
+from agent.config.run_config import RunConfig
 from agent.store.timeline import Timeline
 
 
@@ -29,12 +30,12 @@ class RunMonitor:
         self,
         progress: RunProgress,
         timeline: Timeline,
-        *,
-        initial_limit: float,
+        config: RunConfig,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.progress = progress
-        self._initial_limit = initial_limit  # the workers' limiters start at their share of it
+        self._share = config.inflight_per_worker  # where each worker's limiter starts
+        self._workers = config.num_workers
         self.timeline = timeline
         self._clock = clock
         self._start = clock()
@@ -59,7 +60,8 @@ class RunMonitor:
     def tick(self, conversations: int) -> None:
         """About once a second: the load now, and one timeline point."""
         pulses = self._pulses.values()
-        limit = sum(p.limit for p in pulses) if pulses else self._initial_limit
+        unreported = max(0, self._workers - len(self._pulses))  # still starting: at their share
+        limit = sum(p.limit for p in pulses) + unreported * self._share
         load = Load(conversations, sum(p.calls_in_flight for p in pulses), limit)
         self.progress.set_load(load)
         self.timeline.add(

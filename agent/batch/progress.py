@@ -1,12 +1,12 @@
 """The live progress display of a batch run, counted in prompts.
 
 On an interactive terminal a `rich` progress bar shows done/total, the split by outcome, the
-recent rate, the ETA, tokens so far and per second, and the load: conversations and model calls
-in flight against the limiter's current limit. `log` lines are printed above it so they never
-shred it. Elsewhere (CI logs, files, or when disabled) a plain one-line status is printed
-instead, because a redrawn bar is unreadable in a log file; and sparsely: every `interval`
-seconds at first, then every tenth of the time elapsed (at most every `max_interval`), so a
-ten-hour run logs about sixty status lines, not thousands.
+recent rate and the ETA, and a second line tokens so far and per second and the load:
+conversations and model calls in flight against the limiters' current limit. `log` lines are
+printed above it so they never shred it. Elsewhere (CI logs, files, or when disabled) a plain
+one-line status is printed instead, because a redrawn bar is unreadable in a log file; and
+sparsely: every `interval` seconds at first, then every tenth of the time elapsed, at most every
+`max_interval` seconds (a ten-hour run logs about 160 status lines, not 3,600).
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID
 from rich.text import Text
 
@@ -87,6 +88,19 @@ class _CallableColumn(ProgressColumn):
 
     def render(self, task: Task) -> Text:
         return Text(self._text(), style=self._style)
+
+
+class _TwoLineProgress(Progress):
+    """The bar and its counts on one line, tokens and the load on a second (one line would not
+    fit a terminal of 120 columns)."""
+
+    def __init__(self, *columns: ProgressColumn, details: Callable[[], str], **options: Any) -> None:
+        self._details = details  # first: the parent's constructor renders once
+        super().__init__(*columns, **options)
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        yield self.make_tasks_table(self.tasks)
+        yield Text(self._details(), style="progress.data.speed", overflow="ellipsis", no_wrap=True)
 
 
 class RunProgress:
@@ -160,15 +174,14 @@ class RunProgress:
 
     def __enter__(self) -> RunProgress:
         if self.live:
-            self._progress = Progress(
+            self._progress = _TwoLineProgress(
                 BarColumn(),
                 MofNCompleteColumn(),
                 _CallableColumn(self.counts_text),
                 _CallableColumn(lambda: f"{self.rate():.2f} prompts/s", "progress.data.speed"),
                 _CallableColumn(lambda: _clock_text(self._clock() - self._start), "progress.elapsed"),
                 _CallableColumn(lambda: f"ETA {_clock_text(self.eta())}", "progress.remaining"),
-                _CallableColumn(self.tokens_text, "progress.download"),
-                _CallableColumn(lambda: self.load.text(), "progress.percentage"),
+                details=lambda: f"  {self.tokens_text()} · {self.load.text()}",
                 console=self.console,
                 refresh_per_second=4,
             )

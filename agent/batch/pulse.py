@@ -23,11 +23,12 @@ def pulse_of(worker: int, limiter: AdaptiveLimiter) -> LimiterPulse:
 async def send_pulses(
     worker: int, limiter: AdaptiveLimiter, put: Callable[[LimiterPulse], None], every: float = PULSE_SECONDS
 ) -> None:
-    """Put a pulse every `every` seconds when it differs from the last one sent; runs until cancelled."""
+    """Put a pulse now, then every `every` seconds when it differs from the last one sent;
+    runs until cancelled."""
     last: LimiterPulse | None = None
     while True:
-        await asyncio.sleep(every)
         pulse = pulse_of(worker, limiter)
         if pulse != last:
             put(pulse)
             last = pulse
+        await asyncio.sleep(every)

@@ -163,7 +163,7 @@ class BatchRun:
                 "reports (usage.cost): an endpoint that reports none is never stopped"
             )
         progress = RunProgress(todo + already_done, already_done, console=self.console)
-        self.monitor = RunMonitor(progress, self.timeline, initial_limit=self.config.max_inflight)
+        self.monitor = RunMonitor(progress, self.timeline, self.config)
         with progress:
             self.scheduler = Scheduler(self.config, self._on_event, self._tick)
             tally = self.scheduler.run(self._jobs())
