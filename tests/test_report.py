@@ -144,6 +144,8 @@ def test_figures_count_every_entry_and_the_browser_holds_a_bounded_sample(tmp_pa
     outcomes = {e["outcome"] for e in data["entries"]}
     assert {"completed", "gave_up", "discarded"} <= outcomes  # rare strata are in the sample
     assert f"<td>In the output</td><td>{kept:,}</td>" in html
+    assert 'data-plot="throughput"' in html  # no timeline: prompts/s from the entries' timestamps
+    assert 'data-empty="in_flight"' in html
 
 
 def test_failures_done_since_are_not_counted_as_failed() -> None:
@@ -200,6 +202,11 @@ def test_cli_writes_the_report_and_refuses_bad_input_in_one_line(tmp_path: Path)
         refused = cli(*args)
         assert refused.returncode == 2 and named in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    unwritable = cli(str(run), f"--output={tmp_path}")  # a directory: the page cannot replace it
+    assert unwritable.returncode == 1 and unwritable.stderr.strip().splitlines() == [
+        f"python -m agent.report: {tmp_path}: not written (Is a directory)"
+    ]
+    assert not list(tmp_path.glob(".*.tmp"))  # the temp file went with the failure
 
 
 def test_cli_redacts_secrets_of_the_environment(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from tests.report_support import (
     run_batch,
     save_artifact,
 )
+from tests.test_batch_support import API_KEY
 
 PLOTS = {"throughput", "in_flight", "rate_limits", "outcomes", "tools", "turns", "tokens", "reasoning"}
 MARKS = """() => [...document.querySelectorAll("svg.plot")].map((svg) => ({
@@ -101,6 +102,7 @@ def test_the_run_writes_the_report_and_says_where_it_is(run: ReportRun) -> None:
     assert run.result.returncode == 1, run.result  # the scripted failure
     assert f"Report: {run.report} (open it in a browser" in run.result.stderr
     assert run.report.stat().st_size > 20_000
+    assert API_KEY not in run.report.read_text()
 
 
 def test_a_real_run_shows_tokens_and_load_in_progress_and_records_a_timeline(run: ReportRun) -> None:

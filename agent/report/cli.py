@@ -1,7 +1,7 @@
 """The report's command line: `python -m agent.report RUN_DIR [--sample=N] [--output=FILE]`.
 
-Writes the report of an existing run directory (finished, interrupted or still running: it
-only reads) and prints its path. A bad argument or a directory that holds no run is one line
+Writes the report of an existing run directory (it only reads the run's files) and prints
+the path it wrote. A bad argument or a directory that holds no run is one line
 naming it, exit 2.
 """
 
