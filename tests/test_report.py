@@ -158,6 +158,18 @@ def test_failures_done_since_are_not_counted_as_failed() -> None:
     assert digest.failures["server_error"] == 2 and digest.still_failed() == {"server_error": 1}
 
 
+def test_a_discard_moved_into_the_output_since_counts_once() -> None:
+    digest = RunDigest()
+    entry = synthetic_entry(0, random.Random(0))
+    digest.add_entry(entry)
+    digest.add_discard(
+        {"prompt_key": entry["metadata"]["prompt_key"], "reason": "no_reasoning", "entry": entry}
+    )
+    digest.add_discard({"prompt_key": "other:0", "reason": "no_reasoning", "entry": entry})
+    assert digest.entries == 1 and digest.discards == {"no_reasoning": 1}
+    assert sum(digest.sample.seen.values()) == 2
+
+
 def test_an_interrupted_run_is_reported_from_its_batch_files(tmp_path: Path) -> None:
     run = tmp_path / "interrupted"
     run.mkdir()

@@ -100,6 +100,10 @@ class RunDigest:
             self.toolsets.update(str(t) for t in toolsets)
 
     def add_discard(self, record: Mapping[str, Any]) -> None:
+        """A record of discarded.jsonl; read after the entries, so one whose prompt has joined
+        the output since (its filter turned off, `agent.batch.recovery`) is not counted again."""
+        if record.get("prompt_key") in self.done_keys:
+            return
         reason = str(record.get("reason") or "unknown")
         self.discards[reason] += 1
         entry = record.get("entry")
