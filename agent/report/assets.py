@@ -31,6 +31,7 @@ svg.plot { width: 100%; height: auto; display: block; }
 svg .grid { stroke: #e7eaf0; }
 svg .tick { font-size: 11px; fill: var(--soft); }
 svg .axis { font-size: 12px; fill: var(--ink); }
+svg .legend { font-size: 11.5px; fill: var(--ink); }
 svg .line { fill: none; stroke-width: 2; }
 .filters { display: flex; flex-wrap: wrap; gap: 10px; align-items: center; margin-bottom: 8px; }
 .filters select, .filters input { font: inherit; padding: 3px 6px; }

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from html import escape
 
 WIDTH, HEIGHT = 640, 240
-LEFT, RIGHT, TOP, BOTTOM = 60, 16, 14, 40
+LEFT, RIGHT, TOP, BOTTOM = 60, 16, 30, 40  # the top margin holds a line chart's legend
 PALETTE = ("#2f6fb3", "#d9822b", "#3a9c5b", "#c23b3b", "#7d5ba6", "#8c6d31", "#4aa3a3", "#777777")
 DOTS_UP_TO = 60  # points drawn as dots too (a single point has no line to show)
 
@@ -103,8 +103,19 @@ def line_chart(name: str, series: Sequence[Series], *, x_label: str, y_label: st
             body.append(_text(x, HEIGHT - BOTTOM + 16, number(value)))
     for s in series:
         body += _line(s, at)
+    body += _legend(series)
     body.append(_x_label(x_label))
     return _svg(name, body, y_label)
+
+
+def _legend(series: Sequence[Series]) -> list[str]:
+    """The series' names with their colours, in a row above the plot."""
+    body, x = [], float(LEFT)
+    for s in series:
+        body.append(f'<rect class="swatch" x="{x:.1f}" y="8" width="12" height="4" fill="{s.color}"/>')
+        body.append(_text(x + 16, 14, s.name, "start", kind="legend"))
+        x += 28 + 6.5 * len(s.name)
+    return body
 
 
 def _line(series: Series, at: Callable[[float, float], tuple[float, float]]) -> list[str]:
