@@ -136,6 +136,8 @@ def test_ctrl_c_summary_says_what_is_on_disk_and_the_next_step(tmp_path: Path) -
     stats = read_json(run_dir / "statistics.json")
     assert stats["merged"] is False and stats["completion"]["interrupted"] is True
     assert not (run_dir / "trajectories.jsonl").exists()
+    report = (run_dir / "report.html").read_text()  # read from the batch files: nothing was merged
+    assert "<td>In the output</td><td>2</td>" in report and f"Report: {run_dir / 'report.html'}" in err
 
 
 def test_a_command_that_stops_its_worker_cannot_hang_the_run(tmp_path: Path) -> None:

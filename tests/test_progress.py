@@ -1,13 +1,24 @@
-"""The live progress display: counts, rate, log lines above the bar, plain mode for logs."""
+"""The live progress display: counts, rate, tokens, the load (the workers' pulses summed), log lines
+above the bar, sparse plain lines for logs, and the timeline the monitor records."""
 
 from __future__ import annotations
 
+import asyncio
 import io
+import itertools
+from typing import Any
 
 import pytest
 from rich.console import Console
 
-from agent.batch.progress import RateWindow, RunProgress
+from agent.batch.events import LimiterPulse
+from agent.batch.monitor import RunMonitor
+from agent.batch.progress import Load, RateWindow, RunProgress
+from agent.batch.pulse import send_pulses
+from agent.config.agent_config import AgentConfig
+from agent.config.run_config import RunConfig
+from agent.llm.rate_limit import AdaptiveLimiter
+from agent.store.timeline import COLUMNS, Timeline
 
 
 class FakeClock:
@@ -124,3 +135,98 @@ def test_disabled_on_a_terminal_is_plain_too() -> None:
     assert lines[0].startswith("progress: 0/3") and lines[1] == "hello"
     assert lines[-1].startswith("progress: 1/3 prompts (✓ 0 ◐ 1 ✗ 0 ⌫ 0)")
     assert "━" not in output(con)
+
+
+def test_status_line_has_tokens_per_second_and_the_load() -> None:
+    clock = FakeClock()
+    con = console(terminal=False)
+    with RunProgress(10, console=con, clock=clock) as progress:
+        for tokens in (1200, 800):
+            clock.now += 2.0
+            progress.advance("done", tokens)
+        progress.set_load(Load(conversations=7, calls=5, limit=48))
+        line = progress.status_line()
+    assert "2/10 prompts (✓ 2 ◐ 0 ✗ 0 ⌫ 0) · 0.50 prompts/s · ETA 0:00:16" in line
+    assert "2k tokens (500/s)" in line
+    assert "in flight 7 prompts, 5 calls (limit 48)" in line
+
+
+def test_plain_status_lines_thin_out_as_the_run_gets_longer() -> None:
+    clock = FakeClock()
+    con = console(terminal=False)
+    with RunProgress(100_000, console=con, interval=10.0, max_interval=300.0, clock=clock) as progress:
+        for _ in range(36_000):  # ten hours, one prompt a second
+            clock.now += 1.0
+            progress.advance("done")
+    status = [line for line in output(con).splitlines() if line.startswith("progress: ")]
+    # every 10 s for the first 100 s, then every tenth of the elapsed time, at most every 5 min
+    assert 150 < len(status) < 170  # not the 3,600 lines a fixed 10 s interval would print
+    gaps = [int(b.split("/")[0][10:]) - int(a.split("/")[0][10:]) for a, b in itertools.pairwise(status)]
+    assert gaps[:9] == [10] * 9 and max(gaps) == 300
+
+
+def test_live_bar_shows_tokens_and_the_load() -> None:
+    clock = FakeClock()
+    con = console(terminal=True)
+    with RunProgress(4, console=con, clock=clock) as progress:
+        clock.now += 1.0
+        progress.advance("done", 3000)
+        progress.set_load(Load(conversations=3, calls=2, limit=64))
+    bar, details = con.export_text().splitlines()[-2:]  # the final frame: the bar, then the details
+    assert bar.endswith("1/4 ✓ 1 ◐ 0 ✗ 0 ⌫ 0 1.00 prompts/s 0:00:01 ETA 0:00:03")
+    assert details.strip() == "3k tokens (3k/s) · in flight 3 prompts, 2 calls (limit 64)"
+
+
+def run_config(**changes: Any) -> RunConfig:
+    return RunConfig(dataset_file="d.jsonl", batch_size=1, run_name="r", agent=AgentConfig(), **changes)
+
+
+def test_monitor_sums_the_workers_pulses_and_records_the_timeline() -> None:
+    clock = FakeClock()
+    progress = RunProgress(10, console=console(terminal=False), clock=clock)
+    timeline = Timeline()
+    monitor = RunMonitor(progress, timeline, run_config(num_workers=2, max_inflight=64), clock=clock)
+    assert progress.load.limit == 64  # before any pulse: each worker at its share
+    monitor.pulse(LimiterPulse(0, limit=20.0, calls_in_flight=5, rate_limited=3, server_errors=1))
+    clock.now += 1.0
+    monitor.advance("done", {"prompt_tokens": 100, "completion_tokens": 20})
+    monitor.advance("failed", {"total_tokens": 30})
+    monitor.tick(conversations=6)
+    assert progress.load == Load(conversations=6, calls=5, limit=52.0)  # 20 + the other's 32
+    monitor.pulse(LimiterPulse(1, limit=16.0, calls_in_flight=4, rate_limited=2, server_errors=0))
+    monitor.pulse(LimiterPulse(0, limit=24.0, calls_in_flight=1, rate_limited=5, server_errors=1))
+    clock.now += 1.0
+    monitor.finish()
+    assert progress.tokens == 150 and progress.load == Load(0, 0, 40.0)
+    points = [dict(zip(COLUMNS, point, strict=True)) for point in timeline.points]
+    assert [p["seconds"] for p in points] == [0.0, 1.0, 2.0]
+    assert points[1] == {
+        "seconds": 1.0,
+        "finished": 2,
+        "failed": 1,
+        "tokens": 150,
+        "in_flight": 6,
+        "calls_in_flight": 5,
+        "limit": 52.0,
+        "rate_limited": 3,
+        "server_errors": 1,
+    }
+    assert points[2]["rate_limited"] == 7 and points[2]["calls_in_flight"] == 0
+
+
+def test_a_worker_pulses_at_once_then_only_when_its_load_changes() -> None:
+    limiter = AdaptiveLimiter(8)
+    sent: list[LimiterPulse] = []
+
+    async def watch() -> None:
+        task = asyncio.create_task(send_pulses(3, limiter, sent.append, every=0.01))
+        await asyncio.sleep(0.05)
+        limiter.stats.rate_limited += 1
+        await asyncio.sleep(0.05)
+        task.cancel()
+
+    asyncio.run(watch())
+    assert sent == [
+        LimiterPulse(3, limit=8.0, calls_in_flight=0, rate_limited=0, server_errors=0),
+        LimiterPulse(3, limit=8.0, calls_in_flight=0, rate_limited=1, server_errors=0),
+    ]

@@ -2,9 +2,9 @@
 
 `Started` says which worker runs a job; `Finished`, `Discarded` and `Failed` answer a job (the
 parent writes them to the run directory); `Cancelled` says a job was given up unanswered
-(SIGTERM); `LimiterReport` carries a worker's rate-limiter statistics and `WorkerExit` is its
-goodbye. The parent tells them apart by type. This module stays light: the parent imports it,
-never the worker's SDKs.
+(SIGTERM); `LimiterReport` carries a worker's rate-limiter statistics, `LimiterPulse` its load
+now, and `WorkerExit` is its goodbye. The parent tells them apart by type. This module stays
+light: the parent imports it, never the worker's SDKs.
 """
 
 from __future__ import annotations
@@ -100,9 +100,21 @@ class LimiterReport:
 
 
 @dataclass(frozen=True)
+class LimiterPulse:
+    """A worker's load now, sent about once a second while it changes (`agent.batch.pulse`):
+    the live progress and the run's timeline show the limit and throttling as they happen."""
+
+    worker: int
+    limit: float
+    calls_in_flight: int
+    rate_limited: int
+    server_errors: int
+
+
+@dataclass(frozen=True)
 class WorkerExit:
     worker: int
 
 
 Answer = Finished | Discarded | Failed  # a job's outcome, written to the run directory
-WorkerEvent = Finished | Discarded | Failed | Started | Cancelled | LimiterReport | WorkerExit
+WorkerEvent = Finished | Discarded | Failed | Started | Cancelled | LimiterReport | LimiterPulse | WorkerExit

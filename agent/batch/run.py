@@ -16,27 +16,30 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
 from rich.console import Console
-from rich.text import Text
 
-from agent.batch.completion import EXIT_OK, Completion
+from agent.batch.completion import Completion
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
-from agent.batch.events import Discarded, Failed, Finished, LimiterReport, WorkerEvent
+from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, LimiterReport, WorkerEvent
 from agent.batch.jobs import Job
+from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
 from agent.batch.recovery import filter_warnings, recover_discards
 from agent.batch.scheduler import Scheduler, Tally
 from agent.config.run_config import RunConfig
 from agent.protocols import RunStore, StoredKeys
+from agent.report import RunReport, write_report
 from agent.sandboxes import reap_stale
 from agent.store.directory import RunDirectory
 from agent.store.index import number_prompts
 from agent.store.statistics import RunStatistics, render_statistics
+from agent.store.summary_view import render_next_steps
+from agent.store.timeline import Timeline
 from agent.toolbox.distributions import sample_toolsets_from_distribution
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
@@ -54,7 +57,8 @@ class BatchRun:
         self.attempts: dict[str, int] = {}
         self.done_keys: set[str] = set()
         self.numbers: dict[str, int] = {}  # key -> prompt_index, for the prompts not yet done
-        self.progress: RunProgress | None = None
+        self.monitor: RunMonitor | None = None
+        self.timeline = Timeline()
         self.scheduler: Scheduler | None = None
         self.failed_keys: set[str] = set()
         self.recovered: Counter[str] = Counter()
@@ -158,10 +162,18 @@ class BatchRun:
                 "--max_cost without --price_input/--price_output counts only the costs the endpoint "
                 "reports (usage.cost): an endpoint that reports none is never stopped"
             )
-        with RunProgress(todo + already_done, already_done, console=self.console) as progress:
-            self.progress = progress
-            self.scheduler = Scheduler(self.config, self._on_event, self._checkpoint)
-            return self.scheduler.run(self._jobs())
+        progress = RunProgress(todo + already_done, already_done, console=self.console)
+        self.monitor = RunMonitor(progress, self.timeline, self.config)
+        with progress:
+            self.scheduler = Scheduler(self.config, self._on_event, self._tick)
+            tally = self.scheduler.run(self._jobs())
+            self.monitor.finish()
+            return tally
+
+    def _tick(self) -> None:
+        self._checkpoint()
+        if self.monitor is not None and self.scheduler is not None:
+            self.monitor.tick(len(self.scheduler.tally.running))
 
     def _on_event(self, event: WorkerEvent) -> None:
         match event:
@@ -169,17 +181,19 @@ class BatchRun:
                 self.store.append_result(event.batch_num, event.line)
                 self._mark_done(event.prompt_index)
                 self.stats.add_processed(event.outcome, event.usage)
-                self._advance("done" if event.completed else "partial")
+                self._advance("done" if event.completed else "partial", event.usage)
             case Discarded():
                 self.store.append_discard(event.record())
                 self._mark_done(event.prompt_index, discarded=True)
                 self.stats.add_discard(event.reason)
                 self.stats.add_processed("discarded", event.usage)
-                self._advance("discarded")
+                self._advance("discarded", event.usage)
             case Failed():
                 self._record_failure(event)
             case LimiterReport():
                 self.stats.add_limiter(event.stats)
+            case LimiterPulse() if self.monitor is not None:
+                self.monitor.pulse(event)
         self._check_budget()
 
     def _check_budget(self) -> None:
@@ -202,16 +216,16 @@ class BatchRun:
         self.stats.add_failure(event.error_class)
         self.stats.add_processed("failed", event.usage)
         self._report_failure(event)
-        self._advance("failed")
+        self._advance("failed", event.usage)
 
-    def _advance(self, outcome: str) -> None:
-        if self.progress is not None:
-            self.progress.advance(outcome)
+    def _advance(self, outcome: str, usage: dict[str, float]) -> None:
+        if self.monitor is not None:
+            self.monitor.advance(outcome, usage)
 
     def _report_failure(self, event: Failed) -> None:
         message = f"prompt {event.prompt_index} failed ({event.error_class}): {event.message[:200]}"
-        if self.progress is not None:
-            self.progress.log(message)
+        if self.monitor is not None:
+            self.monitor.progress.log(message)
 
     def _mark_done(self, prompt_index: int, discarded: bool = False) -> None:
         self.done_indices.add(prompt_index)
@@ -251,18 +265,25 @@ class BatchRun:
 
     def _finish(self, scan: DatasetScan, started: float, done: Completion, *, merge: bool) -> None:
         summary = self._summary(scan, time.monotonic() - started)
+        report = RunReport(self.config.run_dir)
         if merge:
-            report = self.store.merge(set(TOOL_TO_TOOLSET_MAP), on_entry=self.stats.add_entry)
-            summary["merge"] = dict(vars(report))
+            merged = self.store.merge(set(TOOL_TO_TOOLSET_MAP), on_entry=self._on_merged(report))
+            summary["merge"] = dict(vars(merged))
         extra = {"completion": done.as_dict(), "merged": merge, **self._filters_and_budget()}
-        stats = self.stats.to_dict(**summary, extra=extra)
+        stats = self.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
         self.store.write_json("statistics.json", stats)
         render_statistics(stats, self.console)
-        if merge:
-            path = self.config.run_dir / "trajectories.jsonl"
-            self.console.print(f"Trajectories: {path}", markup=False, highlight=False, soft_wrap=True)
-        style = "green" if done.exit_code == EXIT_OK else "red"
-        self.console.print(Text(done.next_step(), style=style), soft_wrap=True)
+        trajectories = self.config.run_dir / "trajectories.jsonl" if merge else None
+        render_next_steps(stats, self.console, trajectories=trajectories, report=write_report(report, stats))
+
+    def _on_merged(self, report: RunReport) -> Callable[[dict[str, Any]], None]:
+        """Each merged entry feeds statistics.json and the report in one pass over the output."""
+
+        def on_entry(entry: dict[str, Any]) -> None:
+            self.stats.add_entry(entry)
+            report.add_entry(entry)
+
+        return on_entry
 
     def _filters_and_budget(self) -> dict[str, Any]:
         """The filter notes (heavy discards, recovered ones) and the budget, for statistics.json."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, Started, WorkerExit
 from agent.batch.jobs import Job
+from agent.batch.pulse import send_pulses
 from agent.batch.records import answer
 from agent.config.run_config import RunConfig
 from agent.errors import AgentError, SandboxError
@@ -98,6 +99,7 @@ class Worker:
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._stop)
         connections = self.config.inflight_per_worker + 8
         self.model = open_chat_model(self.config.agent, limiter=self.limiter, max_connections=connections)
+        pulses = asyncio.create_task(send_pulses(self.id, self.limiter, self.events.put))
         try:
             async with sandbox_pool(self.config.sandbox, self.config.run_name) as factory:
                 self.factory = throttled(factory, self.config.sandbox_starts)
@@ -106,6 +108,7 @@ class Worker:
                 finally:
                     await self.shared.aclose()
         finally:
+            pulses.cancel()
             await self.model.aclose()
             self.events.put(LimiterReport(self.id, dict(self.limiter.stats.__dict__)))
             self.events.put(WorkerExit(self.id))

@@ -1,4 +1,8 @@
-"""The summary printed after a run: a `statistics.json` document rendered with rich.
+"""The summary printed after a run: a `statistics.json` document rendered with rich, then the
+closing lines (`render_next_steps`): where the trajectories and the report are, and what to do
+next, always: `--resume` after an interrupt, failures or prompts not started; the keeping flag
+(`--keep_no_reasoning`, `--keep_malformed`) when a filter discarded most entries; else a look
+at the report.
 
 Reads only the document (a `RunStatistics.to_dict` result or a loaded `statistics.json`),
 so a summary can be printed again from the file alone.
@@ -7,6 +11,7 @@ so a summary can be printed again from the file alone.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
@@ -192,3 +197,45 @@ def render_statistics(stats: Mapping[str, Any], console: Console) -> None:
         parts += [_tool_table(stats.get("tool_statistics") or {}), _reasoning(stats)]
     parts += [_problems(stats), _rate_limiting(stats)]
     console.print(Group(*parts))
+
+
+def _keep_advice(stats: Mapping[str, Any]) -> list[str]:
+    """For each filter that dropped most entries and has a flag that keeps them: the command."""
+    advice = []
+    for warning in stats.get("filter_warnings") or []:
+        flag = warning.get("kept_by")
+        if flag:
+            advice.append(
+                f"rerun with --resume {flag} to keep the {_n(warning.get('discarded'))} "
+                f"{warning.get('reason')} discards (moved from discarded.jsonl, no model call)"
+            )
+    return advice
+
+
+def next_steps(stats: Mapping[str, Any], report: Path | None) -> list[str]:
+    """The closing lines: where the report is, the flags that keep heavy discards, and last the
+    completion line, which always ends with what to do next."""
+    lines = [f"Report: {report} (open it in a browser; one file, works offline)"] if report else []
+    advice = _keep_advice(stats)
+    done = stats.get("completion") or {}
+    final = str(done.get("next_step") or "")
+    if "Next:" in final:  # interrupted or unfinished: --resume comes first
+        lines += [f"Then: {step}" for step in advice]
+    elif advice:
+        final += f" Next: {'; '.join(advice)}."
+    else:
+        final += f" Next: look at the data in {report.name if report else 'trajectories.jsonl'}."
+    return [*lines, final]
+
+
+def render_next_steps(
+    stats: Mapping[str, Any], console: Console, *, trajectories: Path | None, report: Path | None
+) -> None:
+    """Print where the output is and what to do next; the last line is green when the run is done."""
+    if trajectories is not None:
+        console.print(f"Trajectories: {trajectories}", markup=False, highlight=False, soft_wrap=True)
+    *lines, final = next_steps(stats, report)
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    ok = json_int((stats.get("completion") or {}).get("exit_code")) == 0
+    console.print(Text(final, style="green" if ok else "red"), soft_wrap=True)

@@ -1,0 +1,79 @@
+"""What the parent watches while a run goes: prompts finished and tokens (from the answers),
+the workers' load (their latest `LimiterPulse` each, summed) and conversations in flight
+(from the scheduler), fed to the live progress and, once a tick, to the run's timeline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+
+from agent.batch.events import LimiterPulse
+from agent.batch.progress import Load, RunProgress
+from agent.config.run_config import RunConfig
+from agent.store.timeline import Timeline
+
+
+def usage_tokens(usage: Mapping[str, float]) -> int:
+    """Total tokens of an answer's usage (prompt + completion when no total is given)."""
+    total = usage.get("total_tokens")
+    if total is None:
+        total = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+    return int(total)
+
+
+class RunMonitor:
+    """Feeds `progress` and keeps the `timeline` of this invocation."""
+
+    def __init__(
+        self,
+        progress: RunProgress,
+        timeline: Timeline,
+        config: RunConfig,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.progress = progress
+        self._share = config.inflight_per_worker  # where each worker's limiter starts
+        self._workers = config.num_workers
+        self.timeline = timeline
+        self._clock = clock
+        self._start = clock()
+        self._pulses: dict[int, LimiterPulse] = {}
+        self._finished = self._failed = 0
+        self.tick(0)
+
+    def pulse(self, event: LimiterPulse) -> None:
+        self._pulses[event.worker] = event
+
+    def advance(self, outcome: str, usage: Mapping[str, float]) -> None:
+        """One prompt answered: "done", "partial", "failed" or "discarded"."""
+        self._finished += 1
+        self._failed += outcome == "failed"
+        self.progress.advance(outcome, usage_tokens(usage))
+
+    def finish(self) -> None:
+        """The workers are gone: nothing is in flight; the timeline's last point."""
+        self._pulses = {w: dataclasses.replace(p, calls_in_flight=0) for w, p in self._pulses.items()}
+        self.tick(0)
+
+    def tick(self, conversations: int) -> None:
+        """About once a second: the load now, and one timeline point."""
+        pulses = self._pulses.values()
+        unreported = max(0, self._workers - len(self._pulses))  # still starting: at their share
+        limit = sum(p.limit for p in pulses) + unreported * self._share
+        load = Load(conversations, sum(p.calls_in_flight for p in pulses), limit)
+        self.progress.set_load(load)
+        self.timeline.add(
+            (
+                self._clock() - self._start,
+                self._finished,
+                self._failed,
+                self.progress.tokens,
+                load.conversations,
+                load.calls,
+                limit,
+                sum(p.rate_limited for p in pulses),
+                sum(p.server_errors for p in pulses),
+            )
+        )

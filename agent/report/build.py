@@ -1,0 +1,91 @@
+"""Writing `report.html` for a run directory: the entries come either from the run's merge
+(`add_entry`, one pass for statistics and report) or, on demand, from the files: the merged
+`trajectories.jsonl`, or the batch files when the last run was interrupted before merging
+(first line per prompt, as the merge would keep). Discards and failures are read from their
+logs. The page is replaced atomically and passes the process's secret redactor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from agent.common.redaction import active
+from agent.report.digest import RunDigest
+from agent.report.page import render
+from agent.report.sample import SAMPLE_SIZE
+from agent.store.durable import atomic_write
+from agent.store.jsonl import read_lines
+from agent.store.keys import KeyResolver, is_tombstone
+from agent.store.layout import DISCARDED_FILE, FAILURES_FILE, TRAJECTORIES_FILE, batch_files
+
+REPORT_FILE = "report.html"
+STATISTICS_FILE = "statistics.json"
+log = logging.getLogger("agent.report")
+
+
+def read_statistics(run_dir: Path) -> dict[str, Any]:
+    """statistics.json, or {} when it is missing or unreadable (the report still shows the entries)."""
+    try:
+        value = json.loads((run_dir / STATISTICS_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        log.warning("%s: not used for the report (%s)", run_dir / STATISTICS_FILE, exc)
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def unmerged_entries(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """The batch files' entries, first line per prompt key (tombstones and bad lines skipped)."""
+    resolver, seen = KeyResolver(), set()
+    for path in batch_files(run_dir):
+        for _, entry in read_lines(path):
+            key = resolver.result_key(entry) if entry is not None else None
+            if entry is not None and key is not None and key not in seen and not is_tombstone(entry):
+                seen.add(key)
+                yield entry
+
+
+class RunReport:
+    """The report of the run in `run_dir`."""
+
+    def __init__(self, run_dir: Path, sample_size: int = SAMPLE_SIZE) -> None:
+        self.run_dir = Path(run_dir)
+        self.digest = RunDigest(sample_size)
+        self._fed = False
+
+    def add_entry(self, entry: dict[str, Any]) -> None:
+        """One entry of the output, as the merge writes it."""
+        self._fed = True
+        self.digest.add_entry(entry)
+
+    def _read_entries(self, stats: Mapping[str, Any]) -> None:
+        merged = self.run_dir / TRAJECTORIES_FILE
+        if stats.get("merged") is False or not merged.exists():
+            entries: Iterator[dict[str, Any] | None] = unmerged_entries(self.run_dir)
+        else:
+            entries = (entry for _, entry in read_lines(merged))
+        for entry in entries:
+            if entry is not None:
+                self.digest.add_entry(entry)
+
+    def write(self, stats: Mapping[str, Any] | None = None, output: Path | None = None) -> Path:
+        """Write the page (to `output`, by default `report.html` in the run directory)."""
+        stats = read_statistics(self.run_dir) if stats is None else stats
+        if not self._fed:
+            self._read_entries(stats)
+        for _, record in read_lines(self.run_dir / DISCARDED_FILE):
+            if record is not None:
+                self.digest.add_discard(record)
+        for _, record in read_lines(self.run_dir / FAILURES_FILE):
+            if record is not None:
+                self.digest.add_failure(record)
+        page = render(stats, self.digest).encode("utf-8", "replace")
+        path = output if output is not None else self.run_dir / REPORT_FILE
+        with atomic_write(path) as handle:
+            handle.write(active().redact_bytes(page))
+        return path

@@ -1,0 +1,160 @@
+"""The report's figures, streamed: one pass over a run's entries, discards and failures keeps
+counts, per-entry numbers (turns, tokens, finish times: a few bytes each) and a bounded
+stratified sample of readable conversations for the trajectory browser.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from agent.report.sample import SAMPLE_SIZE, StratifiedSample
+from agent.report.turns import cut, readable
+from agent.store.jsonl import json_int
+from agent.store.statistics import has_reasoning
+
+EXAMPLES = 3  # failure messages kept per class
+Sampled = tuple[Mapping[str, Any], str | None]  # an entry and its discard reason (None: kept)
+
+
+def _usage_total(metadata: Mapping[str, Any]) -> int:
+    usage = metadata.get("usage")
+    if not isinstance(usage, dict):
+        return 0
+    if "total_tokens" in usage:
+        return json_int(usage.get("total_tokens"))
+    return json_int(usage.get("prompt_tokens")) + json_int(usage.get("completion_tokens"))
+
+
+def _timestamp(value: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(value).timestamp() if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+class RunDigest:
+    """Accumulates what the report shows; `add_entry` for each output entry, `add_discard` and
+    `add_failure` for each record of discarded.jsonl and failures.jsonl."""
+
+    def __init__(self, sample_size: int = SAMPLE_SIZE, seed: int = 0) -> None:
+        self.entries = 0
+        self.outcomes: Counter[str] = Counter()
+        self.discards: Counter[str] = Counter()
+        self.failures: Counter[str] = Counter()
+        self.failure_examples: dict[str, list[dict[str, Any]]] = {}
+        self.failed_keys: dict[str, str] = {}  # prompt key -> class of its latest failure
+        self.done_keys: set[str] = set()
+        self.tools: dict[str, Counter[str]] = {}  # calls, success, failure, entries
+        self.toolsets: Counter[str] = Counter()  # entries offered each toolset
+        self.reasoning: Counter[str] = Counter()  # turns, with_reasoning, and entries per coverage
+        self.turns, self.tokens, self.times = array("l"), array("q"), array("d")
+        self.sample: StratifiedSample[tuple[Mapping[str, Any], str | None]] = StratifiedSample(
+            sample_size, seed
+        )
+        self.systems: dict[str, int] = {}  # system prompt text -> id, for sampled entries only
+
+    def add_entry(self, entry: Mapping[str, Any], discarded: str | None = None) -> None:
+        metadata = entry.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        outcome = str(metadata.get("outcome") or "unknown")
+        key = metadata.get("prompt_key")
+        if isinstance(key, str):
+            self.done_keys.add(key)
+        if discarded is None:
+            self._count(entry, metadata, outcome)
+        stratum = f"discarded: {discarded}" if discarded else outcome
+        self.sample.offer(stratum, (entry, discarded))
+
+    def _count(self, entry: Mapping[str, Any], metadata: Mapping[str, Any], outcome: str) -> None:
+        self.entries += 1
+        self.outcomes[outcome] += 1
+        conversations = entry.get("conversations")
+        turns = conversations if isinstance(conversations, list) else ()
+        gpt = [t for t in turns if isinstance(t, dict) and t.get("from") == "gpt"]
+        thought = sum(has_reasoning(str(t.get("value") or "")) for t in gpt)
+        self.reasoning["turns"] += len(gpt)
+        self.reasoning["with_reasoning"] += thought
+        share = "none" if not thought else "all" if thought == len(gpt) else "some"
+        self.reasoning[f"entries_{share}"] += 1
+        self.turns.append(len(gpt))
+        self.tokens.append(_usage_total(metadata))
+        when = _timestamp(metadata.get("timestamp"))
+        if when is not None:
+            self.times.append(when)
+        self._count_tools(entry)
+
+    def _count_tools(self, entry: Mapping[str, Any]) -> None:
+        stats = entry.get("tool_stats")
+        for name, counts in stats.items() if isinstance(stats, dict) else ():
+            if isinstance(counts, dict) and json_int(counts.get("count")):
+                row = self.tools.setdefault(str(name), Counter())
+                row["entries"] += 1
+                for field in ("count", "success", "failure"):
+                    row[field] += json_int(counts.get(field))
+        toolsets = entry.get("toolsets_used")
+        if isinstance(toolsets, list):
+            self.toolsets.update(str(t) for t in toolsets)
+
+    def add_discard(self, record: Mapping[str, Any]) -> None:
+        """A record of discarded.jsonl; read after the entries, so one whose prompt has joined
+        the output since (its filter turned off, `agent.batch.recovery`) is not counted again."""
+        if record.get("prompt_key") in self.done_keys:
+            return
+        reason = str(record.get("reason") or "unknown")
+        self.discards[reason] += 1
+        entry = record.get("entry")
+        if isinstance(entry, dict):
+            self.add_entry(entry, discarded=reason)
+
+    def add_failure(self, record: Mapping[str, Any]) -> None:
+        error_class = str(record.get("error_class") or "unknown")
+        self.failures[error_class] += 1
+        key = record.get("prompt_key")
+        if isinstance(key, str):
+            self.failed_keys[key] = error_class
+        examples = self.failure_examples.setdefault(error_class, [])
+        if len(examples) < EXAMPLES:
+            examples.append(
+                {
+                    "prompt_index": record.get("prompt_index"),
+                    "message": cut(str(record.get("message") or ""), 600),
+                    "attempt": record.get("attempt"),
+                }
+            )
+
+    def still_failed(self) -> Counter[str]:
+        """Prompts whose latest record is a failure and that are not done since, per class."""
+        return Counter(c for key, c in self.failed_keys.items() if key not in self.done_keys)
+
+    def _system_id(self, text: str) -> int:
+        return self.systems.setdefault(text, len(self.systems))
+
+    def drawn(self) -> list[dict[str, Any]]:
+        """The browser's sample, each entry made readable (`agent.report.turns`), numbering the
+        system prompts in `systems`."""
+        return [self._readable(entry, discarded) for entry, discarded in self.sample.drawn()]
+
+    def _readable(self, entry: Mapping[str, Any], discarded: str | None) -> dict[str, Any]:
+        metadata = entry.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        stats = entry.get("tool_stats")
+        conversations = entry.get("conversations")
+        toolsets = entry.get("toolsets_used")
+        return {
+            "index": entry.get("prompt_index"),
+            "outcome": "discarded" if discarded else str(metadata.get("outcome") or "unknown"),
+            "reason": discarded or "",
+            "toolsets": [str(t) for t in toolsets] if isinstance(toolsets, list) else [],
+            "tools": sorted(
+                str(name)
+                for name, counts in (stats.items() if isinstance(stats, dict) else ())
+                if isinstance(counts, dict) and json_int(counts.get("count"))
+            ),
+            "api_calls": json_int(entry.get("api_calls")),
+            "tokens": _usage_total(metadata),
+            "turns": readable(conversations if isinstance(conversations, list) else (), self._system_id),
+        }

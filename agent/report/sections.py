@@ -1,0 +1,138 @@
+"""The report's sections as HTML: the run summary, the plots in cards, the per-tool table and
+the failure classes. Every value from the run is escaped here (`html.escape`), plots come
+from `agent.report.figures` already escaped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from html import escape
+from typing import Any
+
+from agent.report import figures
+from agent.report.digest import RunDigest
+from agent.store.jsonl import json_int
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return escape("—" if value is None else str(value))
+
+
+def table(headings: Sequence[str], rows: Iterable[Sequence[Any]], kind: str) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headings)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f'<table class="{kind}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def card(name: str, title: str, svg: str | None, empty: str) -> str:
+    """A plot with its title, or the sentence saying why there is none."""
+    inner = (
+        svg if svg is not None else f'<p class="empty-note" data-empty="{escape(name)}">{escape(empty)}</p>'
+    )
+    caption = f"<figcaption>{escape(title)}</figcaption>"
+    return f'<figure class="card" id="plot-{escape(name)}">{caption}{inner}</figure>'
+
+
+def _usd(value: Any) -> str:
+    return f"${value:,.4f}" if isinstance(value, int | float) and not isinstance(value, bool) else "unknown"
+
+
+def summary(stats: Mapping[str, Any], digest: RunDigest) -> str:
+    done, run = stats.get("completion") or {}, stats.get("this_invocation") or {}
+    tokens = (stats.get("tokens") or {}).get("this_invocation") or {}
+    limiting, reasoning = stats.get("rate_limiting") or {}, digest.reasoning
+    coverage = 100.0 * reasoning["with_reasoning"] / reasoning["turns"] if reasoning["turns"] else 0.0
+    rows = [
+        ("Run", stats.get("run_name")),
+        ("Model · distribution", f"{stats.get('model')} · {stats.get('distribution')}"),
+        ("Finished at", stats.get("completed_at")),
+        ("Valid prompts", done.get("valid_prompts", stats.get("total_prompts"))),
+        ("In the output", digest.entries),
+        ("Discarded", sum(digest.discards.values())),
+        ("Failed (not done since)", sum(digest.still_failed().values())),
+        ("Not started", done.get("not_started")),
+        (
+            "This invocation",
+            f"{json_int(run.get('processed')):,} prompts in {stats.get('duration_seconds', 0)} s "
+            f"({run.get('prompts_per_second', 0)} prompts/s)",
+        ),
+        ("Tokens this invocation", tokens.get("total")),
+        ("Cost this invocation", _usd((stats.get("cost") or {}).get("this_invocation_usd"))),
+        (
+            "Model calls · 429 · 5xx · timeouts",
+            " · ".join(
+                f"{json_int(limiting.get(k)):,}"
+                for k in ("calls", "rate_limited", "server_errors", "timeouts")
+            ),
+        ),
+        ("Peak model calls in flight", limiting.get("peak_inflight")),
+        ("Reasoning coverage", f"{coverage:.1f}% of {reasoning['turns']:,} assistant turns"),
+    ]
+    next_step = done.get("next_step")
+    step = f'<p class="next-step">{escape(str(next_step))}</p>' if next_step else ""
+    return table(("", ""), rows, "summary") + step
+
+
+def plots(stats: Mapping[str, Any], digest: RunDigest) -> str:
+    no_timeline = "no timeline in statistics.json (a run from an older version, or it ended at once)"
+    cards = [
+        card(
+            "throughput", "Prompts per second", figures.throughput(stats, digest), "no finish times to plot"
+        ),
+        card("in_flight", "In flight over time", figures.in_flight(stats), no_timeline),
+        card(
+            "rate_limits",
+            "Rate limiting: the in-flight limit, 429s and 5xx per second",
+            figures.rate_limits(stats),
+            "no limiter history recorded",
+        ),
+        card("outcomes", "Outcomes and failure classes", figures.outcomes(digest), "no prompt finished"),
+        card(
+            "tools",
+            "Tool calls per tool (green: succeeded, red: failed)",
+            figures.tools(digest),
+            "no tool calls in this run",
+        ),
+        card("turns", "Assistant turns per entry", figures.turns(digest), "no entries"),
+        card("tokens", "Tokens per entry", figures.tokens(digest), "no entries"),
+        card("reasoning", "Reasoning coverage", figures.reasoning(digest), "no entries"),
+    ]
+    return '<div class="cards">' + "".join(cards) + "</div>"
+
+
+def tools_table(digest: RunDigest) -> str:
+    rows = []
+    for name, row in sorted(digest.tools.items(), key=lambda item: (-item[1]["count"], item[0])):
+        answered = row["success"] + row["failure"]
+        rate = 100.0 * row["failure"] / answered if answered else 0.0
+        rows.append((name, row["count"], row["success"], row["failure"], f"{rate:.1f}%", row["entries"]))
+    if not rows:
+        return '<p class="empty-note">No tool calls in the output.</p>'
+    headings = ("tool", "calls", "succeeded", "failed", "error rate", "entries using it")
+    toolsets = ", ".join(f"{name} {count:,}" for name, count in digest.toolsets.most_common())
+    return (
+        table(headings, rows, "tools")
+        + f'<p class="note">Entries offered each toolset: {escape(toolsets)}</p>'
+    )
+
+
+def failures_table(digest: RunDigest) -> str:
+    still = digest.still_failed()
+    rows = []
+    for error_class, records in digest.failures.most_common():
+        examples = digest.failure_examples.get(error_class, [])
+        text = " | ".join(f"#{e['prompt_index']} (attempt {e['attempt']}): {e['message']}" for e in examples)
+        rows.append((error_class, records, still[error_class], text))
+    discards = [(reason, n) for reason, n in digest.discards.most_common()]
+    html = (
+        table(("failure class", "records", "prompts still failed", "examples"), rows, "failures")
+        if rows
+        else ('<p class="empty-note">No failures recorded (failures.jsonl is empty).</p>')
+    )
+    if discards:
+        html += table(("discard reason", "entries"), discards, "discards")
+    return html
