@@ -100,16 +100,16 @@ def split_gpt(value: str) -> tuple[str, str, list[dict[str, Any]]]:
     return reasoning, "\n".join(lines), calls
 
 
-def split_tool(value: str) -> list[dict[str, Any]]:
-    """The `{"tool_call_id", "name", "content"}` payloads of a `tool` turn, in order."""
+def split_tool(value: str, turn: int) -> list[dict[str, Any]]:
+    """The `{"tool_call_id", "name", "content"}` payloads of the `tool` turn `turn`, in order."""
     lines = value.split("\n")
     if len(lines) % 3:
-        raise ValueError("a tool turn is not a sequence of <tool_response> blocks")
+        raise ValueError(f"turn {turn}: a tool turn is not a sequence of <tool_response> blocks")
     found = []
     for at in range(0, len(lines), 3):
         payload = _block(lines[at : at + 3], ("tool_call_id", "name", "content"), "tool_response")
         if payload is None:
-            raise ValueError(f"tool turn block {at // 3 + 1} is not a <tool_response> our converter writes")
+            raise ValueError(f"turn {turn}: block {at // 3 + 1} is no <tool_response> as we write it")
         found.append(payload)
     return found
 
@@ -164,7 +164,7 @@ def from_sharegpt(turns: Sequence[Mapping[str, Any]], *, inline: bool = False) -
         if role is None or not isinstance(value, str):
             raise ValueError(f"turn {turn}: 'from' {item.get('from')!r} or its value is not ShareGPT")
         if role == "tool":
-            results = split_tool(value)
+            results = split_tool(value, turn)
             _answer_calls(last[0], results, turn)
             messages += [_tool_message(result) for result in results]
             continue
