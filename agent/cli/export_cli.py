@@ -14,12 +14,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.config.export_config import ExportOptions
+from agent.config.export_config import EXPORT_FORMATS, ExportOptions
 from agent.config.run_config import check_run_name
 from agent.errors import ConfigError
-from agent.export.exports import EXPORTS, check_exports
-from agent.export.run_export import export_run
-from agent.publish.hub import hub_token, push_run
 from agent.store.layout import TRAJECTORIES_FILE
 
 __all__ = [
@@ -32,13 +29,21 @@ __all__ = [
 ]
 
 Say = Callable[[str], None]
+HUB_DIR = "export/hub"  # the Parquet files a push uploads, kept for the next push
+
+
+def hub_configs(formats: tuple[str, ...]) -> tuple[str, ...]:
+    """The Hub configs of the exported formats: `openai`, and `sharegpt` for `sharegpt` or
+    `parquet` (the same rows: the entries with the fixed columns), each as Parquet."""
+    wanted = {"openai": "openai" in formats, "sharegpt": bool({"sharegpt", "parquet"} & set(formats))}
+    return tuple(name for name, yes in wanted.items() if yes)
 
 
 def build_export_options(values: Mapping[str, Any]) -> ExportOptions:
     """The export options of the flag values; `--push_to_hub` alone exports every format."""
-    formats = check_exports(tuple(values["export"] or ()))
+    formats = tuple(dict.fromkeys(values["export"] or ()))
     if values["push_to_hub"] is not None and not formats:
-        formats = tuple(EXPORTS)
+        formats = EXPORT_FORMATS
     return ExportOptions(
         export=formats,
         export_reasoning=values["export_reasoning"],
@@ -69,6 +74,8 @@ def post_process_dir(values: Mapping[str, Any]) -> Path:
 def check_publishable(options: ExportOptions) -> None:
     """Before a run spends anything: a push needs a token (ConfigError when there is none)."""
     if options.push_to_hub is not None:
+        from agent.publish.hub import hub_token  # lazily: see export_and_push
+
         hub_token()
 
 
@@ -85,16 +92,29 @@ def export_and_push(run_dir: Path, options: ExportOptions, say: Say) -> None:
     """Write the exports of `run_dir`, then push them when asked; one line for each step."""
     if not options.export:
         return
+    # Imported here: pyarrow and huggingface_hub take ~0.9 s to import, which every start of
+    # the runner would pay, exporting or not.
+    from agent.export.exports import HUB_EXPORTS
+    from agent.export.run_export import export_run
+    from agent.publish.hub import push_run
+
     report = export_run(run_dir, options.export, inline=options.inline_reasoning)
     for name, path in report.files.items():
         say(f"Exported {report.entries} entries ({name}): {path}")
     if options.push_to_hub is None:
         return
+    hub = export_run(
+        run_dir,
+        hub_configs(options.export),
+        inline=options.inline_reasoning,
+        formats=HUB_EXPORTS,
+        directory=HUB_DIR,
+    )
     pushed = push_run(
         run_dir,
         options.push_to_hub,
-        report.files,
-        report.entries,
+        hub.files,
+        hub.entries,
         private=options.hub_private,
         license_id=options.hub_license,
     )

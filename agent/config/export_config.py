@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from agent.errors import ConfigError
 
+EXPORT_FORMATS = ("parquet", "openai", "sharegpt")  # agent.export.exports.EXPORTS, by name
 REASONING_PLACES = ("field", "inline")  # `reasoning_content`, or `<think>…</think>` in the content
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
@@ -21,6 +22,9 @@ class ExportOptions:
     hub_license: str = "other"  # the card's license: only the operator knows the data's terms
 
     def __post_init__(self) -> None:
+        unknown = [name for name in self.export if name not in EXPORT_FORMATS]
+        if unknown:
+            raise ConfigError(f"--export: unknown format {unknown[0]!r}; valid: {', '.join(EXPORT_FORMATS)}")
         repo = self.push_to_hub
         if repo is not None and (not _REPO_ID.match(repo) or ".." in repo):
             raise ConfigError(

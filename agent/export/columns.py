@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["ENTRY_SCHEMA", "OURS", "entry_columns"]
+__all__ = ["ENTRY_SCHEMA", "OPENAI_SCHEMA", "OURS", "entry_columns"]
 
 # The keys `agent.batch.records` adds to an entry's metadata; the rest are the dataset row's.
 OURS = ("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage", "discard_reasons")
@@ -52,6 +52,24 @@ METADATA_FIELDS = [
 ]
 CONVERSATIONS = pa.list_(pa.struct([pa.field("from", pa.string()), pa.field("value", pa.string())]))
 ENTRY_SCHEMA = pa.schema([*METADATA_FIELDS, pa.field("conversations", CONVERSATIONS)])
+_FUNCTION = pa.struct([pa.field("name", pa.string()), pa.field("arguments", pa.string())])
+_CALL = pa.struct(
+    [pa.field("id", pa.string()), pa.field("type", pa.string()), pa.field("function", _FUNCTION)]
+)
+MESSAGES = pa.list_(
+    pa.struct(
+        [
+            pa.field("role", pa.string()),
+            pa.field("content", pa.string()),
+            pa.field("reasoning_content", pa.string()),
+            pa.field("tool_calls", pa.list_(_CALL)),
+            pa.field("tool_call_id", pa.string()),
+            pa.field("name", pa.string()),
+        ]
+    )
+)
+# The `openai` rows as Parquet (what the Hub gets): `tools` stays a JSON string (see openai_messages).
+OPENAI_SCHEMA = pa.schema([pa.field("messages", MESSAGES), pa.field("tools", pa.string()), *METADATA_FIELDS])
 
 
 def _int(value: Any) -> int | None:

@@ -22,11 +22,11 @@ from typing import Any, BinaryIO, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from agent.errors import ConfigError
-from agent.export.columns import ENTRY_SCHEMA, entry_columns
+from agent.config.export_config import EXPORT_FORMATS
+from agent.export.columns import ENTRY_SCHEMA, OPENAI_SCHEMA, entry_columns
 from agent.export.openai_messages import from_sharegpt, tools_json
 
-__all__ = ["EXPORTS", "EXPORT_DIR", "ROW_GROUP", "ExportFormat", "RowWriter", "check_exports"]
+__all__ = ["EXPORTS", "EXPORT_DIR", "HUB_EXPORTS", "ROW_GROUP", "ExportFormat", "RowWriter"]
 
 EXPORT_DIR = "export"
 ROW_GROUP = 2000  # entries per Parquet row group: what one export holds in memory at once
@@ -43,7 +43,6 @@ class ExportFormat:
     name: str
     file_name: str
     opens: Callable[[BinaryIO, bool], RowWriter]  # (the file, reasoning inline) → its writer
-    description: str
 
 
 def _turns(entry: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -53,51 +52,52 @@ def _turns(entry: Mapping[str, Any]) -> list[dict[str, str]]:
     return [{"from": str(t.get("from")), "value": str(t.get("value"))} for t in kept]
 
 
-class _ShareGPT:
-    """One ShareGPT row per entry: `conversations` and the fixed columns (`sharegpt`)."""
+def sharegpt_row(entry: Mapping[str, Any], inline: bool) -> dict[str, Any]:
+    """The `sharegpt` row of an entry: its turns and the fixed columns."""
+    return {"conversations": _turns(entry), **entry_columns(entry)}
 
-    def __init__(self, handle: BinaryIO, inline: bool) -> None:
-        self.handle = handle
+
+def openai_row(entry: Mapping[str, Any], inline: bool) -> dict[str, Any]:
+    """The `openai` row of an entry: messages, tools (a JSON string) and the fixed columns."""
+    conversation = from_sharegpt(entry.get("conversations") or [], inline=inline)
+    row = {"messages": conversation.messages, "tools": tools_json(conversation.tools)}
+    row.update(entry_columns(entry))
+    return row
+
+
+Row = Callable[[Mapping[str, Any], bool], dict[str, Any]]
+
+
+class _Lines:
+    """One JSON line per entry."""
+
+    def __init__(self, handle: BinaryIO, inline: bool, row: Row) -> None:
+        self.handle, self.inline, self.row = handle, inline, row
 
     def write(self, entry: Mapping[str, Any]) -> None:
-        row = {"conversations": _turns(entry), **entry_columns(entry)}
-        self.handle.write((json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n").encode())
-
-    def close(self) -> None:
-        return None
-
-
-class _OpenAI:
-    """One OpenAI-messages row per entry (`openai`)."""
-
-    def __init__(self, handle: BinaryIO, inline: bool) -> None:
-        self.handle, self.inline = handle, inline
-
-    def write(self, entry: Mapping[str, Any]) -> None:
-        conversation = from_sharegpt(entry.get("conversations") or [], inline=self.inline)
-        row = {"messages": conversation.messages, "tools": tools_json(conversation.tools)}
-        row.update(entry_columns(entry))
-        self.handle.write((json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n").encode())
+        line = json.dumps(self.row(entry, self.inline), ensure_ascii=False, allow_nan=False)
+        self.handle.write((line + "\n").encode())
 
     def close(self) -> None:
         return None
 
 
 class _Parquet:
-    """The entries with the fixed schema, a row group at a time (`parquet`)."""
+    """Rows with a fixed schema, a row group at a time."""
 
-    def __init__(self, handle: BinaryIO, inline: bool) -> None:
-        self.writer = pq.ParquetWriter(handle, ENTRY_SCHEMA, compression="zstd")
+    def __init__(self, handle: BinaryIO, inline: bool, row: Row, schema: pa.Schema) -> None:
+        self.writer = pq.ParquetWriter(handle, schema, compression="zstd")
+        self.inline, self.row, self.schema = inline, row, schema
         self.rows: list[dict[str, Any]] = []
 
     def write(self, entry: Mapping[str, Any]) -> None:
-        self.rows.append({**entry_columns(entry), "conversations": _turns(entry)})
+        self.rows.append(self.row(entry, self.inline))
         if len(self.rows) >= ROW_GROUP:
             self.flush()
 
     def flush(self) -> None:
         if self.rows:
-            self.writer.write_table(pa.Table.from_pylist(self.rows, schema=ENTRY_SCHEMA))
+            self.writer.write_table(pa.Table.from_pylist(self.rows, schema=self.schema))
             self.rows = []
 
     def close(self) -> None:
@@ -105,19 +105,29 @@ class _Parquet:
         self.writer.close()
 
 
+def _lines(row: Row) -> Callable[[BinaryIO, bool], RowWriter]:
+    return lambda handle, inline: _Lines(handle, inline, row)
+
+
+def _parquet(row: Row, schema: pa.Schema) -> Callable[[BinaryIO, bool], RowWriter]:
+    return lambda handle, inline: _Parquet(handle, inline, row, schema)
+
+
 EXPORTS: dict[str, ExportFormat] = {
     fmt.name: fmt
     for fmt in (
-        ExportFormat("parquet", "trajectories.parquet", _Parquet, "the entries, fixed Arrow schema"),
-        ExportFormat("openai", "openai.jsonl", _OpenAI, "OpenAI chat messages + tools (TRL's SFT shape)"),
-        ExportFormat("sharegpt", "sharegpt.jsonl", _ShareGPT, "ShareGPT conversations + the fixed columns"),
+        ExportFormat("parquet", "trajectories.parquet", _parquet(sharegpt_row, ENTRY_SCHEMA)),
+        ExportFormat("openai", "openai.jsonl", _lines(openai_row)),
+        ExportFormat("sharegpt", "sharegpt.jsonl", _lines(sharegpt_row)),
     )
 }
-
-
-def check_exports(names: tuple[str, ...]) -> tuple[str, ...]:
-    """`names` when each is an export format (in the order given, each once); else ConfigError."""
-    unknown = [name for name in names if name not in EXPORTS]
-    if unknown:
-        raise ConfigError(f"--export: unknown format {unknown[0]!r}; valid: {', '.join(EXPORTS)}")
-    return tuple(dict.fromkeys(names))
+assert tuple(EXPORTS) == EXPORT_FORMATS, "the export formats and the --export choices disagree"
+# What a Hub dataset gets: every config as Parquet, since `datasets` picks ONE builder for all the
+# configs of a repository (from the first one's files), so JSON Lines beside Parquet cannot load.
+HUB_EXPORTS: dict[str, ExportFormat] = {
+    fmt.name: fmt
+    for fmt in (
+        ExportFormat("openai", "openai.parquet", _parquet(openai_row, OPENAI_SCHEMA)),
+        ExportFormat("sharegpt", "sharegpt.parquet", _parquet(sharegpt_row, ENTRY_SCHEMA)),
+    )
+}

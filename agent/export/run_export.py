@@ -9,12 +9,13 @@ plus one Parquet row group (`agent.export.exports.ROW_GROUP`).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent.errors import ConfigError
-from agent.export.exports import EXPORT_DIR, EXPORTS, RowWriter
+from agent.export.exports import EXPORT_DIR, EXPORTS, ExportFormat, RowWriter
 from agent.store.durable import atomic_write
 from agent.store.jsonl import parse_object
 from agent.store.layout import TRAJECTORIES_FILE
@@ -29,24 +30,37 @@ class ExportReport:
     seconds: float
 
 
-def export_files(run_dir: Path, names: tuple[str, ...]) -> dict[str, Path]:
+def export_files(
+    run_dir: Path,
+    names: tuple[str, ...],
+    formats: Mapping[str, ExportFormat] = EXPORTS,
+    directory: str = EXPORT_DIR,
+) -> dict[str, Path]:
     """Where each named export of `run_dir` is (or would be) written."""
-    return {name: run_dir / EXPORT_DIR / EXPORTS[name].file_name for name in names}
+    return {name: run_dir / directory / formats[name].file_name for name in names}
 
 
-def export_run(run_dir: Path, names: tuple[str, ...], *, inline: bool = False) -> ExportReport:
-    """Write the exports `names` of the run in `run_dir` from its `trajectories.jsonl`;
-    ConfigError names the file and line of an entry that cannot be exported."""
+def export_run(
+    run_dir: Path,
+    names: tuple[str, ...],
+    *,
+    inline: bool = False,
+    formats: Mapping[str, ExportFormat] = EXPORTS,
+    directory: str = EXPORT_DIR,
+) -> ExportReport:
+    """Write the exports `names` (of `formats`) of the run in `run_dir`, from its
+    `trajectories.jsonl`, into `directory` of it; ConfigError names the file and line of an
+    entry that cannot be exported."""
     source = run_dir / TRAJECTORIES_FILE
     if not source.is_file():
         raise ConfigError(f"{source}: no merged trajectories to export (is this a run directory?)")
     started = time.monotonic()
-    files = export_files(run_dir, names)
-    (run_dir / EXPORT_DIR).mkdir(exist_ok=True)
+    files = export_files(run_dir, names, formats, directory)
+    (run_dir / directory).mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         writers: list[RowWriter] = []
         for name, path in files.items():
-            writers.append(EXPORTS[name].opens(stack.enter_context(atomic_write(path)), inline))
+            writers.append(formats[name].opens(stack.enter_context(atomic_write(path)), inline))
         entries = _feed(source, writers)
         for writer in writers:
             writer.close()

@@ -18,9 +18,8 @@ __all__ = ["DATA_DIR", "card_text", "size_category"]
 DATA_DIR = "data"  # where the exported files go in the repository
 _SIZES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"))
 _FORMAT_TEXT = {
-    "openai": "OpenAI chat `messages` + `tools` (JSON string), the shape TRL's SFTTrainer reads",
-    "parquet": "the trajectory entries with a fixed Arrow schema",
-    "sharegpt": "the ShareGPT trajectory entries as the run wrote them",
+    "openai": "OpenAI chat `messages` + `tools` (a JSON string): the shape TRL's SFTTrainer reads",
+    "sharegpt": "ShareGPT `conversations` (the run's trajectory entries)",
 }
 
 
