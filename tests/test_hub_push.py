@@ -19,7 +19,14 @@ import yaml
 from agent.export.openai_messages import Conversation, to_sharegpt
 from agent.servers.simulated.server import SimulatedEndpoint
 from tests.hub_double import HubDouble
-from tests.test_batch_support import BatchCLI, Finished, prompts_dataset, read_jsonl, requested_prompts
+from tests.test_batch_support import (
+    BatchCLI,
+    Finished,
+    prompts_dataset,
+    read_jsonl,
+    requested_prompts,
+    tool_then_answer,
+)
 
 datasets = pytest.importorskip("datasets")
 
@@ -32,15 +39,20 @@ FILES = ("data/openai.parquet", "data/sharegpt.parquet", "README.md")
 class HubCLI(BatchCLI):
     """The batch runner with the Hub's address and token (or none) in its environment."""
 
-    def __init__(self, workdir: Path, endpoint: SimulatedEndpoint, hub_url: str, token: str | None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        endpoint: SimulatedEndpoint,
+        hub_url: str,
+        token: str | None,
+        hf_home: str = "hf-home",
+    ) -> None:
         super().__init__(workdir, endpoint)
-        self.hub_url, self.token = hub_url, token
+        self.hub_url, self.token, self.hf_home = hub_url, token, workdir / hf_home
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in super().env().items() if not k.startswith(("HF_", "HUGGING_FACE"))}
-        env.update(
-            HF_ENDPOINT=self.hub_url, HF_HOME=str(self.workdir / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1"
-        )
+        env.update(HF_ENDPOINT=self.hub_url, HF_HOME=str(self.hf_home), HF_HUB_DISABLE_TELEMETRY="1")
         if self.token is not None:
             env["HF_TOKEN"] = self.token
         return env
@@ -56,6 +68,7 @@ class Pushed:
 @pytest.fixture(scope="module")
 def pushed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushed]:
     with SimulatedEndpoint() as endpoint, HubDouble(TOKEN) as hub:
+        endpoint.script(PROMPTS[0], tool_then_answer(command="env"))  # what a sandboxed command sees
         cli = HubCLI(tmp_path_factory.mktemp("hub"), endpoint, hub.url, TOKEN)
         dataset = prompts_dataset(cli.workdir / "prompts.jsonl", PROMPTS)
         push = ("--push_to_hub=my-org/trajectories", "--hub_license=cc-by-4.0")
@@ -127,6 +140,9 @@ def test_datasets_loads_every_config_of_the_pushed_tree(pushed: Pushed, tmp_path
 
 def test_the_token_goes_only_in_the_authorization_header(pushed: Pushed) -> None:
     assert set(pushed.hub.state.authorizations) == {f"Bearer {TOKEN}"}
+    entries = read_jsonl(pushed.cli.run_dir("hub") / "trajectories.jsonl")
+    env_turn = next(e for e in entries if e["conversations"][1]["value"] == PROMPTS[0])["conversations"][3]
+    assert "PATH=" in env_turn["value"] and "HF_TOKEN" not in env_turn["value"]  # the sandbox's env
     written = every_file(pushed.cli.workdir / "data")
     assert not [name for name, data in written.items() if TOKEN.encode() in data]
     assert TOKEN not in pushed.run.stdout + pushed.run.stderr
@@ -134,9 +150,14 @@ def test_the_token_goes_only_in_the_authorization_header(pushed: Pushed) -> None
 
 
 def test_an_existing_run_is_pushed_public_on_demand_and_an_existing_repo_is_reused(pushed: Pushed) -> None:
-    asked = sum(requested_prompts(pushed.cli.endpoint).values()) if pushed.cli.endpoint else 0
+    assert pushed.cli.endpoint is not None
+    asked = sum(requested_prompts(pushed.cli.endpoint).values())
+    # No HF_TOKEN: the token `hf auth login` saved in HF_HOME.
+    cli = HubCLI(pushed.cli.workdir, pushed.cli.endpoint, pushed.hub.url, None, hf_home="logged-in")
+    cli.hf_home.mkdir()
+    (cli.hf_home / "token").write_text(TOKEN)
     for _ in range(2):  # the second push finds the repository
-        run = pushed.cli.run(
+        run = cli.run(
             "--run_name=hub", "--push_to_hub=my-org/public-set", "--nohub_private", "--export=openai"
         )
         assert run.returncode == 0, run
@@ -144,7 +165,7 @@ def test_an_existing_run_is_pushed_public_on_demand_and_an_existing_repo_is_reus
     commits = [c for c in pushed.hub.state.commits if c.repo_id == "my-org/public-set"]
     assert len(commits) == 2 and sorted(commits[1].files) == ["README.md", "data/openai.parquet"]
     assert card_header(commits[1].files["README.md"])["license"] == "other"
-    assert pushed.cli.endpoint is not None and sum(requested_prompts(pushed.cli.endpoint).values()) == asked
+    assert sum(requested_prompts(pushed.cli.endpoint).values()) == asked
 
 
 def closed_port_url() -> str:

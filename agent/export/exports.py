@@ -29,7 +29,7 @@ from agent.export.openai_messages import from_sharegpt, tools_json
 __all__ = ["EXPORTS", "EXPORT_DIR", "HUB_EXPORTS", "ROW_GROUP", "ExportFormat", "RowWriter"]
 
 EXPORT_DIR = "export"
-ROW_GROUP = 2000  # entries per Parquet row group: what one export holds in memory at once
+ROW_GROUP = 1000  # entries per Parquet row group: what one export holds in memory at once
 
 
 class RowWriter(Protocol):

@@ -24,8 +24,10 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+from agent.common.identity_memo import IdentityMemo
 from agent.export.analysis import SEPARATED, Analysis
 from agent.export.sharegpt import convert, hermes_system_message
 
@@ -53,9 +55,10 @@ def message(role: str, content: str | None, **fields: Any) -> Message:
     return base
 
 
+@lru_cache(maxsize=64)  # a run offers few tool sets: each system turn is parsed once
 def tools_of_system(value: str) -> list[dict[str, Any]] | None:
     """The API tool definitions a Hermes system turn lists, or None when `value` is not exactly
-    the template our converter writes for them."""
+    the template our converter writes for them. The same list for the same turn: read-only."""
     start, end = value.find("<tools>\n"), value.rfind("\n</tools>")
     if start < 0 or end < start:
         return None
@@ -198,10 +201,18 @@ def to_sharegpt(conversation: Conversation, *, inline: bool = False) -> list[dic
     return turns
 
 
+def _tools_json(tools: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps(list(tools), ensure_ascii=False)
+
+
+_tools_text = IdentityMemo(_tools_json, size=64)
+
+
 def tools_json(tools: Sequence[Mapping[str, Any]]) -> str:
     """`tools` as the one JSON string a row holds: JSON Schemas differ from tool to tool, and an
-    Arrow struct would pad every schema with the others' keys as nulls (the form TRL reads)."""
-    return json.dumps(list(tools), ensure_ascii=False)
+    Arrow struct would pad every schema with the others' keys as nulls (the form TRL reads).
+    Made once for the same (read-only) schema objects, as `tools_of_system` returns them."""
+    return _tools_text(tools)
 
 
 class OpenAIFormat:
