@@ -78,6 +78,10 @@ HISTORIES: dict[str, list[dict[str, Any]]] = {
         assistant("Use <tool_call> and </tool_call> tags; <think>x</think> too.", "native"),
         user("empty block then a block"),
         assistant("<think></think><think>second</think>answer"),
+        user("native reasoning and another leading block"),
+        assistant("<think>not the reasoning</think>answer", "native"),
+        user("reasoning that closes a think block itself"),
+        assistant("final", "first\n</think>\nsecond"),
     ],
     "leaked call text that parses": [
         user("leak"),
@@ -170,6 +174,12 @@ def test_text_that_mentions_the_tags_stays_text() -> None:
     )
     assert answers[2]["content"].startswith("Use <tool_call>") and answers[2]["tool_calls"] is None
     assert (answers[3]["reasoning_content"], answers[3]["content"]) == (None, "<think>second</think>answer")
+    assert (answers[4]["reasoning_content"], answers[4]["content"]) == (
+        "native",
+        "<think>not the reasoning</think>answer",
+    )
+    # ShareGPT cannot tell a `</think>` line inside reasoning from its end (README: the limit).
+    assert (answers[5]["reasoning_content"], answers[5]["content"]) == ("first", "second\n</think>\nfinal")
 
 
 def test_a_system_turn_that_is_not_the_template_stays_a_system_message() -> None:
