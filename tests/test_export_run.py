@@ -15,6 +15,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from agent.cli.command_line import read_command_line
+from agent.cli.export_cli import is_post_process, post_process
+from agent.cli.flags import BATCH
+from agent.errors import ConfigError
 from agent.export.columns import ENTRY_SCHEMA
 from agent.export.openai_messages import Conversation, to_sharegpt
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
@@ -170,9 +174,6 @@ def test_post_processing_an_existing_run_calls_no_model(exported: ExportedRun) -
         (["--run_name=ex", "--export=parquet,csv"], "error: --export: unknown format 'csv'; valid: parquet,"),
         (["--run_name=nosuchrun", "--export=openai"], "error: --run_name=nosuchrun: no run directory"),
         (["--run_name=empty", "--export=openai"], "error: "),
-        (["--export=openai"], "error: --export/--push_to_hub without --dataset_file post-process a run"),
-        (["--run_name=ex", "--export=openai", "--export_reasoning=folded"], "error: --export_reasoning"),
-        (["--run_name=ex", "--push_to_hub=not-a-repo-id"], "error: --push_to_hub='not-a-repo-id': expected"),
     ],
 )
 def test_a_bad_export_request_is_one_line_and_exit_2(
@@ -184,3 +185,29 @@ def test_a_bad_export_request_is_one_line_and_exit_2(
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), run
     assert API_KEY not in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--export=openai"],
+            "--export/--push_to_hub without --dataset_file post-process a run: pass --run_name",
+        ),
+        (["--run_name=ex", "--export=openai", "--export_reasoning=folded"], "--export_reasoning"),
+        (["--run_name=ex", "--push_to_hub=not-a-repo-id"], "--push_to_hub='not-a-repo-id': expected a Hub"),
+        (
+            ["--run_name=ex", "--push_to_hub=org/x", "--hub_license=Not A License"],
+            "--hub_license='Not A License'",
+        ),
+        (["--run_name=../escape", "--export=openai"], "--run_name='../escape': use letters"),
+    ],
+)
+def test_the_command_line_refuses_a_bad_post_process_request_before_reading_anything(
+    argv: list[str], message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        values = read_command_line(BATCH, [*argv, f"--output_dir={tmp_path}"])
+        assert values is not None and is_post_process(values)
+        post_process(values, print)
+    assert str(refused.value).startswith(message)
