@@ -18,15 +18,8 @@ MODULE_MAX, MODULE_MEDIAN, FUNCTION_MAX, FUNCTION_P90 = 300, 120, 40, 20
 # Bottom to top (ARCHITECTURE.md): a module may import its own layer and the ones below.
 LAYERS = (
     ("agent", "agent.errors", "agent.protocols", "agent.common"),
-    (
-        "agent.config",
-        "agent.sandboxes",
-        "agent.llm",
-        "agent.servers",
-        "agent.export",
-        "agent.store",
-        "agent.publish",
-    ),
+    ("agent.config", "agent.sandboxes", "agent.llm", "agent.servers", "agent.export", "agent.store"),
+    ("agent.publish",),  # pushes what agent.export wrote
     ("tools",),
     ("agent.toolbox",),
     ("agent.loop",),
