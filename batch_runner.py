@@ -3,6 +3,7 @@
     python batch_runner.py --dataset_file=data/prompts.jsonl --batch_size=10 --run_name=my_run \\
         --model=anthropic/claude-sonnet-4.6 --num_workers=4
     python batch_runner.py --dataset_file=data/prompts.jsonl --batch_size=10 --run_name=my_run --resume
+    python batch_runner.py --run_name=my_run --export=parquet,openai --push_to_hub=org/name  # an existing run
     python batch_runner.py --list_distributions
     python batch_runner.py --help               # every flag, grouped, with its default
 
@@ -31,6 +32,7 @@ from agent.batch.dataset import require_valid_rows, scan_dataset
 from agent.batch.run import BatchRun
 from agent.cli.batch_cli import build_run_config, check_ready, list_distributions_text
 from agent.cli.command_line import run_command
+from agent.cli.export_cli import export_and_push, is_post_process, merged, post_process
 from agent.cli.flags import BATCH
 from agent.common.redaction import RedactingFilter, redact_streams
 from agent.config.agent_config import serving
@@ -49,6 +51,8 @@ def main(values: Mapping[str, Any]) -> int:
     if values["list_distributions"]:
         print(list_distributions_text())
         return 0
+    if is_post_process(values):  # export (and push) an existing run; nothing runs
+        return post_process(values, _say)
     return run(build_run_config(values))
 
 
@@ -63,7 +67,10 @@ def run(config: RunConfig) -> int:
         _say(f"… and {scan.error_count - len(scan.errors)} more invalid lines")
     require_valid_rows(scan)  # after every bad line was named
     with serving(config.agent, config.embedded_threads) as agent:  # one embedded server for all workers
-        return BatchRun(dataclasses.replace(config, agent=agent), console).run(scan)
+        code = BatchRun(dataclasses.replace(config, agent=agent), console).run(scan)
+    if merged(config.run_dir):  # what this invocation merged; an interrupted run exports nothing
+        export_and_push(config.run_dir, config.export, _say)
+    return code
 
 
 def _terminate(signum: int, frame: Any) -> None:

@@ -19,7 +19,7 @@ MODULE_MAX, MODULE_MEDIAN, FUNCTION_MAX, FUNCTION_P90 = 300, 120, 40, 20
 LAYERS = (
     ("agent", "agent.errors", "agent.protocols", "agent.common"),
     ("agent.config", "agent.sandboxes", "agent.llm", "agent.servers", "agent.export", "agent.store"),
-    ("agent.report",),
+    ("agent.report", "agent.publish"),  # read what agent.store and agent.export wrote
     ("tools",),
     ("agent.toolbox",),
     ("agent.loop",),

@@ -57,7 +57,7 @@ def test_every_boolean_flag_reads_false_and_true_in_every_spelling(cli: str, nam
     assert read(cli, f"--{name}")[name] is True  # bare, last
     assert read(cli, f"--{name}", "--verbose")[name] is True  # bare, before another flag
     assert read(cli, f"--no{name}")[name] is False  # Fire's negation
-    assert read(cli)[name] is BY_NAME[name].default is False
+    assert read(cli)[name] is BY_NAME[name].default
 
 
 @pytest.mark.parametrize(("cli", "name"), of_kind("bool"))

@@ -365,7 +365,7 @@ def test_torn_tail_longer_than_one_scan_block(tmp_path: Path) -> None:
 
 def test_formats_are_chosen_by_name_and_an_unknown_one_is_a_config_error() -> None:
     assert get_format("sharegpt").name == "sharegpt" and "sharegpt" in FORMATS
-    with pytest.raises(ConfigError, match="unknown trajectory format 'parquet'; valid: sharegpt"):
+    with pytest.raises(ConfigError, match="unknown trajectory format 'parquet'; valid: openai, sharegpt"):
         get_format("parquet")
 
 

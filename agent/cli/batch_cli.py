@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.cli.command_line import resolve_key
+from agent.cli.export_cli import build_export_options, check_publishable
 from agent.cli.flag_values import check_required
 from agent.cli.flags import BATCH
 from agent.cli.shared_config import build_agent_config
@@ -66,6 +67,7 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
         agent=agent,
         max_inflight=max(values["num_workers"], values["max_inflight"]),
         sandbox=sandbox,
+        export=build_export_options(values),
     )
 
 
@@ -81,6 +83,7 @@ def check_ready(config: RunConfig) -> None:
             "pass --api_key or set OPENROUTER_API_KEY / OPENAI_API_KEY"
         )
     _check_writable(config.run_dir)
+    check_publishable(config.export)
     run_dir = config.run_dir
     if not config.resume and run_dir.exists() and any(run_dir.glob("*.jsonl")):
         raise ConfigError(

@@ -13,6 +13,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal
 
 from agent.config.agent_config import DIALECTS, PROVIDER_SORTS, REASONING_EFFORTS, AgentConfig
+from agent.config.export_config import REASONING_PLACES, ExportOptions
 from agent.config.run_config import RunConfig
 from agent.protocols import WEB_BACKENDS, ToolConfig
 from agent.sandboxes import BACKENDS, SandboxOptions
@@ -36,6 +37,7 @@ GROUPS = (
     "Sandbox",
     "Tools",
     "Logging",
+    "Export and the Hub",
 )
 
 
@@ -83,6 +85,10 @@ def _run(name: str) -> Any:
 
 def _tool(name: str) -> Any:
     return _default(ToolConfig, name)
+
+
+def _export(name: str) -> Any:
+    return _default(ExportOptions, name)
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -210,6 +216,21 @@ FLAGS: tuple[Flag, ...] = (
     Flag("max_cost", "float", _run("max_cost"),
          "USD this invocation may spend: then no new prompt starts (in-flight ones finish)",
          "Workers and budgets", _BATCH, shown="none"),
+    # Export and the Hub
+    Flag("export", "list", _export("export"),
+         "comma list of parquet, openai, sharegpt: files in <run>/export/ at the end of the run; "
+         "without --dataset_file, exports the existing run --run_name", "Export and the Hub", _BATCH,
+         shown="none"),
+    Flag("export_reasoning", "str", _export("export_reasoning"),
+         "openai export: reasoning in reasoning_content (field) or as <think> in the content (inline)",
+         "Export and the Hub", _BATCH, choices=REASONING_PLACES),
+    Flag("push_to_hub", "str", _export("push_to_hub"),
+         "Hub dataset org/name: push the exports and a dataset card (token: HF_TOKEN or hf auth login)",
+         "Export and the Hub", _BATCH, shown="none"),
+    Flag("hub_private", "bool", _export("hub_private"), "create the Hub dataset private",
+         "Export and the Hub", _BATCH),
+    Flag("hub_license", "str", _export("hub_license"), "the dataset card's license id", "Export and the Hub",
+         _BATCH),
 )  # fmt: skip
 
 BY_NAME = {flag.name: flag for flag in FLAGS}

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.config.agent_config import AgentConfig
+from agent.config.export_config import ExportOptions
 from agent.errors import ConfigError
 from agent.protocols import Prices
 from agent.sandboxes import SandboxOptions
@@ -62,6 +63,7 @@ class RunConfig:
     price_cached: float | None = None  # USD per million cached prompt tokens (default: price_input)
     max_cost: float | None = None  # USD this invocation may spend before it stops scheduling
     allow_missing_toolsets: bool = False  # run although a sampled toolset is unavailable here
+    export: ExportOptions = field(default_factory=ExportOptions)  # files made from the run at its end
 
     def __post_init__(self) -> None:
         given = (self.price_input is not None, self.price_output is not None)

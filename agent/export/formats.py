@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agent.errors import ConfigError
-from agent.export import sharegpt
+from agent.export import openai_messages, sharegpt
 from agent.export.analysis import Analysis, analyse, tool_names
 
 DEFAULT_FORMAT = "sharegpt"
@@ -33,7 +33,7 @@ class TrajectoryFormat(Protocol):
     ) -> dict[str, Any]: ...
 
 
-FORMATS: dict[str, TrajectoryFormat] = {fmt.name: fmt for fmt in (sharegpt.FORMAT,)}
+FORMATS: dict[str, TrajectoryFormat] = {fmt.name: fmt for fmt in (sharegpt.FORMAT, openai_messages.FORMAT)}
 
 
 def get_format(name: str) -> TrajectoryFormat:

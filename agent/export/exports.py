@@ -1,0 +1,133 @@
+"""The export formats of a finished run, by name: the file each writes and how a row is made.
+
+Every export is one file in the run's `export/` directory, written by streaming the entries
+of `trajectories.jsonl` one at a time (`agent.export.run_export`), so memory does not grow
+with the run:
+- `sharegpt` → `export/sharegpt.jsonl`: `conversations` and the fixed columns of
+  `agent.export.columns` (`trajectories.jsonl` itself keeps the entries as the spec has them,
+  whose free metadata can defeat a schema);
+- `openai` → `export/openai.jsonl`: one line per entry, `messages` + `tools` (a JSON string,
+  see `openai_messages.tools_json`) and the fixed columns of `agent.export.columns`;
+- `parquet` → `export/trajectories.parquet`: the entries' fixed columns and `conversations`
+  with the schema declared in `agent.export.columns`, written a row group at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agent.config.export_config import EXPORT_FORMATS
+from agent.export.columns import ENTRY_SCHEMA, OPENAI_SCHEMA, entry_columns
+from agent.export.openai_messages import from_sharegpt, tools_json
+
+__all__ = ["EXPORTS", "EXPORT_DIR", "HUB_EXPORTS", "ROW_GROUP", "ExportFormat", "RowWriter"]
+
+EXPORT_DIR = "export"
+ROW_GROUP = 1000  # entries per Parquet row group: what one export holds in memory at once
+
+
+class RowWriter(Protocol):
+    def write(self, entry: Mapping[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    name: str
+    file_name: str
+    opens: Callable[[BinaryIO, bool], RowWriter]  # (the file, reasoning inline) → its writer
+
+
+def _turns(entry: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The entry's ShareGPT turns, each exactly `{from, value}`."""
+    turns = entry.get("conversations") or []
+    kept = (t for t in turns if isinstance(t, Mapping))
+    return [{"from": str(t.get("from")), "value": str(t.get("value"))} for t in kept]
+
+
+def sharegpt_row(entry: Mapping[str, Any], inline: bool) -> dict[str, Any]:
+    """The `sharegpt` row of an entry: its turns and the fixed columns."""
+    return {"conversations": _turns(entry), **entry_columns(entry)}
+
+
+def openai_row(entry: Mapping[str, Any], inline: bool) -> dict[str, Any]:
+    """The `openai` row of an entry: messages, tools (a JSON string) and the fixed columns."""
+    conversation = from_sharegpt(entry.get("conversations") or [], inline=inline)
+    row = {"messages": conversation.messages, "tools": tools_json(conversation.tools)}
+    row.update(entry_columns(entry))
+    return row
+
+
+Row = Callable[[Mapping[str, Any], bool], dict[str, Any]]
+
+
+class _Lines:
+    """One JSON line per entry."""
+
+    def __init__(self, handle: BinaryIO, inline: bool, row: Row) -> None:
+        self.handle, self.inline, self.row = handle, inline, row
+
+    def write(self, entry: Mapping[str, Any]) -> None:
+        line = json.dumps(self.row(entry, self.inline), ensure_ascii=False, allow_nan=False)
+        self.handle.write((line + "\n").encode())
+
+    def close(self) -> None:
+        return None
+
+
+class _Parquet:
+    """Rows with a fixed schema, a row group at a time."""
+
+    def __init__(self, handle: BinaryIO, inline: bool, row: Row, schema: pa.Schema) -> None:
+        self.writer = pq.ParquetWriter(handle, schema, compression="zstd")
+        self.inline, self.row, self.schema = inline, row, schema
+        self.rows: list[dict[str, Any]] = []
+
+    def write(self, entry: Mapping[str, Any]) -> None:
+        self.rows.append(self.row(entry, self.inline))
+        if len(self.rows) >= ROW_GROUP:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            self.writer.write_table(pa.Table.from_pylist(self.rows, schema=self.schema))
+            self.rows = []
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+def _lines(row: Row) -> Callable[[BinaryIO, bool], RowWriter]:
+    return lambda handle, inline: _Lines(handle, inline, row)
+
+
+def _parquet(row: Row, schema: pa.Schema) -> Callable[[BinaryIO, bool], RowWriter]:
+    return lambda handle, inline: _Parquet(handle, inline, row, schema)
+
+
+EXPORTS: dict[str, ExportFormat] = {
+    fmt.name: fmt
+    for fmt in (
+        ExportFormat("parquet", "trajectories.parquet", _parquet(sharegpt_row, ENTRY_SCHEMA)),
+        ExportFormat("openai", "openai.jsonl", _lines(openai_row)),
+        ExportFormat("sharegpt", "sharegpt.jsonl", _lines(sharegpt_row)),
+    )
+}
+assert tuple(EXPORTS) == EXPORT_FORMATS, "the export formats and the --export choices disagree"
+# What a Hub dataset gets: every config as Parquet, since `datasets` picks ONE builder for all the
+# configs of a repository (from the first one's files), so JSON Lines beside Parquet cannot load.
+HUB_EXPORTS: dict[str, ExportFormat] = {
+    fmt.name: fmt
+    for fmt in (
+        ExportFormat("openai", "openai.parquet", _parquet(openai_row, OPENAI_SCHEMA)),
+        ExportFormat("sharegpt", "sharegpt.parquet", _parquet(sharegpt_row, ENTRY_SCHEMA)),
+    )
+}
