@@ -15,12 +15,20 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.common.lifecycle import StartStop
 from agent.servers.endpoint_server import EndpointServer
 from agent.servers.faults import EndpointFault
+from agent.servers.simulated.images import (
+    ImageStore,
+    add_image_output,
+    describe_images,
+    generations,
+    image_parts,
+    wants_image_output,
+)
 from agent.servers.simulated.replies import (
     POLICIES,
     REASONING_STYLES,
@@ -97,7 +105,16 @@ class SimulatedEndpoint(StartStop):
         self._attempts: Counter[tuple[str, int]] = Counter()
         self._faults: Counter[str] = Counter()
         self._default_model = model_ids[0]
-        self.server = EndpointServer(self._respond, host=host, port=port, model_ids=model_ids)
+        self._other_models = frozenset(model_ids[1:])
+        self._images = ImageStore()
+        self.server = EndpointServer(
+            self._respond,
+            host=host,
+            port=port,
+            model_ids=model_ids,
+            routes={"/v1/images/generations": self._generate},
+            files=self._images.get,
+        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -168,7 +185,20 @@ class SimulatedEndpoint(StartStop):
             await asyncio.sleep(self._latency + turn.delay)
         if turn.fault is not None:
             raise self._counted(turn.fault)
-        return build_completion(body, turn, self._default_model)
+        completion = build_completion(body, turn, self._default_model)
+        if wants_image_output(body):
+            add_image_output(completion, body, first_user_text(body.get("messages") or []))
+        return completion
+
+    async def _generate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`/v1/images/generations`: recorded, faults and latency as for chat, then a PNG."""
+        self._remember(body)
+        injected = self._draw_fault()
+        if injected is not None:
+            raise self._counted(injected)
+        if self._latency > 0:
+            await asyncio.sleep(self._latency)
+        return generations(body, self._images)
 
     def _counted(self, fault: EndpointFault) -> EndpointFault:
         with self._lock:
@@ -212,7 +242,21 @@ class SimulatedEndpoint(StartStop):
                 self._attempts[(prompt, replied)] += 1
                 slot = slots[replied]
                 return slot[min(attempt, len(slot) - 1)]
-        return policy_turn(self._policy, self._reasoning, messages, body.get("tools") or [])
+        return self._unscripted_turn(body, messages)
+
+    def _unscripted_turn(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> Turn:
+        """The policy's turn, except that images shown are described, and a request without
+        tools for one of the endpoint's other models (`model_ids[1:]`: a tool asking another
+        model) gets an answer signed by that model, which mixture-of-agents tests check."""
+        shown = image_parts(messages)
+        if shown:
+            return Turn(content=describe_images(shown))
+        tools = body.get("tools") or []
+        turn = policy_turn(self._policy, self._reasoning, messages, tools)
+        model = body.get("model")
+        if not tools and model in self._other_models:
+            turn = replace(turn, content=f"{turn.content}\n(answered by {model})")
+        return turn
 
 
 def _slots(turns: Sequence[Turn]) -> tuple[tuple[Turn, ...], ...]:
