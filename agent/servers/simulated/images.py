@@ -132,7 +132,8 @@ class ImageStore:
 
 
 def generations(body: Mapping[str, Any], store: ImageStore) -> dict[str, Any]:
-    """The `/v1/images/generations` answer: `n` PNGs as b64_json (or URLs on request)."""
+    """The `/v1/images/generations` answer: `n` PNGs as b64_json, or as links (asked for, or
+    a dall-e model's default) served from `store`."""
     prompt = body.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise EndpointFault(400, "prompt is required")
@@ -141,7 +142,10 @@ def generations(body: Mapping[str, Any], store: ImageStore) -> dict[str, Any]:
     if not isinstance(count, int) or not 1 <= count <= 4:
         raise EndpointFault(400, "n must be an integer from 1 to 4")
     data = encode_png(width, height, prompt_colour(prompt))
-    item = {"url": _url_of(store.put(data))} if body.get("response_format") == "url" else None
+    # As OpenAI: a link when asked, or by default for dall-e models; gpt-image models send base64.
+    model, asked = str(body.get("model") or ""), body.get("response_format")
+    by_url = asked == "url" or (asked is None and model.startswith("dall-e"))
+    item = {"url": _url_of(store.put(data))} if by_url else None
     encoded = item or {"b64_json": base64.b64encode(data).decode("ascii")}
     tokens = max(1, len(prompt) // 4)
     usage = {"input_tokens": tokens, "output_tokens": 272, "total_tokens": tokens + 272}
