@@ -7,11 +7,16 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from agent.llm.client import OpenAIChatModel
+from agent.protocols import Sandbox, ToolConfig
+from agent.servers.simulated.server import SimulatedEndpoint
+from agent.toolbox.context import SandboxContext
 
 # 200 base64 characters in a row: no sentence, path or hash in a trajectory looks like that.
 BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{200,}={0,2}")
@@ -72,3 +77,18 @@ def sim_prompt_tokens(body: Mapping[str, Any]) -> int:
     token over the messages and tools, as agent.servers.simulated.replies counts them)."""
     chars = len(json.dumps(body.get("messages") or [])) + len(json.dumps(body.get("tools") or []))
     return max(1, chars // 4)
+
+
+@asynccontextmanager
+async def tool_context(
+    endpoint: SimulatedEndpoint, sandbox: Sandbox, config: ToolConfig | None = None
+) -> AsyncIterator[SandboxContext]:
+    """A tool context over `sandbox` whose model is the real HTTP client of `endpoint`
+    (no retries: a fault is seen as it is)."""
+    model = OpenAIChatModel(base_url=endpoint.base_url, api_key="none", model="sim-model", max_retries=0)
+    context = SandboxContext(sandbox, config or ToolConfig(), model)
+    try:
+        yield context
+    finally:
+        await context.aclose()
+        await model.aclose()

@@ -7,37 +7,22 @@ image, too big, missing, the model failing."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from agent.common.images import to_data_url
-from agent.llm.client import OpenAIChatModel
 from agent.protocols import Sandbox, ToolConfig
 from agent.servers.simulated.png import encode_png
 from agent.servers.simulated.server import SimulatedEndpoint
 from agent.toolbox.context import SandboxContext
-from tests.media_support import Answer, serving
+from tests.media_support import Answer, serving, tool_context
 from tools import vision
 
 pytestmark = pytest.mark.anyio
 GREEN = encode_png(48, 16, (30, 170, 60))
 LOCAL = ("127.0.0.1",)
-
-
-@asynccontextmanager
-async def context_for(
-    endpoint: SimulatedEndpoint, sandbox: Sandbox, config: ToolConfig | None = None
-) -> AsyncIterator[SandboxContext]:
-    model = OpenAIChatModel(base_url=endpoint.base_url, api_key="none", model="sim-model", max_retries=0)
-    context = SandboxContext(sandbox, config or ToolConfig(), model)
-    try:
-        yield context
-    finally:
-        await context.aclose()
-        await model.aclose()
 
 
 async def analyze(context: SandboxContext, image_url: str, question: str = "What is it?") -> Any:
@@ -48,7 +33,7 @@ async def test_a_data_url_reaches_the_model_with_the_question(
     sim_endpoint: SimulatedEndpoint, local_sandbox: Sandbox
 ) -> None:
     config = ToolConfig(vision_model="sim-vision")
-    async with context_for(sim_endpoint, local_sandbox, config) as context:
+    async with tool_context(sim_endpoint, local_sandbox, config) as context:
         result = await analyze(context, to_data_url(GREEN, "image/png"), "Which colour?")
     assert isinstance(result, str)
     assert result.startswith("Image 1: a PNG image, 48x16 pixels, mostly green")
@@ -63,7 +48,7 @@ async def test_a_file_in_the_sandbox_is_sent_as_base64(
     sim_endpoint: SimulatedEndpoint, local_sandbox: Sandbox
 ) -> None:
     await local_sandbox.write_file("shots/screen.png", encode_png(20, 10, (220, 30, 30)))
-    async with context_for(sim_endpoint, local_sandbox) as context:
+    async with tool_context(sim_endpoint, local_sandbox) as context:
         result = await analyze(context, "shots/screen.png")
         missing = await analyze(context, "shots/none.png")
         not_image = await analyze(context, "shots")
@@ -80,10 +65,10 @@ async def test_an_http_image_is_fetched_only_when_the_policy_allows_it(
 ) -> None:
     answers = {"/green.png": Answer(body=GREEN, headers={"Content-Type": "image/png"})}
     with serving(answers) as site:
-        async with context_for(sim_endpoint, local_sandbox) as context:
+        async with tool_context(sim_endpoint, local_sandbox) as context:
             refused = await analyze(context, f"{site.url}/green.png")
         assert site.hits == []  # refused before any connection
-        async with context_for(sim_endpoint, local_sandbox, ToolConfig(allow_hosts=LOCAL)) as context:
+        async with tool_context(sim_endpoint, local_sandbox, ToolConfig(allow_hosts=LOCAL)) as context:
             result = await analyze(context, f"{site.url}/green.png")
     assert "refused by the network policy" in refused["error"]
     assert isinstance(result, str) and "48x16 pixels, mostly green" in result
@@ -102,7 +87,7 @@ async def test_what_is_no_image_or_too_big_or_redirected_away_is_an_error(
     }
     config = ToolConfig(allow_hosts=LOCAL)
     with serving(answers) as site:
-        async with context_for(sim_endpoint, local_sandbox, config) as context:
+        async with tool_context(sim_endpoint, local_sandbox, config) as context:
             errors = {path: await analyze(context, site.url + path) for path in answers}
             bad_data = await analyze(context, "data:image/png;base64,@@@")
             scheme = await analyze(context, "ftp://example.com/a.png")
@@ -120,7 +105,7 @@ async def test_a_failing_vision_model_is_a_tool_result(
     make_sim_endpoint: Callable[..., SimulatedEndpoint], local_sandbox: Sandbox
 ) -> None:
     endpoint = make_sim_endpoint(rate_5xx=1.0)
-    async with context_for(endpoint, local_sandbox) as context:
+    async with tool_context(endpoint, local_sandbox) as context:
         result = await analyze(context, to_data_url(GREEN, "image/png"))
     assert result["error"].startswith("the vision model failed (server_error)")
     assert json.dumps(result)  # JSON-able, as every tool result

@@ -14,6 +14,7 @@ single-query command line sets the current directory.
 from __future__ import annotations
 
 import asyncio
+import glob
 import os
 import re
 import tempfile
@@ -126,6 +127,8 @@ def save_image(root: Path, stem: str, data: bytes, extension: str) -> str:
             os.fsync(out.fileno())
         for number in range(1, 100_000):
             name = f"{stem}-{number}.{'jpg' if extension == 'jpeg' else extension}"
+            if any(folder.glob(f"{glob.escape(stem)}-{number}.*")):  # n counts images, any format
+                continue
             try:
                 os.link(temporary, folder / name)
             except FileExistsError:
