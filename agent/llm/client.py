@@ -24,7 +24,7 @@ from openai._types import RequestOptions
 from agent.common.identity_memo import IdentityMemo
 from agent.config.agent_config import DEFAULT_MAX_REPLY_BYTES
 from agent.errors import ModelAPIError
-from agent.llm.images import parse_image_reply, request_body
+from agent.llm.images import DEFAULT_MODELS, parse_image_reply, request_body
 from agent.llm.rate_limit import AdaptiveLimiter
 from agent.llm.reply import parse_reply
 from agent.llm.transport import AiohttpTransport, ReplyTooLarge
@@ -183,7 +183,9 @@ class OpenAIChatModel:
         """One image through the images endpoint or an image-output chat model (`request.api`,
         "auto": this client's `image_api`), with the same limiter and retries as chat."""
         api = self.image_api if request.api == "auto" else request.api
-        path, body = request_body(request, api, self.model)
+        if api not in DEFAULT_MODELS:
+            raise ModelAPIError("bad_request", f"unknown image API {api!r}: images or chat")
+        path, body = request_body(request, api)
 
         async def send() -> bytes:
             wire = _encode(body).encode()

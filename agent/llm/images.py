@@ -23,11 +23,14 @@ from agent.protocols import ImageReply, ImageRequest, Usage
 IMAGES_PATH = "/images/generations"
 CHAT_PATH = "/chat/completions"
 MAX_IMAGES = 16  # one is asked for; a reply with more is broken, not a gift
+# The model when --image_model is not given: OpenAI's image model on the images endpoint, and
+# on OpenRouter (chat) Google's image-output model, which both providers list as current.
+DEFAULT_MODELS = {"images": "gpt-image-1", "chat": "google/gemini-2.5-flash-image"}
 
 
-def request_body(request: ImageRequest, api: str, default_model: str) -> tuple[str, dict[str, Any]]:
+def request_body(request: ImageRequest, api: str) -> tuple[str, dict[str, Any]]:
     """(path, JSON body) of `request` for `api` ("images" or "chat")."""
-    model = request.model or default_model
+    model = request.model or DEFAULT_MODELS[api]
     if api == "images":
         # No response_format: gpt-image models refuse it (they always send b64_json) and
         # dall-e's default is a URL; both answers are read.

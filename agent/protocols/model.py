@@ -120,7 +120,7 @@ class ImageRequest:
     api: str
     size: str  # "1536x1024"
     aspect_ratio: str  # "3:2"
-    model: str | None = None  # None: the client's model
+    model: str | None = None  # None: the API's default image model (agent.llm.images)
 
 
 @dataclass(frozen=True)
