@@ -18,6 +18,7 @@ from agent.servers.simulated.replies import first_user_text
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.media_support import BASE64_RUN, Answer, serving, sim_prompt_tokens
 from tests.test_batch_support import API_KEY, BatchCLI, human_prompt, prompts_dataset, read_jsonl
+from tests.test_run_agent_cli import run_cli
 
 THINK = "I should use the tools for this."
 MODELS = ("sim-model", "ref-a", "ref-b", "ref-c", "judge")
@@ -115,3 +116,23 @@ def test_reasoning_run_mixes_agents_and_counts_every_call(tmp_path: Path) -> Non
         expected = sum(sim_prompt_tokens(r.body) for r in own + tool_calls)
         assert entry["metadata"]["usage"]["prompt_tokens"] == expected  # the tool's calls included
     assert API_KEY not in written_text(run_dir)
+
+
+def test_the_single_query_command_saves_images_under_the_current_directory(
+    sim_endpoint: SimulatedEndpoint, tmp_path: Path
+) -> None:
+    call = ("image_generate", json.dumps({"prompt": "a quiet harbour"}))
+    sim_endpoint.script("draw a harbour", [Turn(tool_calls=(call,)), Turn(content="Drawn.")])
+    done = run_cli(
+        tmp_path,
+        "--query=draw a harbour",
+        "--model=sim-model",
+        f"--base_url={sim_endpoint.base_url}",
+        "--enabled_toolsets=image_gen",
+    )
+    assert (done.returncode, done.stdout) == (0, "Drawn.\n"), done.stderr
+    (image,) = (tmp_path / "images").iterdir()
+    info = sniff(image.read_bytes())
+    assert info is not None and (info.format, info.width, info.height) == ("png", 1536, 1024)
+    result = json.loads(sim_endpoint.requests[-1].body["messages"][-1]["content"])
+    assert result["path"] == f"images/{image.name}"

@@ -15,8 +15,11 @@ import openai
 import pytest
 
 from agent.common.images import PNG_SIGNATURE, from_data_url, sniff, to_data_url
+from agent.config.agent_config import AgentConfig
 from agent.errors import ModelAPIError
 from agent.llm.client import OpenAIChatModel
+from agent.llm.factory import open_chat_model
+from agent.llm.images import DEFAULT_MODELS
 from agent.protocols import ImageModel, ImageRequest
 from agent.servers.simulated.images import aspect_size, colour_name, describe, prompt_colour
 from agent.servers.simulated.png import dominant_colour, encode_png
@@ -176,3 +179,24 @@ def test_injected_faults_apply_to_the_images_endpoint(
     client = openai.OpenAI(base_url=endpoint.base_url, api_key="none", max_retries=0)
     with pytest.raises(openai.InternalServerError):
         client.images.generate(model="img", prompt="x")
+
+
+@pytest.mark.parametrize(
+    ("dialect", "path"), [("openrouter", "/v1/chat/completions"), ("generic", "/v1/images/generations")]
+)
+async def test_auto_asks_openrouter_for_a_chat_image_and_others_the_images_endpoint(
+    sim_endpoint: SimulatedEndpoint, dialect: str, path: str
+) -> None:
+    config = AgentConfig(base_url=sim_endpoint.base_url, model="sim-model", api_dialect=dialect)
+    model = open_chat_model(config)
+    try:
+        reply = await model.generate_image(ImageRequest("a kite", "auto", "1024x1024", "1:1"))
+    finally:
+        await model.aclose()
+    assert sniff(reply.images[0]) is not None  # type: ignore[arg-type]
+    (request,) = sim_endpoint.requests
+    assert request.path == path
+    assert request.body["model"] == DEFAULT_MODELS["chat" if dialect == "openrouter" else "images"]
+    hosted = open_chat_model(AgentConfig(base_url="https://openrouter.ai/api/v1", api_key="sk-or-test-12345"))
+    assert hosted.image_api == "chat"
+    await hosted.aclose()
