@@ -91,6 +91,7 @@ async def test_what_is_no_image_or_too_big_or_redirected_away_is_an_error(
             errors = {path: await analyze(context, site.url + path) for path in answers}
             bad_data = await analyze(context, "data:image/png;base64,@@@")
             scheme = await analyze(context, "ftp://example.com/a.png")
+            unparsable = await analyze(context, "http://[::1/a.png")
     assert "not an image (Content-Type: text/html)" in errors["/page"]["error"]
     assert "not a PNG, JPEG, GIF or WebP image" in errors["/lying.png"]["error"]
     assert "more than the 20971520-byte limit" in errors["/huge.png"]["error"]
@@ -98,6 +99,7 @@ async def test_what_is_no_image_or_too_big_or_redirected_away_is_an_error(
     assert "HTTP 404" in errors["/gone"]["error"]
     assert "invalid" in bad_data["error"]
     assert "only http(s) URLs" in scheme["error"]
+    assert unparsable["error"].startswith("http://[::1/a.png: ")
     assert sim_endpoint.requests == []  # nothing reached the model
 
 

@@ -43,7 +43,7 @@ class _PinnedResolver(AbstractResolver):
         self._host, self._addresses = host, addresses
 
     async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[ResolveResult]:
-        if host.lower() != self._host:
+        if host.rstrip(".").lower() != self._host:
             raise OSError(f"{host} was not checked by the network policy")
         return [_result(host, address, port) for address in self._addresses]
 
@@ -74,6 +74,8 @@ async def fetch(
         raise FetchError(f"{url}: no complete answer within {timeout:g} s") from None
     except aiohttp.ClientError as exc:
         raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from None
+    except ValueError as exc:  # a URL that does not parse (a bad IPv6 literal, a bad port)
+        raise FetchError(f"{url}: {exc}") from None
     raise FetchError(f"{url}: more than {MAX_REDIRECTS} redirects")
 
 
