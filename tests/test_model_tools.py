@@ -34,11 +34,13 @@ from model_tools import (
     resolve_tools,
     validate_arguments,
 )
-from tools import browser, image_gen, moa, vision, web
+from tools import browser, web
 
 pytestmark = pytest.mark.anyio
-STUB_FAMILIES = (web, vision, image_gen, moa, browser)
-IMPLEMENTED = ["patch", "read_file", "search_files", "terminal", "write_file"]
+STUB_FAMILIES = (web, browser)
+IMPLEMENTED = ["patch", "read_file", "search_files", "terminal", "vision_analyze", "write_file"]
+# Real tools that the default settings leave without a backend (no run directory, no models).
+UNCONFIGURED = {"image_generate", "mixture_of_agents"}
 
 
 async def call(name: str, args: Any, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]) -> Any:
@@ -61,7 +63,7 @@ def test_tool_map_is_static_and_agrees_with_the_toolsets() -> None:
 
 def test_declared_only_tools_have_schemas_but_no_handler_and_say_why() -> None:
     stubs = [spec for family in STUB_FAMILIES for spec in family.TOOLSET.tools]
-    assert len(stubs) == 15
+    assert len(stubs) == 12
     for spec in stubs:
         assert spec.handler is None
         assert "not" in (spec.available(ToolConfig()) or "") or "no " in (spec.available(ToolConfig()) or "")
@@ -73,9 +75,10 @@ def test_declared_only_tools_have_schemas_but_no_handler_and_say_why() -> None:
 
 
 def test_unavailable_tools_are_never_offered() -> None:
-    resolved = resolve_tools(["web", "vision", "image_gen", "moa", "browser"])
+    resolved = resolve_tools(["web", "image_gen", "moa", "browser"])
     assert resolved.specs == () and resolved.definitions == [] and resolved.toolsets_used == []
-    assert set(resolved.unavailable) == {spec.name for f in STUB_FAMILIES for spec in f.TOOLSET.tools}
+    stubs = {spec.name for f in STUB_FAMILIES for spec in f.TOOLSET.tools}
+    assert set(resolved.unavailable) == stubs | UNCONFIGURED
     assert all(resolved.unavailable.values())
 
 
@@ -84,7 +87,7 @@ def test_all_toolsets_offer_exactly_the_usable_tools() -> None:
     assert [spec.name for spec in resolved.specs] == IMPLEMENTED
     assert [d["function"]["name"] for d in resolved.definitions] == IMPLEMENTED
     assert all(d["type"] == "function" for d in resolved.definitions)
-    assert resolved.toolsets_used == ["terminal", "file"]
+    assert resolved.toolsets_used == ["vision", "terminal", "file"]
     assert "process" in resolved.unavailable and "web_search" in resolved.unavailable
     assert set(resolved.allowed) == set(IMPLEMENTED)
     assert resolve_tools(["all"]) == resolved

@@ -55,6 +55,14 @@ def saved_lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+def error_lines(stderr: str) -> list[str]:
+    """stderr without the registry's once-per-process notes on the tools it does not offer
+    (mixture_of_agents without --moa_models): warnings beside the error, not part of it."""
+    return [
+        line for line in stderr.splitlines() if not line.startswith("WARNING agent.toolbox.registry: tool ")
+    ]
+
+
 def no_sandboxes_left(cwd: Path) -> bool:
     root = cwd / "tmp" / "agent-sandboxes"
     return not root.exists() or not any(root.rglob("*"))
@@ -128,7 +136,7 @@ def test_the_key_from_the_environment_is_used_but_never_shown(
 def test_a_missing_key_for_a_remote_endpoint_is_one_line_exit_2(tmp_path: Path) -> None:
     done = run_cli(tmp_path, "--query=hi", "--model=m", "--base_url=http://192.0.2.1:9/v1")
     assert (done.returncode, done.stdout) == (2, "")
-    (line,) = done.stderr.splitlines()
+    (line,) = error_lines(done.stderr)
     assert line.startswith("error: no API key for http://192.0.2.1:9/v1") and "OPENAI_API_KEY" in line
 
 
@@ -140,7 +148,7 @@ def test_an_unreachable_endpoint_is_one_line_exit_1(tmp_path: Path) -> None:
         tmp_path, "--query=hi", "--model=m", f"--base_url=http://127.0.0.1:{port}/v1", "--max_retries=1"
     )
     assert (done.returncode, done.stdout) == (1, "")
-    (line,) = done.stderr.splitlines()
+    (line,) = error_lines(done.stderr)
     assert line.startswith(f"error: the model endpoint at http://127.0.0.1:{port}/v1 failed (connection)")
     assert no_sandboxes_left(tmp_path)
 
@@ -151,7 +159,7 @@ def test_an_endpoint_refusing_the_key_is_one_line_exit_1(
     sim_endpoint.script("denied", [Turn(fault=EndpointFault(401, "invalid api key"))])
     done = run_cli(tmp_path, *endpoint_flags(sim_endpoint, "denied"), f"--api_key={KEY}")
     assert (done.returncode, done.stdout) == (1, "")
-    (line,) = done.stderr.splitlines()
+    (line,) = error_lines(done.stderr)
     assert "failed (auth)" in line and "invalid api key" in line and KEY not in line
     assert len(sim_endpoint.requests) == 1  # not retried
 
@@ -162,7 +170,7 @@ def test_running_out_of_turns_is_one_line_exit_4(sim_endpoint: SimulatedEndpoint
         tmp_path, *endpoint_flags(sim_endpoint, "too long"), "--max_turns=1", "--save_trajectories"
     )
     assert (done.returncode, done.stdout) == (4, "")
-    (line,) = done.stderr.splitlines()
+    (line,) = error_lines(done.stderr)
     assert "without a final answer (max_iterations)" in line and "1 calls" in line
     assert len(sim_endpoint.requests) == 1
     (saved,) = saved_lines(tmp_path / "failed_trajectories.jsonl")
@@ -181,7 +189,7 @@ def test_a_bad_flag_is_one_line_exit_2(
 ) -> None:
     done = run_cli(tmp_path, *endpoint_flags(sim_endpoint, "hi"), flag)
     assert (done.returncode, done.stdout) == (2, "")
-    (line,) = done.stderr.splitlines()
+    (line,) = error_lines(done.stderr)
     assert line.startswith("error: ") and message in line
     assert sim_endpoint.requests == []
 
@@ -205,7 +213,7 @@ def test_an_unknown_flag_or_argument_is_one_line_exit_2_before_any_request(
 ) -> None:
     done = run_cli(tmp_path, *endpoint_flags(sim_endpoint, "hi"), argument)
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
-    (line,) = done.stderr.splitlines()
+    (line,) = error_lines(done.stderr)
     assert line.startswith(message), line
     assert sim_endpoint.requests == []
 

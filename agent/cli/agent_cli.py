@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -38,9 +39,12 @@ def build_query_config(values: Mapping[str, Any]) -> QueryConfig:
     check_required(QUERY, values)
     base_url = values["base_url"]
     api_key = resolve_key(values) or ("local" if is_loopback(base_url) else None)
+    agent = build_agent_config(values, api_key=api_key)
+    # Tools save files (image_generate's images/) in the current directory: a query has no run one.
+    agent = replace(agent, tools=replace(agent.tools, artifacts_dir=str(Path.cwd())))
     return QueryConfig(
         query=values["query"],
-        agent=build_agent_config(values, api_key=api_key),
+        agent=agent,
         sandbox=SandboxOptions(backend=resolve_backend(values["sandbox"])),
         save_trajectories=values["save_trajectories"] or config_file_saves(),
         verbose=values["verbose"],

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from agent.config.agent_config import DIALECTS, PROVIDER_SORTS, REASONING_EFFORTS, AgentConfig
 from agent.config.export_config import REASONING_PLACES, ExportOptions
 from agent.config.run_config import RunConfig
-from agent.protocols import WEB_BACKENDS, ToolConfig
+from agent.protocols import IMAGE_APIS, WEB_BACKENDS, ToolConfig
 from agent.sandboxes import BACKENDS, SandboxOptions
 
 Kind = Literal["str", "int", "float", "bool", "list"]
@@ -196,6 +196,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("allow_missing_toolsets", "bool", _run("allow_missing_toolsets"),
          "run although the distribution needs a toolset unavailable here (its prompts lose it)",
          "Tools", _BATCH),
+    Flag("image_api", "str", _tool("image_api"),
+         "how image_generate asks: the images endpoint or an image-output chat model", "Tools",
+         choices=IMAGE_APIS),
     # Logging
     Flag("verbose", "bool", _run("verbose"), "log every tool call and result", "Logging"),
     Flag("quiet", "bool", False, "warnings and errors only", "Logging", _QUERY),

@@ -52,6 +52,7 @@ _TOOL_FLAGS = (
     "moa_models",
     "moa_aggregator",
     "browser_executable",
+    "image_api",
 )
 
 

@@ -14,7 +14,8 @@ import json
 import logging
 import math
 import random
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 import httpx2
 import openai
@@ -23,12 +24,21 @@ from openai._types import RequestOptions
 from agent.common.identity_memo import IdentityMemo
 from agent.config.agent_config import DEFAULT_MAX_REPLY_BYTES
 from agent.errors import ModelAPIError
+from agent.llm.images import DEFAULT_MODELS, parse_image_reply, request_body
 from agent.llm.rate_limit import AdaptiveLimiter
 from agent.llm.reply import parse_reply
 from agent.llm.transport import AiohttpTransport, ReplyTooLarge
-from agent.protocols import ChatRequest, ModelReply
+from agent.protocols import ChatRequest, ImageReply, ImageRequest, ModelReply, Usage
 
 log = logging.getLogger(__name__)
+
+
+class _Used(Protocol):
+    @property
+    def usage(self) -> Usage: ...
+
+
+R = TypeVar("R", bound=_Used)  # a parsed reply: what the limiter counts is its usage
 
 BACKOFF_BASE = 1.0
 BACKOFF_CAP = 60.0
@@ -115,10 +125,12 @@ class OpenAIChatModel:
         max_connections: int = 1000,
         seed: int | None = None,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        image_api: str = "images",
     ) -> None:
         """`timeout` bounds each HTTP attempt as a whole (connect, headers, the entire body);
         a reply body over `max_reply_bytes` fails the call as `invalid_response`."""
         self.model = model
+        self.image_api = image_api  # how `generate_image` asks when the request says "auto"
         self.max_retries = max_retries
         self.limiter = limiter
         self._rng = random.Random(seed)
@@ -164,23 +176,40 @@ class OpenAIChatModel:
             "/chat/completions", content=wire.encode(), cast_to=bytes, options=self._options
         )
 
-    async def _attempt(self, request: ChatRequest) -> ModelReply:
+    async def complete(self, request: ChatRequest) -> ModelReply:
+        return await self._retrying(lambda: self._call_once(request), parse_reply)
+
+    async def generate_image(self, request: ImageRequest) -> ImageReply:
+        """One image through the images endpoint or an image-output chat model (`request.api`,
+        "auto": this client's `image_api`), with the same limiter and retries as chat."""
+        api = self.image_api if request.api == "auto" else request.api
+        if api not in DEFAULT_MODELS:
+            raise ModelAPIError("bad_request", f"unknown image API {api!r}: images or chat")
+        path, body = request_body(request, api)
+
+        async def send() -> bytes:
+            wire = _encode(body).encode()
+            return await self._client.post(path, content=wire, cast_to=bytes, options=self._options)
+
+        return await self._retrying(send, lambda raw: parse_image_reply(raw, api))
+
+    async def _attempt(self, send: Callable[[], Awaitable[bytes]], parse: Callable[[bytes], R]) -> R:
         if self.limiter is None:
-            return parse_reply(await self._call_once(request))
+            return parse(await send())
         async with self.limiter.slot() as ticket:
             try:
-                reply = parse_reply(await self._call_once(request))
+                reply = parse(await send())
             except (openai.APIError, httpx2.HTTPError) as exc:
                 ticket.failed(classify(exc)[0], retry_after(exc))
                 raise
             ticket.succeeded(reply.usage.total_tokens)
             return reply
 
-    async def complete(self, request: ChatRequest) -> ModelReply:
+    async def _retrying(self, send: Callable[[], Awaitable[bytes]], parse: Callable[[bytes], R]) -> R:
         attempt = 0
         while True:
             try:
-                return await self._attempt(request)
+                return await self._attempt(send, parse)
             except ReplyTooLarge as exc:  # the same request would get the same: not retried
                 raise ModelAPIError("invalid_response", str(exc), attempts=attempt + 1) from exc
             except (openai.APIError, httpx2.HTTPError) as exc:

@@ -29,5 +29,6 @@ def open_chat_model(
         max_retries=config.max_retries,
         max_reply_bytes=config.max_reply_bytes,
         limiter=limiter,
+        image_api="chat" if config.dialect == "openrouter" else "images",  # OpenRouter has no images API
         **pool,  # absent: the client's own default
     )

@@ -5,7 +5,19 @@ Each seam takes a value and returns a value, so a test double is a short functio
 The value types that cross the seams live beside them; import them from here.
 """
 
-from agent.protocols.model import ChatModel, ChatRequest, ModelReply, Prices, Responder, ToolCall, Usage
+from agent.protocols.model import (
+    IMAGE_APIS,
+    ChatModel,
+    ChatRequest,
+    ImageModel,
+    ImageReply,
+    ImageRequest,
+    ModelReply,
+    Prices,
+    Responder,
+    ToolCall,
+    Usage,
+)
 from agent.protocols.sandbox import (
     DEFAULT_IMAGE,
     ExecResult,
@@ -33,12 +45,16 @@ from agent.protocols.tools import (
 
 __all__ = [
     "DEFAULT_IMAGE",
+    "IMAGE_APIS",
     "JSON",
     "WEB_BACKENDS",
     "Availability",
     "ChatModel",
     "ChatRequest",
     "ExecResult",
+    "ImageModel",
+    "ImageReply",
+    "ImageRequest",
     "ModelReply",
     "Prices",
     "Responder",

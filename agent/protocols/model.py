@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,42 @@ class ChatModel(Protocol):
     """An LLM endpoint. Raises `agent.errors.ModelAPIError` when the call fails for good."""
 
     async def complete(self, request: ChatRequest) -> ModelReply: ...
+
+
+# How images are asked for: the images endpoint, a chat model with image output, or "auto"
+# (the client's choice from its endpoint: chat on OpenRouter, which has no images endpoint).
+IMAGE_APIS = ("auto", "images", "chat")
+
+
+@dataclass(frozen=True)
+class ImageRequest:
+    """One image to generate. `api` "images" is `POST /images/generations` (the OpenAI
+    shape, `size`); "chat" is a chat completion with `modalities: ["image", "text"]`
+    (OpenRouter's image-output models, `aspect_ratio`); "auto" leaves it to the client."""
+
+    prompt: str
+    api: str
+    size: str  # "1536x1024"
+    aspect_ratio: str  # "3:2"
+    model: str | None = None  # None: the API's default image model (agent.llm.images)
+
+
+@dataclass(frozen=True)
+class ImageReply:
+    """The images a call returned, each as bytes or (when the API answered with a link) an
+    http(s) URL still to be fetched, and what the call used."""
+
+    images: tuple[bytes | str, ...]
+    usage: Usage
+    text: str = ""  # what a chat image model said besides the image
+
+
+@runtime_checkable
+class ImageModel(Protocol):
+    """A model client that can also generate images (the run's client, when it speaks HTTP).
+    Raises `agent.errors.ModelAPIError` when the call fails for good."""
+
+    async def generate_image(self, request: ImageRequest) -> ImageReply: ...
 
 
 # An async function that answers one chat-completions request body (server side of the seam).

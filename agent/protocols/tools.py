@@ -31,6 +31,7 @@ class ToolConfig:
     allow_hosts: tuple[str, ...] = ()  # hosts/networks reachable despite the private-range policy
     vision_model: str | None = None  # None: the run's model
     image_model: str | None = None  # None: the image backend's default
+    image_api: str = "auto"  # IMAGE_APIS: images endpoint, image-output chat, or by endpoint
     moa_models: tuple[str, ...] = ()  # reference models of mixture_of_agents
     moa_aggregator: str | None = None  # None: the run's model
     browser_executable: str | None = None  # None: chromium found on PATH

@@ -9,13 +9,15 @@ are `agent.servers.traffic`'s, and streaming replies are cut into chunks by
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
 
+from agent.common.images import sniff
 from agent.common.lifecycle import StartStop
 from agent.protocols import Responder
 from agent.servers.completion_stream import DONE, completion_chunks, sse_event
@@ -40,8 +42,15 @@ class EndpointServer(StartStop):
         host: str = "127.0.0.1",
         port: int = 0,
         model_ids: Sequence[str] = ("sim-model",),
+        routes: Mapping[str, Responder] | None = None,
+        files: Callable[[str], bytes | None] | None = None,
     ) -> None:
+        """`routes`: more POST paths answered like chat completions (JSON body in, JSON out,
+        faults honoured), e.g. "/v1/images/generations"; `files`: what GET /v1/files/{name}
+        serves (None: 404), e.g. the images an endpoint answered with by URL."""
         self._responder = responder
+        self._routes = dict(routes or {})
+        self._files = files
         self._host = host
         self._requested_port = port
         self._model_ids = tuple(model_ids)
@@ -144,6 +153,9 @@ class EndpointServer(StartStop):
         app = web.Application(client_max_size=_MAX_BODY)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        for path, responder in self._routes.items():
+            app.router.add_post(path, functools.partial(self._chat, responder=responder))
+        app.router.add_get("/v1/files/{name}", self._file)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         # handler_cancellation: a client that gives up frees its handler (and its hang).
         runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
@@ -166,16 +178,16 @@ class EndpointServer(StartStop):
 
     # ------------------------------------------------------------ handlers
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
+    async def _chat(self, request: web.Request, responder: Responder | None = None) -> web.StreamResponse:
         self._traffic.arrived()
         try:
-            return await self._answer(request)
+            return await self._answer(request, responder or self._responder)
         except EndpointFault as fault:
             return await misbehave(request, fault, self._stopping)
         finally:
             self._traffic.left()
 
-    async def _answer(self, request: web.Request) -> web.StreamResponse:
+    async def _answer(self, request: web.Request, responder: Responder) -> web.StreamResponse:
         try:
             body = await request.json()
         except ValueError:
@@ -185,7 +197,7 @@ class EndpointServer(StartStop):
         headers = {name.lower(): value for name, value in request.headers.items()}
         enter_request(request.path, headers)
         try:
-            completion = await self._responder(body)
+            completion = await responder(body)
         except EndpointFault:
             raise
         except Exception as exc:
@@ -215,6 +227,13 @@ class EndpointServer(StartStop):
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "local"} for m in self._model_ids]
         return web.json_response({"object": "list", "data": data})
+
+    async def _file(self, request: web.Request) -> web.Response:
+        data = self._files(request.match_info["name"]) if self._files is not None else None
+        if data is None:
+            return error_response(404, f"no file {request.match_info['name']}")
+        info = sniff(data)
+        return web.Response(body=data, content_type=info.mime if info else "application/octet-stream")
 
     async def _not_found(self, request: web.Request) -> web.Response:
         return error_response(404, f"no route for {request.method} {request.path}")

@@ -15,12 +15,20 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.common.lifecycle import StartStop
 from agent.servers.endpoint_server import EndpointServer
 from agent.servers.faults import EndpointFault
+from agent.servers.simulated.images import (
+    ImageStore,
+    add_image_output,
+    describe_images,
+    generations,
+    image_parts,
+    wants_image_output,
+)
 from agent.servers.simulated.replies import (
     POLICIES,
     REASONING_STYLES,
@@ -78,14 +86,10 @@ class SimulatedEndpoint(StartStop):
         record: bool = True,
         max_recorded: int | None = None,
         model_ids: Sequence[str] = ("sim-model",),
+        reject_unknown_models: bool = False,  # True: 404 for a model not in model_ids, as providers do
     ) -> None:
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
-        if reasoning not in REASONING_STYLES:
-            raise ValueError(f"reasoning must be one of {REASONING_STYLES}, not {reasoning!r}")
         rates = (rate_429, rate_5xx, rate_hang, rate_drop)
-        if min(rates) < 0 or sum(rates) > 1 + 1e-9:
-            raise ValueError("fault rates must be >= 0 and sum to at most 1")
+        _check_options(policy, reasoning, rates)
         self._latency, self._policy, self._reasoning = latency, policy, reasoning
         self._rates, self._retry_after = rates, retry_after
         self._rng = random.Random(seed)
@@ -97,7 +101,13 @@ class SimulatedEndpoint(StartStop):
         self._attempts: Counter[tuple[str, int]] = Counter()
         self._faults: Counter[str] = Counter()
         self._default_model = model_ids[0]
-        self.server = EndpointServer(self._respond, host=host, port=port, model_ids=model_ids)
+        self._other_models = frozenset(model_ids[1:])
+        self._known_models = frozenset(model_ids) if reject_unknown_models else None
+        self._images = ImageStore()
+        routes = {"/v1/images/generations": self._generate}
+        self.server = EndpointServer(
+            self._respond, host=host, port=port, model_ids=model_ids, routes=routes, files=self._images.get
+        )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -160,15 +170,28 @@ class SimulatedEndpoint(StartStop):
 
     async def _respond(self, body: dict[str, Any]) -> dict[str, Any]:
         self._remember(body)
-        injected = self._draw_fault()  # answered at once: an overloaded server does not think first
+        injected = self._draw_fault(body)  # answered at once: an overloaded server does not think first
         if injected is not None:
             raise self._counted(injected)
-        turn = self._choose_turn(body)
+        turn, scripted = self._choose_turn(body)
         if self._latency + turn.delay > 0:
             await asyncio.sleep(self._latency + turn.delay)
         if turn.fault is not None:
             raise self._counted(turn.fault)
-        return build_completion(body, turn, self._default_model)
+        completion = build_completion(body, turn, self._default_model)
+        if wants_image_output(body) and not scripted:  # a script says what the model answers
+            add_image_output(completion, body, first_user_text(body.get("messages") or []))
+        return completion
+
+    async def _generate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`/v1/images/generations`: recorded, faults and latency as for chat, then a PNG."""
+        self._remember(body)
+        injected = self._draw_fault(body)
+        if injected is not None:
+            raise self._counted(injected)
+        if self._latency > 0:
+            await asyncio.sleep(self._latency)
+        return generations(body, self._images)
 
     def _counted(self, fault: EndpointFault) -> EndpointFault:
         with self._lock:
@@ -183,7 +206,10 @@ class SimulatedEndpoint(StartStop):
         with self._lock:
             self._recorded.append(RecordedRequest(body, headers, path, time.time()))
 
-    def _draw_fault(self) -> EndpointFault | None:
+    def _draw_fault(self, body: dict[str, Any]) -> EndpointFault | None:
+        model = body.get("model")
+        if self._known_models is not None and model not in self._known_models:
+            return EndpointFault(404, f"The model `{model}` does not exist")
         with self._lock:
             draw = self._rng.random()
             status = self._rng.choice((500, 502, 503))
@@ -201,7 +227,8 @@ class SimulatedEndpoint(StartStop):
             return EndpointFault(kind="drop")
         return None
 
-    def _choose_turn(self, body: dict[str, Any]) -> Turn:
+    def _choose_turn(self, body: dict[str, Any]) -> tuple[Turn, bool]:
+        """The turn that answers `body`, and whether a script chose it."""
         messages = body.get("messages") or []
         prompt = first_user_text(messages)
         replied = sum(1 for message in messages if message.get("role") == "assistant")
@@ -211,8 +238,31 @@ class SimulatedEndpoint(StartStop):
                 attempt = self._attempts[(prompt, replied)]
                 self._attempts[(prompt, replied)] += 1
                 slot = slots[replied]
-                return slot[min(attempt, len(slot) - 1)]
-        return policy_turn(self._policy, self._reasoning, messages, body.get("tools") or [])
+                return slot[min(attempt, len(slot) - 1)], True
+        return self._unscripted_turn(body, messages), False
+
+    def _unscripted_turn(self, body: dict[str, Any], messages: list[dict[str, Any]]) -> Turn:
+        """The policy's turn, except that images shown are described, and a request without
+        tools for one of the endpoint's other models (`model_ids[1:]`: a tool asking another
+        model) gets an answer signed by that model, which mixture-of-agents tests check."""
+        shown = image_parts(messages)
+        if shown:
+            return Turn(content=describe_images(shown))
+        tools = body.get("tools") or []
+        turn = policy_turn(self._policy, self._reasoning, messages, tools)
+        model = body.get("model")
+        if not tools and model in self._other_models:
+            turn = replace(turn, content=f"{turn.content}\n(answered by {model})")
+        return turn
+
+
+def _check_options(policy: str, reasoning: str, rates: tuple[float, ...]) -> None:
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
+    if reasoning not in REASONING_STYLES:
+        raise ValueError(f"reasoning must be one of {REASONING_STYLES}, not {reasoning!r}")
+    if min(rates) < 0 or sum(rates) > 1 + 1e-9:
+        raise ValueError("fault rates must be >= 0 and sum to at most 1")
 
 
 def _slots(turns: Sequence[Turn]) -> tuple[tuple[Turn, ...], ...]:
