@@ -5,7 +5,7 @@ are built on `Sandbox.exec` only (see `processes`)."""
 
 from __future__ import annotations
 
-from agent.protocols import Toolset, ToolSpec
+from agent.protocols import ToolConfig, Toolset, ToolSpec
 from tools.terminal.commands import make_terminal_handler
 from tools.terminal.output import MAX_OUTPUT_CHARS, strip_ansi, truncate_output
 from tools.terminal.process_tool import process_tool
@@ -27,7 +27,12 @@ def build_toolset(default_timeout: float = DEFAULT_TIMEOUT) -> Toolset:
     """The family's tools, with `terminal` defaulting to `default_timeout` seconds."""
     terminal = ToolSpec("terminal", TERMINAL_SCHEMA, make_terminal_handler(default_timeout))
     process = ToolSpec("process", PROCESS_SCHEMA, process_tool)
-    return Toolset("terminal", "Shell commands and background processes", (terminal, process))
+    tools = (terminal, process)
+    return Toolset("terminal", "Shell commands and background processes", tools, backend=_backend)
+
+
+def _backend(config: ToolConfig) -> str:
+    return "the prompt's sandbox (--sandbox)"
 
 
 TOOLSET = build_toolset()

@@ -22,6 +22,7 @@ from agent.common.lifecycle import StartStop
 from agent.servers.endpoint_server import EndpointServer
 from agent.servers.faults import EndpointFault
 from agent.servers.simulated.replies import (
+    DEFAULT_TOOL_URL,
     POLICIES,
     REASONING_STYLES,
     Turn,
@@ -78,6 +79,7 @@ class SimulatedEndpoint(StartStop):
         record: bool = True,
         max_recorded: int | None = None,
         model_ids: Sequence[str] = ("sim-model",),
+        tool_url: str = DEFAULT_TOOL_URL,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
@@ -87,6 +89,7 @@ class SimulatedEndpoint(StartStop):
         if min(rates) < 0 or sum(rates) > 1 + 1e-9:
             raise ValueError("fault rates must be >= 0 and sum to at most 1")
         self._latency, self._policy, self._reasoning = latency, policy, reasoning
+        self.tool_url = tool_url  # the page the default policy's url arguments name
         self._rates, self._retry_after = rates, retry_after
         self._rng = random.Random(seed)
         self._record = record
@@ -212,7 +215,7 @@ class SimulatedEndpoint(StartStop):
                 self._attempts[(prompt, replied)] += 1
                 slot = slots[replied]
                 return slot[min(attempt, len(slot) - 1)]
-        return policy_turn(self._policy, self._reasoning, messages, body.get("tools") or [])
+        return policy_turn(self._policy, self._reasoning, messages, body.get("tools") or [], self.tool_url)
 
 
 def _slots(turns: Sequence[Turn]) -> tuple[tuple[Turn, ...], ...]:
