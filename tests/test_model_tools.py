@@ -275,7 +275,8 @@ async def test_real_file_and_terminal_tools_through_dispatch(local_sandbox: Sand
     assert ran["output"].strip() == "2" and ran["exit_code"] == 0
     bad = await call("read_file", {"path": 5}, local_sandbox, allowed)
     assert bad["error"] == "Invalid arguments for 'read_file': field 'path' must be string, got integer"
-    assert await call("process", {"action": "list"}, local_sandbox, allowed) == {"processes": [], "error": None}
+    listed = await call("process", {"action": "list"}, local_sandbox, allowed)
+    assert listed == {"processes": [], "error": None}
 
 
 async def test_real_results_are_classified_by_tool_stats(local_sandbox: Sandbox) -> None:

@@ -81,7 +81,6 @@ def check_ready(config: RunConfig) -> None:
             f"no API key for {config.agent.base_url}: "
             "pass --api_key or set OPENROUTER_API_KEY / OPENAI_API_KEY"
         )
-    _check_toolsets(config)
     _check_writable(config.run_dir)
     run_dir = config.run_dir
     if not config.resume and run_dir.exists() and any(run_dir.glob("*.jsonl")):
@@ -89,6 +88,7 @@ def check_ready(config: RunConfig) -> None:
             f"{run_dir} already holds results: "
             "pass --resume to continue that run, or choose another --run_name"
         )
+    _check_toolsets(config)
 
 
 def _check_toolsets(config: RunConfig) -> None:

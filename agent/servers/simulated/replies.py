@@ -38,7 +38,10 @@ _PREFERRED_TOOLS = (
 )
 DEFAULT_TOOL_URL = "https://example.com"  # the page url-taking tools are sent to (tool_url)
 # A 1x1 red PNG: an image every vision backend can read without a network.
-RED_PIXEL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+RED_PIXEL = (
+    "data:image/png;base64,"
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+)
 # Argument values a simulated model picks for well-known parameter names.
 _KNOWN_ARGS: dict[str, Any] = {
     "command": "echo hello",
