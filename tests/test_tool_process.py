@@ -26,7 +26,7 @@ from agent.sandboxes.local.sandbox import LocalSandbox
 from agent.toolbox.context import SandboxContext
 from agent.toolbox.registry import resolve_tools
 from tests.fixtures.containers import Engine
-from tools.terminal import TOOLSET
+from tools.terminal import TOOLSET, processes
 from tools.terminal.schemas import MAX_RUNNING
 
 pytestmark = pytest.mark.anyio
@@ -255,3 +255,17 @@ async def test_the_process_tool_is_offered_with_terminal_and_its_schema_is_check
     offered = resolve_tools(["terminal"])
     assert [spec.name for spec in offered.specs] == ["process", "terminal"]
     assert offered.unavailable == {}
+
+
+async def test_a_process_is_killed_at_the_lifetime_limit(
+    context: SandboxContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(processes, "LIFETIME", 1)
+    sid = await start(context, "echo up; exec sleep 1007")
+    waited = await process(context, "wait", sid, timeout=20)
+    assert (waited["status"], waited["exit_code"], waited["output"], waited["timed_out"]) == (
+        "killed", 128 + 15, "up\n", False
+    )  # fmt: skip
+    assert waited["note"] == "killed after 1 s, the limit for a background process"
+    assert 0.9 < waited["seconds"] < 10
+    assert await gone("sleep 1007")

@@ -28,6 +28,7 @@ from tools.terminal.output import HEAD_SHARE, MAX_OUTPUT_CHARS, omission_marker,
 from tools.terminal.schemas import LIFETIME, MAX_RUNNING
 
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
+BACKSTOP = 60.0  # seconds after LIFETIME when the wrapper's exec times out
 HEAD_BYTES = int(MAX_OUTPUT_CHARS * HEAD_SHARE)
 TAIL_BYTES = MAX_OUTPUT_CHARS - HEAD_BYTES
 
@@ -47,6 +48,8 @@ class BackgroundProcess:
     read_offset: int = 0  # bytes of its log that poll and wait have returned
     stdin_open: bool = True
     killed: bool = False
+    expired: bool = False  # killed for running longer than LIFETIME
+    expiry: asyncio.Task[None] | None = None  # the kill at LIFETIME, while it is pending or running
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one read of new output at a time
 
     def on_end(self, run: asyncio.Future[ExecResult]) -> None:
@@ -70,7 +73,7 @@ class BackgroundProcess:
         error = None
         if self.run.done() and not self.run.cancelled() and self.run.exception() is not None:
             error = f"the process could not run: {self.run.exception()}"
-        return {
+        described: dict[str, object] = {
             "session_id": self.session_id,
             "command": self.command,
             "status": self.status,
@@ -79,6 +82,9 @@ class BackgroundProcess:
             "stdin_open": self.stdin_open and self.status == "running",
             "error": error,
         }
+        if self.expired:
+            described["note"] = f"killed after {LIFETIME} s, the limit for a background process"
+        return described
 
 
 class ProcessTable:
@@ -111,17 +117,26 @@ class ProcessTable:
         run = asyncio.ensure_future(self._hold(scripts.wrapper(directory, command), workdir))
         process = BackgroundProcess(sid, command, directory, run)
         run.add_done_callback(process.on_end)
+        process.expiry = asyncio.ensure_future(self._expire(process))
         self._processes[sid] = process
         return process
+
+    async def _expire(self, process: BackgroundProcess) -> None:
+        """Kill the process once it has run LIFETIME seconds (the exec's own timeout, a little
+        later, is the backstop: it may not reach a command in a process group of its own)."""
+        if not await self.wait(process, LIFETIME):
+            process.expired = True
+            with suppress(ProcessError, OSError, AgentError):
+                await self.kill(process)
 
     def _hold(self, script: str, workdir: str | None) -> Awaitable[ExecResult]:
         sandbox = self._sandbox
         if isinstance(sandbox, ThreadedSandbox):
             if self._threads is None:
                 self._threads = ThreadPoolExecutor(MAX_RUNNING, thread_name_prefix="background-process")
-            call = functools.partial(sandbox.blocking.exec, script, timeout=LIFETIME, cwd=workdir)
+            call = functools.partial(sandbox.blocking.exec, script, timeout=LIFETIME + BACKSTOP, cwd=workdir)
             return asyncio.get_running_loop().run_in_executor(self._threads, call)
-        return sandbox.exec(script, timeout=LIFETIME, cwd=workdir)
+        return sandbox.exec(script, timeout=LIFETIME + BACKSTOP, cwd=workdir)
 
     async def new_output(self, process: BackgroundProcess) -> str:
         """What the process wrote since the last call (capped like terminal's output)."""
@@ -192,6 +207,9 @@ class ProcessTable:
     async def aclose(self) -> None:
         """Kill what still runs and wait for it; what does not end is left to the sandbox's
         close, which kills every process it has."""
+        for process in self._processes.values():
+            if process.expiry is not None:
+                process.expiry.cancel()
         running = [p for p in self._processes.values() if not p.run.done()]
         for process in running:
             with suppress(ProcessError, OSError, AgentError):
