@@ -27,12 +27,14 @@ from agent.toolbox.context import SandboxContext
 from agent.toolbox.registry import resolve_tools
 from tests.fixtures.containers import Engine
 from tools.terminal import TOOLSET, processes
-from tools.terminal.schemas import MAX_RUNNING
+from tools.terminal.processes import ProcessTable
+from tools.terminal.schemas import DEFAULT_WAIT, LIFETIME, MAX_RUNNING, MAX_STDIN_BYTES, MAX_TIMEOUT
 
 pytestmark = pytest.mark.anyio
 HANDLERS = {spec.name: spec.handler for spec in TOOLSET.tools}
 ECHO_LINES = "echo ready; while read line; do echo got:$line; done; echo eof; exit 3"
 IDLE = {"status": "running", "output": "", "exit_code": None, "error": None}
+FIELDS = {"session_id", "command", "status", "exit_code", "stdin_open", "error"}
 
 
 async def terminal(context: SandboxContext, **args: Any) -> Any:
@@ -82,6 +84,8 @@ async def exercise_processes(sandbox: Sandbox) -> None:
             "error": None,
         }
         assert await polled_until(context, sid, "ready\n") == "ready\n"
+        files = await terminal(context, command=f'ls "${{TMPDIR:-/tmp}}/.agent-processes/{sid}"')
+        assert files["output"].split() == ["ctl", "in", "log", "pid"]
         assert (await process(context, "submit", sid, data="hello"))["bytes_written"] == 6
         await process(context, "write", sid, data="wor")
         await process(context, "write", sid, data="ld\n")
@@ -115,6 +119,7 @@ async def exercise_processes(sandbox: Sandbox) -> None:
             (sid, "exited"),
             (slow, "killed"),
         ]
+        assert set(listed["processes"][0]) == {*FIELDS, "seconds"}  # no pid: meaningless under bwrap
     finally:
         await context.aclose()
 
@@ -235,6 +240,8 @@ async def test_wrong_calls_are_results_the_model_reads(context: SandboxContext) 
     sid = (await terminal(context, command="cat", background=True))["session_id"]
     assert (await process(context, "write", sid))["error"] == "'data' (a string) is required for 'write'"
     assert (await process(context, "log", sid, limit=0))["error"].startswith("'limit' must be a positive")
+    too_big = await process(context, "write", sid, data="x" * (MAX_STDIN_BYTES + 1))
+    assert too_big["error"] == f"'data' is over {MAX_STDIN_BYTES} bytes"
     await process(context, "close", sid)
     assert (await process(context, "submit", sid, data="x"))["error"].endswith("was closed")
     assert (await process(context, "wait", sid, timeout=30))["exit_code"] == 0  # cat saw end of input
@@ -269,3 +276,23 @@ async def test_a_process_is_killed_at_the_lifetime_limit(
     assert waited["note"] == "killed after 1 s, the limit for a background process"
     assert 0.9 < waited["seconds"] < 10
     assert await gone("sleep 1007")
+
+
+async def test_wait_defaults_to_a_minute_and_is_capped_at_ten(
+    context: SandboxContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[float] = []
+
+    original = ProcessTable.wait
+
+    async def recording_wait(self: ProcessTable, process: Any, timeout: float) -> bool:
+        if timeout == LIFETIME:  # the table's own wait for the lifetime limit
+            return await original(self, process, timeout)
+        asked.append(timeout)
+        return False
+
+    monkeypatch.setattr(ProcessTable, "wait", recording_wait)  # waiting 600 s would prove it too
+    sid = await start(context, "exec sleep 1008")
+    await process(context, "wait", sid)
+    await process(context, "wait", sid, timeout=10_000)
+    assert asked == [DEFAULT_WAIT, MAX_TIMEOUT] == [60, 600]
