@@ -296,3 +296,13 @@ async def test_wait_defaults_to_a_minute_and_is_capped_at_ten(
     await process(context, "wait", sid)
     await process(context, "wait", sid, timeout=10_000)
     assert asked == [DEFAULT_WAIT, MAX_TIMEOUT] == [60, 600]
+
+
+async def test_large_and_binary_stdin_arrives_whole(context: SandboxContext) -> None:
+    sid = await start(context, "wc -c")
+    big = "y" * (processes.INLINE_BYTES * 4)  # written as a file, then fed
+    assert (await process(context, "write", sid, data=big))["bytes_written"] == len(big)
+    binary = await process(context, "write", sid, data="\0\u00e9")  # NUL: via a file too
+    assert binary["bytes_written"] == 3
+    await process(context, "close", sid)
+    assert (await process(context, "wait", sid, timeout=30))["output"].strip() == str(len(big) + 3)

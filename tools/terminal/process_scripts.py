@@ -97,6 +97,11 @@ def feed(directory: str, data_file: str) -> str:
     return _READY.format(d=shlex.quote(directory)) + copy
 
 
+def feed_text(directory: str, text: str) -> str:
+    """Write `text` (no NUL: it travels in the script) into the process's stdin once it is ready."""
+    return _READY.format(d=shlex.quote(directory)) + f'printf "%s" {shlex.quote(text)} 1<>"$d/in"'
+
+
 def read(directory: str, offset: int, head: int, tail: int) -> str:
     return _READ.format(
         d=shlex.quote(directory), offset=offset, whole=head + tail, head=head, tail=tail, gap=_GAP_PRINTF

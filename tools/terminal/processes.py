@@ -28,6 +28,7 @@ from tools.terminal.output import HEAD_SHARE, MAX_OUTPUT_CHARS, omission_marker,
 from tools.terminal.schemas import LIFETIME, MAX_RUNNING
 
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
+INLINE_BYTES = 16 * 1024  # stdin data up to this size travels inside the script
 BACKSTOP = 60.0  # seconds after LIFETIME when the wrapper's exec times out
 HEAD_BYTES = int(MAX_OUTPUT_CHARS * HEAD_SHARE)
 TAIL_BYTES = MAX_OUTPUT_CHARS - HEAD_BYTES
@@ -179,13 +180,21 @@ class ProcessTable:
             raise ProcessError(f"{process.session_id} has {process.status}: its stdin is gone")
         if not process.stdin_open:
             raise ProcessError(f"the stdin of {process.session_id} was closed")
-        name = f"{process.directory}/stdin-{uuid.uuid4().hex[:8]}"
-        await self._sandbox.write_file(name, data)
-        fed = await self._sandbox.exec(scripts.feed(process.directory, name), timeout=scripts.ORDER_TIMEOUT)
+        fed = await self._sandbox.exec(await self._feeder(process, data), timeout=scripts.ORDER_TIMEOUT)
         if fed.timed_out:
             raise ProcessError(f"{process.session_id} is not reading its stdin (the pipe is full)")
         if fed.exit_code != 0:
             raise ProcessError(f"could not write to {process.session_id}: {_detail(fed)}")
+
+    async def _feeder(self, process: BackgroundProcess, data: bytes) -> str:
+        """The script that feeds `data` to the process: inline when small text (one exec),
+        else from a file written into its session directory first."""
+        if len(data) <= INLINE_BYTES and b"\0" not in data:
+            with suppress(UnicodeDecodeError):
+                return scripts.feed_text(process.directory, data.decode("utf-8"))
+        name = f"{process.directory}/stdin-{uuid.uuid4().hex[:8]}"
+        await self._sandbox.write_file(name, data)
+        return scripts.feed(process.directory, name)
 
     async def close_stdin(self, process: BackgroundProcess) -> None:
         if process.stdin_open and not process.run.done():
