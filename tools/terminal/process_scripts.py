@@ -16,7 +16,7 @@ from __future__ import annotations
 import shlex
 
 SETUP_TIMEOUT = 30.0
-ORDER_TIMEOUT = 15.0  # an order waits up to 5 s for the wrapper to be ready, then is sent
+ORDER_TIMEOUT = 20.0  # an order waits up to 10 s for the wrapper to be ready, then is sent
 READ_TIMEOUT = 30.0
 
 # $d: the session directory. Prints the directory as the sandbox sees it (absolute).
@@ -54,7 +54,7 @@ kill "$controller"
 exit "$code"
 """
 
-_READY = 'd={d}; i=0; while [ ! -s "$d/pid" ]; do [ $i -ge 100 ] && exit 3; i=$((i+1)); sleep 0.05; done; '
+_READY = 'd={d}; i=0; while [ ! -s "$d/pid" ]; do [ $i -ge 200 ] && exit 3; i=$((i+1)); sleep 0.05; done; '
 
 GAP = "\n\x01gap\x01\n"  # between the head and the tail of a long read; no command writes it
 

@@ -144,8 +144,7 @@ class ProcessTable:
         async with process.lock:
             script = scripts.read(process.directory, process.read_offset, HEAD_BYTES, TAIL_BYTES)
             result = await self._exec(script, scripts.READ_TIMEOUT)
-            size_line, _, text = result.partition("\n")
-            size = int(size_line)
+            size, text = _counted(result)
             new = size - process.read_offset
             process.read_offset = size
         head, gap, tail = text.partition(scripts.GAP)
@@ -157,8 +156,8 @@ class ProcessTable:
     async def log(self, process: BackgroundProcess, offset: int | None, limit: int) -> tuple[int, str]:
         """(lines in the log, the lines asked for)."""
         result = await self._exec(scripts.lines(process.directory, offset, limit), scripts.READ_TIMEOUT)
-        total, _, text = result.partition("\n")
-        return int(total), shown(text)
+        total, text = _counted(result)
+        return total, shown(text)
 
     async def wait(self, process: BackgroundProcess, timeout: float) -> bool:
         """Whether the process ended within `timeout` seconds."""
@@ -231,6 +230,15 @@ class ProcessTable:
             await asyncio.wait([p.run for p in running], timeout=KILL_GRACE)
         if self._threads is not None:
             self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+def _counted(output: str) -> tuple[int, str]:
+    """(the number on the first line, the rest) of a read script's output."""
+    first, _, rest = output.partition("\n")
+    try:
+        return int(first.strip()), rest
+    except ValueError:
+        raise ProcessError(f"could not read the output: {first.strip()[:200]!r}") from None
 
 
 def _detail(result: ExecResult) -> str:
