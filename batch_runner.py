@@ -49,7 +49,7 @@ def _say(line: str) -> None:
 def main(values: Mapping[str, Any]) -> int:
     """The command, from the typed flag values: the distributions, or a whole run."""
     if values["list_distributions"]:
-        print(list_distributions_text())
+        print(list_distributions_text(values))
         return 0
     if is_post_process(values):  # export (and push) an existing run; nothing runs
         return post_process(values, _say)

@@ -252,18 +252,12 @@ def test_the_enabled_toolsets_usable_tools_are_offered(
 ) -> None:
     agent_for(sim_endpoint, tmp_path, enabled_toolsets=["terminal", "file"]).run_conversation("tools")
     offered = sorted(t["function"]["name"] for t in sim_endpoint.requests[0].body["tools"])
-    assert offered == [
-        "patch",
-        "read_file",
-        "search_files",
-        "terminal",
-        "write_file",
-    ]  # `process`: no backend
+    assert offered == ["patch", "process", "read_file", "search_files", "terminal", "write_file"]
     sim_endpoint.clear_requests()
 
     agent = agent_for(
         sim_endpoint, tmp_path, enabled_toolsets=["terminal", "file"], disabled_toolsets=["file"]
     )
     agent.run_conversation("fewer tools")
-    assert [t["function"]["name"] for t in sim_endpoint.requests[0].body["tools"]] == ["terminal"]
+    assert [t["function"]["name"] for t in sim_endpoint.requests[0].body["tools"]] == ["process", "terminal"]
     assert agent.tools.toolsets_used == ["terminal"]

@@ -50,6 +50,7 @@ TRUNCATED = ROWS[3]["prompt"]
 FLAGS = (
     "--batch_size=4",
     "--distribution=development",
+    "--allow_missing_toolsets",  # sampling over every toolset, whichever can run here
     "--seed=11",
     "--num_workers=2",
     "--model=sim/model-x",

@@ -38,7 +38,7 @@ from tools import browser, web
 
 pytestmark = pytest.mark.anyio
 STUB_FAMILIES = (web, browser)
-IMPLEMENTED = ["patch", "read_file", "search_files", "terminal", "vision_analyze", "write_file"]
+IMPLEMENTED = ["patch", "process", "read_file", "search_files", "terminal", "vision_analyze", "write_file"]
 # Real tools that the default settings leave without a backend (no run directory, no models).
 UNCONFIGURED = {"image_generate", "mixture_of_agents"}
 
@@ -88,7 +88,7 @@ def test_all_toolsets_offer_exactly_the_usable_tools() -> None:
     assert [d["function"]["name"] for d in resolved.definitions] == IMPLEMENTED
     assert all(d["type"] == "function" for d in resolved.definitions)
     assert resolved.toolsets_used == ["vision", "terminal", "file"]
-    assert "process" in resolved.unavailable and "web_search" in resolved.unavailable
+    assert "process" not in resolved.unavailable and "web_search" in resolved.unavailable
     assert set(resolved.allowed) == set(IMPLEMENTED)
     assert resolve_tools(["all"]) == resolved
 
@@ -121,7 +121,7 @@ def test_unavailability_is_logged_once_per_tool(
         resolve_tools(["web", "terminal"])
         resolve_tools(["web"])
     logged = sorted(r.getMessage().split()[1] for r in caplog.records)
-    assert logged == ["process", "web_extract", "web_search"]
+    assert logged == ["web_extract", "web_search"]
 
 
 def test_toolset_availability() -> None:
@@ -278,7 +278,8 @@ async def test_real_file_and_terminal_tools_through_dispatch(local_sandbox: Sand
     assert ran["output"].strip() == "2" and ran["exit_code"] == 0
     bad = await call("read_file", {"path": 5}, local_sandbox, allowed)
     assert bad["error"] == "Invalid arguments for 'read_file': field 'path' must be string, got integer"
-    assert (await call("process", {}, local_sandbox, allowed))["error"].startswith("Unknown tool 'process'")
+    listed = await call("process", {"action": "list"}, local_sandbox, allowed)
+    assert listed == {"processes": [], "error": None}
 
 
 async def test_real_results_are_classified_by_tool_stats(local_sandbox: Sandbox) -> None:

@@ -20,7 +20,7 @@ from tests.test_flags import assert_lists_every_flag
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-test-CLI-9876543210fedcba"
-FILE_AND_TERMINAL = ["patch", "read_file", "search_files", "terminal", "write_file"]
+FILE_AND_TERMINAL = ["patch", "process", "read_file", "search_files", "terminal", "write_file"]
 
 
 def run_cli(cwd: Path, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -90,7 +90,7 @@ def test_prints_the_answer_and_exits_0(sim_endpoint: SimulatedEndpoint, tmp_path
 def test_a_single_toolset_flag_works_too(sim_endpoint: SimulatedEndpoint, tmp_path: Path) -> None:
     done = run_cli(tmp_path, *endpoint_flags(sim_endpoint, "just answer"), "--enabled_toolsets=terminal")
     assert done.returncode == 0, done.stderr
-    assert [t["function"]["name"] for t in sim_endpoint.requests[0].body["tools"]] == ["terminal"]
+    assert [t["function"]["name"] for t in sim_endpoint.requests[0].body["tools"]] == ["process", "terminal"]
 
 
 def test_save_trajectories_writes_the_file_in_the_cwd(

@@ -30,13 +30,17 @@ async def run(args: Mapping[str, Any], sandbox: Sandbox) -> Any:
     return await handler(args, SandboxContext(sandbox))
 
 
-def test_family_declares_terminal_and_an_unoffered_process_tool() -> None:
+def test_family_declares_terminal_and_process_both_offered() -> None:
     assert TOOLSET.name == "terminal"
     assert [spec.name for spec in TOOLS] == ["terminal", "process"]
-    assert _tool("terminal").available(ToolConfig()) is None
-    process = _tool("process")
-    assert process.handler is None
-    assert process.available(ToolConfig()) == "background process management is not implemented yet"
+    for spec in TOOLS:
+        assert spec.handler is not None and spec.available(ToolConfig()) is None
+    process = _tool("process").schema["parameters"]
+    assert process["properties"]["action"]["enum"] == [
+        "list", "poll", "log", "wait", "kill", "write", "submit", "close"
+    ]  # fmt: skip
+    assert set(process["properties"]) == {"action", "session_id", "data", "timeout", "offset", "limit"}
+    assert _tool("terminal").schema["parameters"]["properties"]["background"]["type"] == "boolean"
     for spec in TOOLS:
         assert spec.schema["name"] == spec.name and spec.schema["description"]
         parameters = spec.schema["parameters"]

@@ -199,7 +199,8 @@ def test_the_loop_runs_on_the_whole_config_in_a_sandbox_it_destroys(
 
     done = asyncio.run(run())
     assert (done.outcome, done.final_response, done.api_calls) == (Outcome.COMPLETED, "here", 2)
-    assert done.toolsets_used == ("terminal",) and [s["name"] for s in done.tool_schemas] == ["terminal"]
+    assert done.toolsets_used == ("terminal",)
+    assert [s["name"] for s in done.tool_schemas] == ["process", "terminal"]
     assert "pwd-key" in json.loads(done.messages[2]["content"])["output"]  # ran in the prompt's sandbox
     assert done.usage.total_tokens > 0
     assert not list((tmp_path / "sandboxes").rglob("*"))  # destroyed when the conversation ended

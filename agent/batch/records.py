@@ -28,7 +28,7 @@ from agent.loop.conversation import ConversationResult
 from agent.store.directory import encode_line
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
-_OURS = ("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage")
+_OURS = ("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage", "toolsets_unavailable")
 NO_REASONING = "no_reasoning"
 FILTERS = (*FLAWS, NO_REASONING)  # every discard reason, in the order that picks an entry's one
 if set(FILTERS) != set(KEPT_BY):  # one table says which flag keeps each reason (run_config)
@@ -79,7 +79,7 @@ def build_entry(
         "completed": result.completed,
         "partial": result.partial,
         "api_calls": result.api_calls,
-        "toolsets_used": list(result.toolsets_used),
+        "toolsets_used": list(job.toolsets),  # sampled, as the spec says, whether offered or not
         "tool_stats": rendered.analysis.tool_stats,
         "tool_error_counts": rendered.analysis.tool_errors,
     }
@@ -96,4 +96,6 @@ def _metadata(job: Job, result: ConversationResult, usage: dict[str, float]) -> 
         "prompt_key": job.key,
         "outcome": result.outcome.value,
         "usage": usage,
+        # sampled toolsets none of whose tools could run here (--allow_missing_toolsets)
+        "toolsets_unavailable": [t for t in job.toolsets if t not in result.toolsets_used],
     }

@@ -15,13 +15,14 @@ from agent.cli.command_line import resolve_key
 from agent.cli.export_cli import build_export_options, check_publishable
 from agent.cli.flag_values import check_required
 from agent.cli.flags import BATCH
-from agent.cli.shared_config import build_agent_config
+from agent.cli.shared_config import build_agent_config, build_tool_config
 from agent.config.agent_config import is_embedded, is_loopback
 from agent.config.run_config import RunConfig, check_run_name
 from agent.errors import ConfigError
+from agent.protocols import ToolConfig
 from agent.sandboxes import SandboxOptions, available_backends, resolve_backend, unavailable_reason
 from agent.toolbox.distributions import format_distributions, get_distribution
-from agent.toolbox.registry import toolset_availability
+from agent.toolbox.registry import toolset_availability, toolset_backends, unavailable_toolsets
 
 # RunConfig fields filled by the flag of the same name, as parsed.
 _SAME_NAME = (
@@ -90,6 +91,20 @@ def check_ready(config: RunConfig) -> None:
             f"{run_dir} already holds results: "
             "pass --resume to continue that run, or choose another --run_name"
         )
+    _check_toolsets(config)
+
+
+def _check_toolsets(config: RunConfig) -> None:
+    """A distribution whose toolsets cannot all run here would make data it is not named for:
+    one line per missing toolset and how to enable it, unless --allow_missing_toolsets."""
+    missing = unavailable_toolsets(get_distribution(config.distribution).toolsets, config.agent.tools)
+    if not missing or config.allow_missing_toolsets:
+        return
+    lines = [f"  {toolset}: {why}" for toolset, why in missing.items()]
+    raise ConfigError(
+        f"--distribution={config.distribution} needs toolsets that are unavailable here "
+        "(enable them, or pass --allow_missing_toolsets to run without them):\n" + "\n".join(lines)
+    )
 
 
 def _check_writable(run_dir: Path) -> None:
@@ -107,10 +122,13 @@ def _check_writable(run_dir: Path) -> None:
         raise ConfigError(f"--output_dir: cannot create {run_dir} ({existing}: {exc.strerror})") from None
 
 
-def list_distributions_text() -> str:
-    """Every distribution with its toolsets' availability, then the sandbox backends."""
+def list_distributions_text(values: Mapping[str, Any] | None = None) -> str:
+    """Every distribution with its toolsets' availability, each toolset's backend with the
+    tool flags among `values` (their defaults without), then the sandbox backends."""
+    tools = build_tool_config(values) if values is not None else ToolConfig()
     backends = available_backends()
-    lines = [format_distributions(toolset_availability()), "", "Sandbox backends on this machine:"]
+    text = format_distributions(toolset_availability(tools), toolset_backends(tools))
+    lines = [text, "", "Sandbox backends on this machine:"]
     lines += [
         f"  {name:8} {'available' if why is None else 'unavailable: ' + why}"
         for name, why in backends.items()

@@ -119,6 +119,9 @@ class Toolset:
     name: str
     description: str
     tools: tuple[ToolSpec, ...]
+    # What runs the tools with these settings, for --list_distributions ("corpus /data/docs",
+    # "firecrawl"); asked only when the toolset is available. None: "available".
+    backend: Callable[[ToolConfig], str] | None = None
 
     @property
     def tool_names(self) -> tuple[str, ...]:

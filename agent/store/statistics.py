@@ -101,6 +101,8 @@ class RunStatistics:
         self._turns = Counter[str]()  # assistant turns, with reasoning, entries with any
         self._entries = Counter[str]()  # entries, completed, partial, api_calls
         self._outcomes = Counter[str]()
+        self._toolsets = Counter[str]()  # sampled toolsets of the merged output's entries
+        self._lost = Counter[str]()  # of those, the ones that could not run here
         self._tokens = Counter[str]()
         self._run = Counter[str]()  # this invocation: processed and its split
         self._run_outcomes = Counter[str]()
@@ -127,8 +129,24 @@ class RunStatistics:
         metadata = entry.get("metadata")
         metadata = metadata if isinstance(metadata, dict) else {}
         self._outcomes[str(metadata.get("outcome") or "unknown")] += 1
+        self._add_toolsets(entry.get("toolsets_used"), metadata.get("toolsets_unavailable"))
         _add_tokens(self._tokens, metadata.get("usage"))
         self._cost.add(metadata.get("usage"))
+
+    def _add_toolsets(self, sampled: Any, unavailable: Any) -> None:
+        """Toolsets sampled, and those sampled that could not run here (the prompt lost them)."""
+        if isinstance(sampled, list):
+            self._toolsets.update(str(t) for t in sampled)
+        if isinstance(unavailable, list) and unavailable:
+            self._lost.update(str(t) for t in unavailable)
+            self._entries["missing_toolsets"] += 1
+
+    def _toolset_statistics(self) -> dict[str, Any]:
+        return {
+            "sampled": dict(sorted(self._toolsets.items())),
+            "unavailable": dict(sorted(self._lost.items())),
+            "prompts_missing_toolsets": self._entries["missing_toolsets"],
+        }
 
     def _add_tool_stats(self, stats: dict[Any, Any]) -> None:
         tools = self._tools
@@ -271,6 +289,7 @@ class RunStatistics:
             "failures": dict(sorted(self._failures.items())),
             "trajectories": {key: self._entries[key] for key in _ENTRY_KEYS},
             "outcomes": dict(sorted(self._outcomes.items())),
+            "toolsets": self._toolset_statistics(),
             "tokens": self._token_statistics(),
             "cost": self._cost_statistics(),
             "this_invocation": self._this_invocation(duration_seconds),

@@ -100,12 +100,22 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
         f"{_n(stats.get('total_prompts'))} prompts, {_n(stats.get('total_batches'))} batches of "
         f"{_n(stats.get('batch_size'))} this run",
     ]
+    lines += _lost_toolsets(stats.get("toolsets") or {})
     for label in ("dataset", "merge"):
         if any(json_int(value) for value in (stats.get(label) or {}).values()):
             lines.append(f"{label.capitalize()}: {_counts_line(stats[label])}")
     return Panel(
         Text("\n".join(lines)), title=Text(f"Run statistics — {stats.get('run_name')}"), expand=False
     )
+
+
+def _lost_toolsets(toolsets: Mapping[str, Any]) -> list[str]:
+    """The line on prompts whose sampled toolsets could not all run here, if any did not."""
+    lost = json_int(toolsets.get("prompts_missing_toolsets"))
+    if not lost:
+        return []
+    per_toolset = _counts_line(toolsets.get("unavailable") or {})
+    return [f"Prompts that lost a sampled toolset (unavailable here): {_n(lost)} ({per_toolset})"]
 
 
 def _tool_table(tools: Mapping[str, Mapping[str, Any]]) -> Table | Text:

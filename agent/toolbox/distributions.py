@@ -72,11 +72,14 @@ def sample_toolsets_from_distribution(name: str, rng: random.Random) -> list[str
     return chosen
 
 
-def format_distributions(available_toolsets: Mapping[str, str | None]) -> str:
+def format_distributions(
+    available_toolsets: Mapping[str, str | None], backends: Mapping[str, str] | None = None
+) -> str:
     """The `--list_distributions` text: distributions by name, toolsets by probability.
 
     `available_toolsets` maps a toolset to why it cannot run on this machine (None when it
-    can); unavailable toolsets are marked and their reasons listed once at the end."""
+    can); unavailable toolsets are marked. At the end, with `backends` (toolset -> what runs
+    it, or why it cannot run), every toolset's backend; without, the unavailable ones' reasons."""
 
     def why(toolset: str) -> str | None:
         return available_toolsets.get(toolset, "availability unknown")
@@ -90,6 +93,9 @@ def format_distributions(available_toolsets: Mapping[str, str | None]) -> str:
         for toolset, percent in sorted(dist.toolsets.items(), key=lambda item: (-item[1], item[0])):
             mark = "" if why(toolset) is None else "  (unavailable)"
             lines.append(f"  {toolset:<{width}} {percent:>3}%{mark}")
+    if backends is not None:
+        lines += ["", "Toolset backends with these settings:"]
+        return "\n".join([*lines, *(f"  {t:<{width}} {backend}" for t, backend in backends.items())])
     missing = sorted({t for dist in DISTRIBUTIONS.values() for t in dist.toolsets if why(t) is not None})
     if missing:
         lines += ["", "Unavailable on this machine:", *(f"  {t}: {why(t)}" for t in missing)]

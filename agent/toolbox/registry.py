@@ -137,3 +137,22 @@ def toolset_availability(config: ToolConfig = DEFAULT_TOOLS) -> dict[str, str | 
         reasons = [unavailable_reason(spec, config) for spec in toolset.tools]
         out[name] = None if None in reasons else "; ".join(dict.fromkeys(r for r in reasons if r))
     return out
+
+
+def toolset_backends(config: ToolConfig = DEFAULT_TOOLS) -> dict[str, str]:
+    """Per toolset, what runs its tools with these settings (its own `backend` description),
+    or `unavailable: <why, and how to enable it>`."""
+    out: dict[str, str] = {}
+    for name, why in toolset_availability(config).items():
+        describe = TOOLSETS[name].backend
+        if why is not None:
+            out[name] = f"unavailable: {why}"
+        else:
+            out[name] = describe(config) if describe is not None else "available"
+    return out
+
+
+def unavailable_toolsets(names: Iterable[str], config: ToolConfig = DEFAULT_TOOLS) -> dict[str, str]:
+    """The toolsets among `names` that cannot run with these settings, with why."""
+    availability = toolset_availability(config)
+    return {name: why for name in expand_toolsets(list(names)) if (why := availability[name]) is not None}

@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from agent.servers.simulated.replies import POLICIES, REASONING_STYLES
+from agent.servers.simulated.replies import DEFAULT_TOOL_URL, POLICIES, REASONING_STYLES
 from agent.servers.simulated.server import SimulatedEndpoint
 
 
@@ -35,6 +35,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate_hang", type=float, default=0.0)
     parser.add_argument("--rate_drop", type=float, default=0.0)
     parser.add_argument("--model", action="append", help="model id to list (repeatable)")
+    parser.add_argument("--tool_url", default=DEFAULT_TOOL_URL, help="URL for the policy's url arguments")
     return parser.parse_args(argv)
 
 
@@ -73,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             port=args.port,
             record=False,  # nobody reads the record of a CLI endpoint; keep memory flat
             model_ids=args.model or ("sim-model",),
+            tool_url=args.tool_url,
         )
         asyncio.run(_serve_until_signal(endpoint))
     except (ValueError, OSError) as exc:

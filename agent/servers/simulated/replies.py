@@ -21,7 +21,27 @@ REASONING_STYLES = ("field", "reasoning_content", "reasoning_details", "think_in
 REASONING_FIELDS = ("reasoning", "reasoning_content", "reasoning_details")
 _INLINE_TAGS = {"think_inline": "think", "scratchpad": "REASONING_SCRATCHPAD"}
 _FIELD_OF_STYLE = {"field": "reasoning", "reasoning_content": "reasoning_content"}
-_PREFERRED_TOOLS = ("terminal", "write_file", "read_file", "search_files")
+# The first of these that is offered is called: a tool that works on its own (navigate before
+# click, search before extract); one of each toolset, so every toolset's runs call a tool.
+_PREFERRED_TOOLS = (
+    "terminal",
+    "write_file",
+    "read_file",
+    "search_files",
+    "web_search",
+    "browser_navigate",
+    "vision_analyze",
+    "image_generate",
+    "mixture_of_agents",
+    "web_extract",
+    "process",
+)
+DEFAULT_TOOL_URL = "https://example.com"  # the page url-taking tools are sent to (tool_url)
+# A 1x1 red PNG: an image every vision backend can read without a network.
+RED_PIXEL = (
+    "data:image/png;base64,"
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+)
 # Argument values a simulated model picks for well-known parameter names.
 _KNOWN_ARGS: dict[str, Any] = {
     "command": "echo hello",
@@ -29,7 +49,14 @@ _KNOWN_ARGS: dict[str, Any] = {
     "content": "hello\n",
     "pattern": "hello",
     "query": "hello",
-    "url": "https://example.com",
+    "image_url": RED_PIXEL,
+    "question": "What is in this image?",
+    "prompt": "a red circle on a white background",
+    "user_prompt": "Is 17 a prime number?",
+    "ref": "@e1",
+    "text": "hello",
+    "key": "Enter",
+    "action": "list",
 }
 _BY_TYPE: dict[str, Any] = {"string": "example", "integer": 1, "number": 1, "boolean": True, "array": []}
 
@@ -52,12 +79,16 @@ class Turn:
 
 
 def policy_turn(
-    policy: str, style: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    policy: str,
+    style: str,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    tool_url: str = DEFAULT_TOOL_URL,
 ) -> Turn:
     """The default model: call one offered tool first (tool_then_answer), then answer."""
     replied = any(message.get("role") == "assistant" for message in messages)
     if policy == "tool_then_answer" and not replied and any("function" in tool for tool in tools):
-        name, arguments = choose_tool_call(tools)
+        name, arguments = choose_tool_call(tools, tool_url)
         reasoning = f"The task needs the {name} tool; I will call it before answering."
         return styled_turn("", reasoning, style, ((name, json.dumps(arguments)),))
     last = messages[-1] if messages else {}
@@ -85,17 +116,21 @@ def first_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
     return next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
 
 
-def choose_tool_call(tools: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """Pick an offered function tool (a preferred one when offered) and valid arguments for it."""
+def choose_tool_call(
+    tools: Sequence[Mapping[str, Any]], tool_url: str = DEFAULT_TOOL_URL
+) -> tuple[str, dict[str, Any]]:
+    """Pick an offered function tool (a preferred one when offered) and valid arguments for it;
+    url parameters get `tool_url`."""
     functions = {tool["function"]["name"]: tool["function"] for tool in tools if "function" in tool}
     name = next((n for n in _PREFERRED_TOOLS if n in functions), next(iter(functions)))
     parameters = functions[name].get("parameters") or {}
     properties: Mapping[str, Any] = parameters.get("properties") or {}
+    known = {**_KNOWN_ARGS, "url": tool_url, "urls": [tool_url]}
     arguments: dict[str, Any] = {}
     for key in parameters.get("required") or []:
         schema = properties.get(key) or {}
-        if key in _KNOWN_ARGS:
-            arguments[key] = _KNOWN_ARGS[key]
+        if key in known:
+            arguments[key] = known[key]
         elif schema.get("enum"):
             arguments[key] = schema["enum"][0]
         else:

@@ -30,6 +30,7 @@ from agent.servers.simulated.images import (
     wants_image_output,
 )
 from agent.servers.simulated.replies import (
+    DEFAULT_TOOL_URL,
     POLICIES,
     REASONING_STYLES,
     Turn,
@@ -87,14 +88,15 @@ class SimulatedEndpoint(StartStop):
         max_recorded: int | None = None,
         model_ids: Sequence[str] = ("sim-model",),
         reject_unknown_models: bool = False,  # True: 404 for a model not in model_ids, as providers do
+        tool_url: str = DEFAULT_TOOL_URL,
     ) -> None:
         rates = (rate_429, rate_5xx, rate_hang, rate_drop)
         _check_options(policy, reasoning, rates)
         self._latency, self._policy, self._reasoning = latency, policy, reasoning
+        self.tool_url = tool_url  # the page the default policy's url arguments name
         self._rates, self._retry_after = rates, retry_after
         self._rng = random.Random(seed)
-        self._record = record
-        self._recorded: deque[RecordedRequest] = deque(maxlen=max_recorded)
+        self._record, self._recorded = record, deque[RecordedRequest](maxlen=max_recorded)
         self._lock = threading.Lock()
         self._scripts: dict[str, tuple[tuple[Turn, ...], ...]] = {}
         self._default_script: tuple[tuple[Turn, ...], ...] | None = None
@@ -249,7 +251,7 @@ class SimulatedEndpoint(StartStop):
         if shown:
             return Turn(content=describe_images(shown))
         tools = body.get("tools") or []
-        turn = policy_turn(self._policy, self._reasoning, messages, tools)
+        turn = policy_turn(self._policy, self._reasoning, messages, tools, self.tool_url)
         model = body.get("model")
         if not tools and model in self._other_models:
             turn = replace(turn, content=f"{turn.content}\n(answered by {model})")
