@@ -1,16 +1,12 @@
 """Shared harness of the browser tools' tests (this module holds no tests): real pages served
 on 127.0.0.1 by a small http.server, a conversation context the tools run in, and finding the
-Chromium processes a test started (by their profile directory under the test's TMPDIR).
-
-Under CI=true a missing Chromium or Playwright fails the tests (CI installs both); elsewhere they
-skip."""
+Chromium processes a test started (by their profile directory under the test's TMPDIR)."""
 
 from __future__ import annotations
 
 import html
 import http.server
 import json
-import os
 import struct
 import threading
 import urllib.parse
@@ -20,22 +16,9 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from agent.protocols import JSON, SandboxSpec, ToolConfig
 from agent.toolbox.context import ConversationContext, Resources
 from tools.browser import TOOLSET
-from tools.browser.host import unavailable
-
-
-def require_browser(config: ToolConfig | None = None) -> None:
-    """Fail under CI, skip elsewhere, when this machine cannot run the browser tools."""
-    reason = unavailable(config or ToolConfig())
-    if reason is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI must be able to run the browser tools: {reason}")
-    pytest.skip(reason)
 
 
 def png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
@@ -111,6 +94,12 @@ class _Pages(http.server.BaseHTTPRequestHandler):
             else:
                 self._send(404, b"not found", "text/plain")
 
+    def do_POST(self) -> None:  # /echo: how many bytes of body arrived, and their checksum
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.server.paths.append(self.path)  # type: ignore[attr-defined]
+        answer = {"length": len(body), "crc": zlib.crc32(body)}
+        self._send(200, json.dumps(answer).encode(), "application/json")
+
     def _page(self, text: str) -> None:
         self._send(200, text.encode("utf-8"), "text/html; charset=utf-8")
 
@@ -147,15 +136,19 @@ def conversation(config: ToolConfig, shared: Resources, model: Any = None) -> Co
 
 
 @asynccontextmanager
-async def browsing(config: ToolConfig, model: Any = None) -> AsyncIterator[ConversationContext]:
-    """A conversation's tool context on a worker's resources, both closed at the end."""
-    shared = Resources()
-    tools = conversation(config, shared, model)
+async def browsing(
+    config: ToolConfig, shared: Resources | None = None, model: Any = None
+) -> AsyncIterator[ConversationContext]:
+    """A conversation's tool context on a worker's resources (its own when `shared` is None),
+    closed at the end."""
+    own = Resources() if shared is None else None
+    tools = conversation(config, shared or own or Resources(), model)
     try:
         yield tools
     finally:
         await tools.aclose()
-        await shared.aclose()
+        if own is not None:
+            await own.aclose()
 
 
 async def call(context: ConversationContext, name: str, **args: Any) -> Any:

@@ -4,21 +4,19 @@ full snapshots, refs that went stale, and one browser context per conversation."
 
 from __future__ import annotations
 
-import asyncio
 import re
-
-import pytest
 
 from agent.protocols import ToolConfig
 from agent.toolbox.context import Resources
-from tests.test_browser_support import browsing, call, conversation, require_browser, serve_pages
+from tests.fixtures.browser import Worker
+from tests.test_browser_support import (
+    browsing,
+    call,
+    conversation,
+    serve_pages,
+)
 
 ALLOW_LOOPBACK = ToolConfig(allow_hosts=("127.0.0.1",))
-
-
-@pytest.fixture(autouse=True)
-def browser_here() -> None:
-    require_browser()
 
 
 def ref_of(snapshot: str, line_pattern: str) -> str:
@@ -28,9 +26,9 @@ def ref_of(snapshot: str, line_pattern: str) -> str:
     return match.group(1)
 
 
-def test_navigate_snapshot_click_type_press_back_console_images() -> None:
+def test_navigate_snapshot_click_type_press_back_console_images(browser_worker: Worker) -> None:
     async def scenario() -> None:
-        async with browsing(ALLOW_LOOPBACK) as tools:
+        async with browsing(ALLOW_LOOPBACK, browser_worker.shared) as tools:
             with serve_pages() as (base, paths):
                 page = await call(tools, "browser_navigate", url=base + "/")
                 assert page["status"] == 200 and page["title"] == "Index page"
@@ -71,12 +69,12 @@ def test_navigate_snapshot_click_type_press_back_console_images() -> None:
                     {"src": base + "/red.png", "alt": "A red square", "width": 20, "height": 20}
                 ]
 
-    asyncio.run(scenario())
+    browser_worker.run(scenario())
 
 
-def test_scroll_full_snapshots_and_stale_refs() -> None:
+def test_scroll_full_snapshots_and_stale_refs(browser_worker: Worker) -> None:
     async def scenario() -> None:
-        async with browsing(ALLOW_LOOPBACK) as tools:
+        async with browsing(ALLOW_LOOPBACK, browser_worker.shared) as tools:
             with serve_pages() as (base, _paths):
                 top = await call(tools, "browser_navigate", url=base + "/long")
                 assert "Paragraph number 0" in top["snapshot"]
@@ -101,10 +99,10 @@ def test_scroll_full_snapshots_and_stale_refs() -> None:
                 history_end = await call(tools, "browser_back")
                 assert "no previous page" in history_end["error"]
 
-    asyncio.run(scenario())
+    browser_worker.run(scenario())
 
 
-def test_each_conversation_gets_its_own_context_closed_at_its_end() -> None:
+def test_each_conversation_gets_its_own_context_closed_at_its_end(browser_worker: Worker) -> None:
     async def scenario() -> None:
         shared = Resources()
         first, second = conversation(ALLOW_LOOPBACK, shared), conversation(ALLOW_LOOPBACK, shared)
@@ -131,7 +129,7 @@ def test_each_conversation_gets_its_own_context_closed_at_its_end() -> None:
                 await shared.aclose()
         assert not browser.is_connected()  # the worker's Chromium ends with the worker
 
-    asyncio.run(scenario())
+    browser_worker.run(scenario())
 
 
 def _never() -> None:  # the opener of a resource that must be open already
