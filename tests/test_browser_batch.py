@@ -17,7 +17,14 @@ import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.fixtures.browser import require_browser
-from tests.test_batch_support import BatchCLI, human_prompt, kill_started, read_jsonl, wait_until, write_dataset
+from tests.test_batch_support import (
+    BatchCLI,
+    human_prompt,
+    kill_started,
+    read_jsonl,
+    wait_until,
+    write_dataset,
+)
 from tests.test_browser_support import chromium_pids, serve_pages
 from tools.browser import TOOLSET
 

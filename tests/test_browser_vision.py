@@ -46,7 +46,8 @@ def test_browser_vision_sends_the_screenshot_to_the_vision_model(
             ("browser_navigate", json.dumps({"url": base + "/"})),
             ("browser_vision", json.dumps({"question": QUESTION, "annotate": True})),
         ]
-        sim_endpoint.script("Describe the page", [Turn(tool_calls=(c,)) for c in calls] + [Turn(content="ok")])
+        turns = [Turn(tool_calls=(c,)) for c in calls] + [Turn(content="ok")]
+        sim_endpoint.script("Describe the page", turns)
         agent = AIAgent(
             base_url=sim_endpoint.base_url,
             api_key="sk-test-browser-vision",
@@ -77,7 +78,8 @@ def test_annotate_draws_the_refs_and_leaves_the_page_as_it_was(
         config = agent_config(base_url=sim_endpoint.base_url, api_key="sk-test-browser-vision", model="m")
         model = open_chat_model(config)
         try:
-            async with browsing(ToolConfig(allow_hosts=("127.0.0.1",)), browser_worker.shared, model) as tools:
+            loopback = ToolConfig(allow_hosts=("127.0.0.1",))
+            async with browsing(loopback, browser_worker.shared, model) as tools:
                 with serve_pages() as (base, _paths):
                     await call(tools, "browser_navigate", url=base + "/")
                     for annotate in (False, True, False):
