@@ -178,8 +178,8 @@ def memory(url: str, conversations: int, workers: int, workdir: Path) -> dict[st
         sampler.join()
     if runner.returncode != 0:
         raise RuntimeError(f"the runner failed: {err.decode()[-2000:]}")
-    entries = (workdir / "out" / "bench" / "trajectories.jsonl").read_text().splitlines()
-    used = sum('"browser_navigate": {"count": 1, "success": 1' in line for line in entries)
+    lines = (workdir / "out" / "bench" / "trajectories.jsonl").read_text().splitlines()
+    used = sum(json.loads(line)["tool_stats"]["browser_navigate"]["success"] for line in lines)
     return {
         "conversations": conversations,
         "workers": workers,

@@ -82,3 +82,21 @@ def test_allowed_requests_pass_whole_through_the_proxy(browser_worker: Worker) -
                 assert paths.count("/echo") == 3
 
     browser_worker.run(scenario())
+
+
+def test_no_downloads_and_no_service_workers(browser_worker: Worker) -> None:
+    register = (  # how many service workers the page has after registering one
+        "navigator.serviceWorker.register('/sw.js').catch(() => null)"
+        ".then(() => navigator.serviceWorker.getRegistrations()).then(found => found.length)"
+    )
+
+    async def scenario() -> None:
+        async with browsing(ALLOW_LOOPBACK, browser_worker.shared) as tools:
+            with serve_pages() as (base, paths):
+                download = await call(tools, "browser_navigate", url=base + "/report.bin")
+                assert "Download" in download["error"]
+                await call(tools, "browser_navigate", url=base + "/next")
+                worker = await call(tools, "browser_console", expression=register)
+                assert worker["result"] == 0 and "/sw.js" not in paths
+
+    browser_worker.run(scenario())

@@ -81,6 +81,10 @@ class _Pages(http.server.BaseHTTPRequestHandler):
         self.server.paths.append(self.path)  # type: ignore[attr-defined]
         if parts.path == "/redirect":
             self._send(302, b"", "text/plain", {"Location": query["to"][0]})
+        elif parts.path == "/report.bin":
+            self._send(200, b"\0" * 1000, "application/octet-stream", {"Content-Disposition": "attachment"})
+        elif parts.path == "/sw.js":
+            self._send(200, b"self.addEventListener('fetch', () => {});", "text/javascript")
         elif parts.path == "/red.png":
             self._send(200, png(20, 20, (220, 20, 20)), "image/png")
         elif parts.path == "/search":

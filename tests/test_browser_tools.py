@@ -8,6 +8,7 @@ import re
 
 from agent.protocols import ToolConfig
 from agent.toolbox.context import Resources
+from agent.toolbox.registry import resolve_tools
 from tests.fixtures.browser import Worker
 from tests.test_browser_support import (
     browsing,
@@ -15,6 +16,8 @@ from tests.test_browser_support import (
     conversation,
     serve_pages,
 )
+from tools.browser import TOOLSET
+from tools.browser.host import chromium_path, unavailable
 
 ALLOW_LOOPBACK = ToolConfig(allow_hosts=("127.0.0.1",))
 
@@ -134,3 +137,13 @@ def test_each_conversation_gets_its_own_context_closed_at_its_end(browser_worker
 
 def _never() -> None:  # the opener of a resource that must be open already
     raise AssertionError("the browser should be open already")
+
+
+def test_not_offered_without_chromium_and_the_reason_says_how_to_enable() -> None:
+    missing = ToolConfig(browser_executable="/nonexistent/chromium")
+    resolved = resolve_tools(["browser"], config=missing)
+    assert resolved.specs == () and set(resolved.unavailable) == set(TOOLSET.tool_names)
+    assert all("--browser_executable=/nonexistent/chromium" in r for r in resolved.unavailable.values())
+    found = chromium_path(ToolConfig())
+    if found is not None:  # the flag takes a path or a name on PATH
+        assert unavailable(ToolConfig(browser_executable=found)) is None
