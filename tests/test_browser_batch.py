@@ -1,6 +1,7 @@
 """A batch run with `--distribution=browser_only` (the real runner as a subprocess, the simulated
 endpoint over HTTP, pages on 127.0.0.1 in real Chromium): every prompt is offered the browser
-tools and uses them, and no Chromium outlives the run."""
+tools and uses them, and no Chromium outlives the run. The runner's TMPDIR here is longer than
+a Chromium singleton socket's path allows (the tools give Chromium a short one)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tests.test_batch_support import (
 )
 from tests.test_browser_support import chromium_pids, serve_pages
 from tools.browser import TOOLSET
+from tools.browser.host import MAX_TMPDIR_BYTES
 
 PROMPTS = [f"Browse to the next page and press its button ({i})" for i in range(4)]
 
@@ -52,8 +54,9 @@ def script(endpoint: SimulatedEndpoint, base: str) -> None:
 def test_browser_only_run_uses_the_browser_and_leaves_no_chromium(
     tmp_path: Path, sim_endpoint: SimulatedEndpoint
 ) -> None:
-    cli = BatchCLI(tmp_path, sim_endpoint)
-    dataset = write_dataset(tmp_path / "prompts.jsonl", [{"prompt": p} for p in PROMPTS])
+    cli = BatchCLI(tmp_path / ("a-long-directory-name-" * 3), sim_endpoint)
+    assert len(str(cli.tmpdir)) > MAX_TMPDIR_BYTES
+    dataset = write_dataset(cli.workdir / "prompts.jsonl", [{"prompt": p} for p in PROMPTS])
     with serve_pages() as (base, paths):
         script(sim_endpoint, base)
         runner = cli.start(
@@ -68,7 +71,7 @@ def test_browser_only_run_uses_the_browser_and_leaves_no_chromium(
         while runner.poll() is None:  # Chromium runs under the worker while the run goes on
             seen.update(chromium_pids(cli.tmpdir))
             time.sleep(0.05)
-    assert runner.returncode == 0, (tmp_path / "runner.err").read_text()
+    assert runner.returncode == 0, (cli.workdir / "runner.err").read_text()
     assert seen, "no Chromium was seen during the run"
     wait_until(lambda: not chromium_pids(cli.tmpdir), "Chromium ending with the worker", timeout=15)
 
@@ -76,8 +79,8 @@ def test_browser_only_run_uses_the_browser_and_leaves_no_chromium(
     assert sorted(human_prompt(e) for e in entries) == sorted(PROMPTS)
     for entry in entries:
         assert entry["completed"] and entry["toolsets_used"] == ["browser"]
-        assert entry["tool_stats"]["browser_navigate"] == {"count": 1, "success": 1, "failure": 0}
         tool_turns = [t["value"] for t in entry["conversations"] if t["from"] == "tool"]
+        assert entry["tool_stats"]["browser_navigate"] == {"count": 1, "success": 1, "failure": 0}, tool_turns
         assert any('button \\"Press me\\"' in turn for turn in tool_turns), tool_turns
     assert paths.count("/next") == len(PROMPTS)
     offered = {tool["function"]["name"] for tool in sim_endpoint.requests[0].body["tools"]}

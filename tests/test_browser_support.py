@@ -178,3 +178,31 @@ def chromium_pids(marker: str | Path) -> list[int]:
         if state != "Z" and b"chrom" in argv[0] and any(str(marker).encode() in a for a in argv):
             found.append(int(entry.name))
     return found
+
+
+def main_chromium_pids(ancestor: int) -> list[int]:
+    """Chromium's main (browser) processes below `ancestor`: those whose parent is no Chromium."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+            if rest.split()[0] != "Z":
+                parents[int(entry.name)], names[int(entry.name)] = int(rest.split()[1]), name
+
+    def below(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == ancestor:
+                return True
+        return False
+
+    return [
+        pid
+        for pid, name in names.items()
+        if name.startswith("chrom") and not names.get(parents[pid], "").startswith("chrom") and below(pid)
+    ]

@@ -1,10 +1,14 @@
 """The browser tools end to end in real headless Chromium on pages served on 127.0.0.1:
 navigate → snapshot → click → type → press Enter → back → console → get_images, scrolling and
-full snapshots, refs that went stale, and one browser context per conversation."""
+full snapshots, refs that went stale, one browser context per conversation, a Chromium that
+died replaced, and the reason the tools are not offered without Chromium."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+import signal
 
 from agent.protocols import ToolConfig
 from agent.toolbox.context import Resources
@@ -14,6 +18,7 @@ from tests.test_browser_support import (
     browsing,
     call,
     conversation,
+    main_chromium_pids,
     serve_pages,
 )
 from tools.browser import TOOLSET
@@ -147,3 +152,30 @@ def test_not_offered_without_chromium_and_the_reason_says_how_to_enable() -> Non
     found = chromium_path(ToolConfig())
     if found is not None:  # the flag takes a path or a name on PATH
         assert unavailable(ToolConfig(browser_executable=found)) is None
+
+
+def test_a_dead_chromium_fails_its_conversations_calls_and_the_next_one_gets_a_new_one() -> None:
+    async def scenario() -> None:
+        shared = Resources()
+        first, second = conversation(ALLOW_LOOPBACK, shared), conversation(ALLOW_LOOPBACK, shared)
+        with serve_pages() as (base, _paths):
+            try:
+                others = set(main_chromium_pids(os.getpid()))  # the module's worker's, if open
+                await call(first, "browser_navigate", url=base + "/")
+                [browser_pid] = set(main_chromium_pids(os.getpid())) - others
+                os.kill(browser_pid, signal.SIGKILL)
+                await asyncio.sleep(0.5)
+                dead = await call(first, "browser_snapshot")
+                assert "closed" in dead["error"]  # a tool result the model reads, not a crash
+                await first.aclose()  # closing a context that went with Chromium is no error
+                page = await call(second, "browser_navigate", url=base + "/next")
+                assert page["title"] == "Next page"
+                host = await shared.get("browser", _never)
+                assert host.launches == 2
+            finally:
+                await first.aclose()
+                await second.aclose()
+                await shared.aclose()
+        assert set(main_chromium_pids(os.getpid())) == others
+
+    asyncio.run(scenario())

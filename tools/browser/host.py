@@ -14,8 +14,9 @@ import asyncio
 import importlib.util
 import os
 import shutil
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING
 
 from agent.protocols import ToolConfig
@@ -37,6 +38,7 @@ LAUNCH_ARGS = (
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",  # nor would WebRTC's UDP
 )
 LAUNCH_TIMEOUT_MS = 60_000
+MAX_TMPDIR_BYTES = 60  # + "/org.chromium.Chromium.XXXXXX/SingletonSocket" stays within 107
 
 
 def chromium_path(config: ToolConfig) -> str | None:
@@ -61,9 +63,10 @@ def unavailable(config: ToolConfig) -> str | None:
 class BrowserHost:
     """The worker's Chromium; relaunched on the next use if it crashed or was killed."""
 
-    def __init__(self, playwright: Playwright, executable: str) -> None:
+    def __init__(self, playwright: Playwright, executable: str, tmpdir: str) -> None:
         self._playwright = playwright
         self._executable = executable
+        self._env: dict[str, str | float | bool] = {**os.environ, "TMPDIR": tmpdir}
         self._browser: Browser | None = None
         self._lock = asyncio.Lock()
         self.launches = 0
@@ -76,6 +79,7 @@ class BrowserHost:
                     args=list(LAUNCH_ARGS),
                     headless=True,
                     timeout=LAUNCH_TIMEOUT_MS,
+                    env=self._env,
                 )
                 self.launches += 1
             return self._browser
@@ -95,12 +99,29 @@ async def open_host(config: ToolConfig) -> AsyncIterator[BrowserHost]:
     executable = chromium_path(config)
     if executable is None:
         raise RuntimeError(unavailable(config))
-    playwright = await async_playwright().start()
-    host = BrowserHost(playwright, executable)
-    try:
-        yield host
-    finally:
+    with _short_tmpdir() as tmpdir:
+        playwright = await async_playwright().start()
+        host = BrowserHost(playwright, executable, tmpdir)
         try:
-            await host.aclose()
+            yield host
         finally:
-            await playwright.stop()
+            try:
+                await host.aclose()
+            finally:
+                await playwright.stop()
+
+
+@contextmanager
+def _short_tmpdir() -> Iterator[str]:
+    """Chromium's TMPDIR: the usual one, or a private one under /tmp when that is too long.
+    Chromium puts its singleton socket at $TMPDIR/org.chromium.Chromium.XXXXXX/SingletonSocket
+    and aborts at start when the path passes the 107 bytes a Unix socket's path may have."""
+    usual = tempfile.gettempdir()
+    if len(usual.encode()) <= MAX_TMPDIR_BYTES:
+        yield usual
+        return
+    short = tempfile.mkdtemp(prefix="chromium-", dir="/tmp")
+    try:
+        yield short
+    finally:
+        shutil.rmtree(short, ignore_errors=True)

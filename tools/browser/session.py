@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from tools.browser.proxy import PolicyProxy, open_proxy
 if TYPE_CHECKING:
     from playwright.async_api import BrowserContext, ConsoleMessage, Dialog, Page, Request
 
+log = logging.getLogger(__name__)
 VIEWPORT = {"width": 1280, "height": 800}
 NAVIGATION_TIMEOUT_MS = 30_000
 ACTION_TIMEOUT_MS = 10_000
@@ -139,7 +141,16 @@ async def open_session(tools: ToolContext) -> AsyncIterator[BrowserSession]:
         try:
             yield BrowserSession(context, await context.new_page(), proxy)
         finally:
-            await context.close()
+            await _close(context)
+
+
+async def _close(context: BrowserContext) -> None:
+    from playwright.async_api import Error as PlaywrightError
+
+    try:
+        await context.close()
+    except PlaywrightError as exc:  # Chromium died meanwhile: the context went with it
+        log.info("browser context already gone: %s", str(exc).splitlines()[0])
 
 
 async def session_of(tools: ToolContext) -> BrowserSession:
