@@ -68,6 +68,11 @@ def test_navigate_snapshot_click_type_press_back_console_images(browser_worker: 
                 assert "hello from the index" in texts
                 assert any("boom from the index" in e["message"] for e in console["errors"])
                 assert console["result"] == "Index page / 42"
+                # A dialog nobody can answer is dismissed (the page goes on) and noted.
+                confirmed = await call(tools, "browser_console", expression="confirm('Really?')")
+                assert confirmed["result"] is False
+                dialogs = (await call(tools, "browser_console"))["messages"]
+                assert {"type": "dialog:confirm", "text": "Really?"} in dialogs
                 cleared = await call(tools, "browser_console", clear=True)
                 assert cleared["messages"]  # read, then cleared
                 assert (await call(tools, "browser_console"))["messages"] == []

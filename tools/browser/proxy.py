@@ -68,6 +68,9 @@ class PolicyProxy:
             await self._handle(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass  # a peer went away or stalled: this one connection ends, nothing else to tell
+        except ValueError:  # a malformed request (a port out of range): refused like any other
+            self.refused_total += 1
+            self.refusals.append("a malformed request (bad URL or port)")
         finally:
             self._writers.discard(writer)
             writer.close()

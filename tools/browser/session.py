@@ -58,9 +58,11 @@ class ConsoleLog:
         self.errors.append({"message": str(error)[:MAX_MESSAGE_CHARS]})
 
     async def _dialog(self, dialog: Dialog) -> None:
+        from playwright.async_api import Error as PlaywrightError
+
         # Nobody can answer a dialog: note it and dismiss it so the page goes on.
         self.messages.append({"type": f"dialog:{dialog.type}", "text": dialog.message[:MAX_MESSAGE_CHARS]})
-        with contextlib.suppress(Exception):  # the page may be gone already; nothing to dismiss then
+        with contextlib.suppress(PlaywrightError):  # the page may be gone already: nothing to dismiss
             await dialog.dismiss()
 
 
