@@ -61,7 +61,9 @@ def test_refused_connects_and_requests_get_a_403_and_are_recorded() -> None:
                 assert answer.startswith(b"HTTP/1.1 403 Forbidden")
                 assert f"{REFUSED_HEADER}: refused".encode() in answer
             assert proxy.refused_total == 2
-            assert "127.0.0.1" in proxy.refusals[0] and "169.254.169.254" in proxy.refusals[1]
+            (tunnel_origin, tunnel_why), (request_origin, request_why) = proxy.refusals
+            assert tunnel_origin == "127.0.0.1:443" and "127.0.0.1" in tunnel_why
+            assert request_origin == "169.254.169.254:80" and "169.254.169.254" in request_why
             assert proxy.forwarded_total == 0
 
     asyncio.run(scenario())

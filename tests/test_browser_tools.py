@@ -61,6 +61,8 @@ def test_navigate_snapshot_click_type_press_back_console_images(browser_worker: 
                 assert submitted["title"] == "Search results"
                 assert "Results for: blue <whales>" in submitted["snapshot"]
                 assert "/search?q=blue+%3Cwhales%3E" in paths
+                # Chromium's own requests (form autofill's, refused offline) are not the page's
+                assert all("blocked" not in r for r in (page, again, back, typed, submitted))
 
                 await call(tools, "browser_back")
                 console = await call(tools, "browser_console", expression="document.title + ' / ' + 6 * 7")

@@ -10,8 +10,9 @@ that a handler passed on without calling the handler again.
 
 Plain HTTP is forwarded one request per connection (`Connection: close` both ways), which keeps
 the proxy free of HTTP parsing beyond the request and status heads. A refused request gets a 403
-whose body says why (Chromium shows it as the page) and is remembered in `refusals`, so the tool
-result tells the model what was blocked.
+whose body says why (Chromium shows it as the page) and is remembered in `refusals` with the
+origin it aimed at, so the tool result tells the model what its page had blocked (Chromium's own
+requests, such as autofill's, are refused alike but are not the page's doing).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class PolicyProxy:
 
     def __init__(self, policy: NetworkPolicy) -> None:
         self.policy = policy
-        self.refusals: deque[str] = deque(maxlen=50)  # the newest refusals, for tool results
+        self.refusals: deque[tuple[str, str]] = deque(maxlen=50)  # the newest (origin, why)
         self.refused_total = 0
         self.forwarded_total = 0
         self._server: asyncio.Server | None = None
@@ -70,7 +71,7 @@ class PolicyProxy:
             pass  # a peer went away or stalled: this one connection ends, nothing else to tell
         except ValueError:  # a malformed request (a port out of range): refused like any other
             self.refused_total += 1
-            self.refusals.append("a malformed request (bad URL or port)")
+            self.refusals.append(("", "a malformed request (bad URL or port)"))
         finally:
             self._writers.discard(writer)
             writer.close()
@@ -83,7 +84,7 @@ class PolicyProxy:
             addresses = await self.policy.resolve(url)
         except PolicyRefusal as refusal:
             self.refused_total += 1
-            self.refusals.append(str(refusal))
+            self.refusals.append((origin_of(url), str(refusal)))
             await _answer(writer, 403, f"Blocked by the runner's network policy: {refusal}")
             return
         port = _port(url)
@@ -125,6 +126,16 @@ def _request_line(head: bytes) -> tuple[str, str]:
     if method != "CONNECT" and not target.lower().startswith(("http://", "https://")):
         raise ConnectionError("not a proxy request")  # origin-form: someone spoke to us directly
     return method, target
+
+
+def origin_of(url: str) -> str:
+    """`host:port` of a URL (http, https, ws, wss), the key refusals are matched to requests by."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
+    except ValueError:
+        return ""
+    return f"{(parts.hostname or '').lower()}:{port}"
 
 
 def _port(url: str) -> int:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from agent.common.network_policy import NetworkPolicy
 from agent.protocols import ToolContext
 from tools.browser.host import open_host
-from tools.browser.proxy import PolicyProxy, open_proxy
+from tools.browser.proxy import PolicyProxy, open_proxy, origin_of
 
 if TYPE_CHECKING:
     from playwright.async_api import BrowserContext, ConsoleMessage, Dialog, Page, Request
@@ -33,6 +33,7 @@ LOAD_GRACE_MS = 2_000  # after DOMContentLoaded, how long to wait for images and
 ACTION_START = 0.1  # seconds an action gets to start a navigation before we look
 MAX_CONSOLE = 300  # messages kept (the newest)
 MAX_MESSAGE_CHARS = 2_000
+MAX_ORIGINS = 500  # the page requests' origins kept, to tell their refusals from Chromium's own
 
 
 class ConsoleLog:
@@ -73,6 +74,7 @@ class BrowserSession:
         self.context, self.page, self.proxy = context, page, proxy
         self.console = ConsoleLog()
         self._pending: Request | None = None  # a main-frame navigation not yet committed
+        self._asked: deque[str] = deque(maxlen=MAX_ORIGINS)  # origins the pages requested, newest last
         self._committed = asyncio.Event()
         self._watch(page)
         context.on("page", self._adopt)
@@ -82,6 +84,7 @@ class BrowserSession:
         page.set_default_navigation_timeout(NAVIGATION_TIMEOUT_MS)
         self.console.watch(page)
         page.on("request", self._request)
+        page.on("websocket", lambda socket: self._asked.append(origin_of(socket.url)))
         page.on("requestfailed", self._request_ended)
         page.on("requestfinished", self._request_ended)
         page.on("framenavigated", lambda frame: self._committed.set() if frame == page.main_frame else None)
@@ -91,6 +94,7 @@ class BrowserSession:
         self.page = page
 
     def _request(self, request: Request) -> None:
+        self._asked.append(origin_of(request.url))
         if request.is_navigation_request() and request.frame == self.page.main_frame:
             self._pending = request
             self._committed.clear()
@@ -101,9 +105,12 @@ class BrowserSession:
             self._committed.set()
 
     def refusals_since(self, count: int) -> list[str]:
-        """The policy refusals after the first `count` (read `proxy.refused_total` before)."""
+        """Why the requests of the pages were refused, after the proxy's first `count` refusals
+        (read `proxy.refused_total` before): Chromium's own refused requests are left out."""
         new = self.proxy.refused_total - count
-        return list(self.proxy.refusals)[-new:] if new > 0 else []
+        recent = list(self.proxy.refusals)[-new:] if new > 0 else []
+        asked = set(self._asked)
+        return [why for origin, why in recent if origin in asked or not origin]
 
     async def settle(self) -> None:
         """Wait for what the last action set off: a navigation it started, then the page's
