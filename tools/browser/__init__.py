@@ -8,6 +8,8 @@ Not offered when Playwright or Chromium is missing (`host.unavailable` says how 
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.protocols import Toolset, ToolSpec
 from tools.browser import actions, page_data, vision
 from tools.browser.host import unavailable
@@ -26,13 +28,13 @@ _ACTIONS: dict[str, actions.Action] = {
     "browser_console": page_data.console,
 }
 
-TOOLSET = Toolset(
-    "browser",
-    "Browser automation",
-    tuple(
-        ToolSpec(
-            schema["name"], schema, actions.browser_tool(_ACTIONS[schema["name"]]), available=unavailable
-        )
-        for schema in SCHEMAS
-    ),
-)
+_OWN_TURNS = {"browser_vision"}  # take a browser slot for their page work only
+
+
+def _spec(schema: dict[str, Any]) -> ToolSpec:
+    name = schema["name"]
+    handler = actions.browser_tool(_ACTIONS[name], takes_turn=name not in _OWN_TURNS)
+    return ToolSpec(name, schema, handler, available=unavailable)
+
+
+TOOLSET = Toolset("browser", "Browser automation", tuple(_spec(schema) for schema in SCHEMAS))

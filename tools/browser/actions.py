@@ -9,12 +9,13 @@ reads, and adds the requests the network policy blocked meanwhile (`blocked`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agent.protocols import JSON, ToolContext, ToolHandler
 from tools.browser.proxy import REFUSED_HEADER
-from tools.browser.session import VIEWPORT, BrowserSession, session_of
+from tools.browser.session import VIEWPORT, BrowserSession, host_of, session_of
 from tools.browser.snapshot import FULL_SNAPSHOT_CHARS, SNAPSHOT_CHARS, ref_selector, render
 
 if TYPE_CHECKING:
@@ -24,18 +25,22 @@ Action = Callable[[Mapping[str, Any], BrowserSession, ToolContext], Awaitable[di
 SCROLL_SHARE = 0.8  # of the viewport's height per browser_scroll
 
 
-def browser_tool(action: Action) -> ToolHandler:
-    """`action` as a tool handler on the conversation's browser session."""
+def browser_tool(action: Action, *, takes_turn: bool = True) -> ToolHandler:
+    """`action` as a tool handler on the conversation's browser session; with `takes_turn`,
+    it waits for one of the worker's browser slots (`BrowserHost.busy`) first, else it takes
+    one itself for its page work only (vision: not while the model answers)."""
 
     async def handler(args: Mapping[str, Any], context: ToolContext) -> JSON:
         from playwright.async_api import Error as PlaywrightError
 
-        session = await session_of(context)
-        refused_before = session.proxy.refused_total
-        try:
-            result = await action(args, session, context)
-        except PlaywrightError as exc:
-            result = {"error": playwright_message(exc)}
+        busy = (await host_of(context)).busy if takes_turn else contextlib.nullcontext()
+        async with busy:
+            session = await session_of(context)
+            refused_before = session.proxy.refused_total
+            try:
+                result = await action(args, session, context)
+            except PlaywrightError as exc:
+                result = {"error": playwright_message(exc)}
         blocked = session.refusals_since(refused_before)
         if blocked:
             result["blocked"] = blocked

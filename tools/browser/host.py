@@ -38,6 +38,7 @@ LAUNCH_ARGS = (
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",  # nor would WebRTC's UDP
 )
 LAUNCH_TIMEOUT_MS = 60_000
+ACTIONS_AT_ONCE = 4  # per worker: browser actions (and context openings) running together
 MAX_TMPDIR_BYTES = 60  # + "/org.chromium.Chromium.XXXXXX/SingletonSocket" stays within 107
 
 
@@ -70,6 +71,9 @@ class BrowserHost:
         self._browser: Browser | None = None
         self._lock = asyncio.Lock()
         self.launches = 0
+        # Page work at once in this worker: more only thrash the cores (every renderer wants
+        # CPU), so a navigation waits its turn rather than running out its timeout.
+        self.busy = asyncio.Semaphore(ACTIONS_AT_ONCE)
 
     async def browser(self) -> Browser:
         async with self._lock:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.common.network_policy import NetworkPolicy
 from agent.protocols import ToolContext
-from tools.browser.host import open_host
+from tools.browser.host import BrowserHost, open_host
 from tools.browser.proxy import PolicyProxy, open_proxy, origin_of
 
 if TYPE_CHECKING:
@@ -70,8 +70,8 @@ class ConsoleLog:
 class BrowserSession:
     """What the browser tools act on: the current page (a popup becomes the current page)."""
 
-    def __init__(self, context: BrowserContext, page: Page, proxy: PolicyProxy) -> None:
-        self.context, self.page, self.proxy = context, page, proxy
+    def __init__(self, host: BrowserHost, context: BrowserContext, page: Page, proxy: PolicyProxy) -> None:
+        self.host, self.context, self.page, self.proxy = host, context, page, proxy
         self.console = ConsoleLog()
         self._pending: Request | None = None  # a main-frame navigation not yet committed
         self._asked: deque[str] = deque(maxlen=MAX_ORIGINS)  # origins the pages requested, newest last
@@ -142,13 +142,13 @@ def context_options(proxy: PolicyProxy) -> dict[str, Any]:
 @asynccontextmanager
 async def open_session(tools: ToolContext) -> AsyncIterator[BrowserSession]:
     """The conversation's browser context and page, on the worker's Chromium."""
-    host = await tools.shared("browser", lambda: open_host(tools.config))
+    host = await host_of(tools)
     policy = NetworkPolicy.from_allow_list(tools.config.allow_hosts)
     async with open_proxy(policy) as proxy:
         browser = await host.browser()
         context = await browser.new_context(**context_options(proxy))
         try:
-            yield BrowserSession(context, await context.new_page(), proxy)
+            yield BrowserSession(host, context, await context.new_page(), proxy)
         finally:
             await _close(context)
 
@@ -160,6 +160,11 @@ async def _close(context: BrowserContext) -> None:
         await context.close()
     except PlaywrightError as exc:  # Chromium died meanwhile: the context went with it
         log.info("browser context already gone: %s", str(exc).splitlines()[0])
+
+
+async def host_of(tools: ToolContext) -> BrowserHost:
+    """The worker's browser host (Playwright's driver started on first use)."""
+    return await tools.shared("browser", lambda: open_host(tools.config))
 
 
 async def session_of(tools: ToolContext) -> BrowserSession:

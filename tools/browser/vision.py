@@ -55,9 +55,10 @@ async def screenshot(session: BrowserSession, annotate: bool) -> bytes:
 async def vision(args: Mapping[str, Any], session: BrowserSession, tools: ToolContext) -> dict[str, Any]:
     question = str(args["question"])
     annotate = bool(args.get("annotate", False))
-    image = await screenshot(session, annotate)
     page = session.page
-    context_line = f"(A screenshot of {page.url}, titled {await page.title()!r}."
+    async with session.host.busy:  # page work only: the model's answer takes no browser slot
+        image = await screenshot(session, annotate)
+        context_line = f"(A screenshot of {page.url}, titled {await page.title()!r}."
     if annotate:
         context_line += " Labels such as @e5 mark interactive elements with their refs."
     url = "data:image/png;base64," + base64.b64encode(image).decode("ascii")
