@@ -19,6 +19,7 @@ import pytest
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.fixtures.browser import require_browser
 from tests.test_batch_support import (
+    API_KEY,
     BatchCLI,
     human_prompt,
     kill_started,
@@ -41,6 +42,14 @@ def nothing_left(tmp_path: Path) -> Iterator[None]:
     for pid in chromium_pids(tmp_path):  # only after a failure: the runner should have ended them
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def process_text(pid: int) -> bytes:
+    """A process's command line and environment (empty if it ended meanwhile)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes() + Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
 
 
 def script(endpoint: SimulatedEndpoint, base: str) -> None:
@@ -68,11 +77,15 @@ def test_browser_only_run_uses_the_browser_and_leaves_no_chromium(
             "--batch_size=2",
         )
         seen: set[int] = set()
+        leaked: list[int] = []
         while runner.poll() is None:  # Chromium runs under the worker while the run goes on
-            seen.update(chromium_pids(cli.tmpdir))
+            for pid in set(chromium_pids(cli.tmpdir)) - seen:
+                seen.add(pid)
+                leaked += [pid] if API_KEY.encode() in process_text(pid) else []
             time.sleep(0.05)
     assert runner.returncode == 0, (cli.workdir / "runner.err").read_text()
     assert seen, "no Chromium was seen during the run"
+    assert leaked == []  # the API key is in neither Chromium's command line nor its environment
     wait_until(lambda: not chromium_pids(cli.tmpdir), "Chromium ending with the worker", timeout=15)
 
     entries = read_jsonl(cli.run_dir("browse") / "trajectories.jsonl")
