@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.endpoint",
     "tests.fixtures.sandbox",
     "tests.fixtures.containers",
+    "tests.fixtures.browser",
 ]

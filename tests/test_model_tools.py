@@ -37,8 +37,12 @@ from model_tools import (
 from tools import browser, web
 
 pytestmark = pytest.mark.anyio
-STUB_FAMILIES = (web, browser)
-IMPLEMENTED = ["patch", "process", "read_file", "search_files", "terminal", "vision_analyze", "write_file"]
+STUB_FAMILIES = (web,)
+BROWSER_HERE = browser.TOOLSET.tools[0].available(ToolConfig()) is None  # Chromium + Playwright
+IMPLEMENTED = sorted(
+    ["patch", "process", "read_file", "search_files", "terminal", "vision_analyze", "write_file"]
+    + (list(browser.TOOLSET.tool_names) if BROWSER_HERE else [])
+)
 # Real tools that the default settings leave without a backend (no run directory, no models).
 UNCONFIGURED = {"image_generate", "mixture_of_agents"}
 
@@ -63,7 +67,7 @@ def test_tool_map_is_static_and_agrees_with_the_toolsets() -> None:
 
 def test_declared_only_tools_have_schemas_but_no_handler_and_say_why() -> None:
     stubs = [spec for family in STUB_FAMILIES for spec in family.TOOLSET.tools]
-    assert len(stubs) == 12
+    assert len(stubs) == 2
     for spec in stubs:
         assert spec.handler is None
         assert "not" in (spec.available(ToolConfig()) or "") or "no " in (spec.available(ToolConfig()) or "")
@@ -75,7 +79,7 @@ def test_declared_only_tools_have_schemas_but_no_handler_and_say_why() -> None:
 
 
 def test_unavailable_tools_are_never_offered() -> None:
-    resolved = resolve_tools(["web", "image_gen", "moa", "browser"])
+    resolved = resolve_tools(["web", "image_gen", "moa"])
     assert resolved.specs == () and resolved.definitions == [] and resolved.toolsets_used == []
     stubs = {spec.name for f in STUB_FAMILIES for spec in f.TOOLSET.tools}
     assert set(resolved.unavailable) == stubs | UNCONFIGURED
@@ -87,7 +91,7 @@ def test_all_toolsets_offer_exactly_the_usable_tools() -> None:
     assert [spec.name for spec in resolved.specs] == IMPLEMENTED
     assert [d["function"]["name"] for d in resolved.definitions] == IMPLEMENTED
     assert all(d["type"] == "function" for d in resolved.definitions)
-    assert resolved.toolsets_used == ["vision", "terminal", "file"]
+    assert resolved.toolsets_used == ["vision", "terminal", "file"] + (["browser"] if BROWSER_HERE else [])
     assert "process" not in resolved.unavailable and "web_search" in resolved.unavailable
     assert set(resolved.allowed) == set(IMPLEMENTED)
     assert resolve_tools(["all"]) == resolved

@@ -1,0 +1,131 @@
+"""The worker's browser: one Playwright driver and one headless Chromium per worker process,
+shared by its conversations (each gets its own browser context), and whether this machine can
+run it at all.
+
+Chromium is the system's (Debian's `chromium`, or `--browser_executable`): Playwright's own
+browser download is not used. The runner runs as root, where Chromium's sandbox cannot start,
+so it is off (`--no-sandbox`); what isolates a conversation is its own browser context (fresh
+profile: cookies, storage and cache of its own), its network policy proxy, and no downloads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING
+
+from agent.protocols import ToolConfig
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser, Playwright
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser")
+LAUNCH_ARGS = (
+    "--headless",
+    "--no-sandbox",  # we run as root: Chromium's sandbox needs an unprivileged user
+    "--disable-gpu",
+    "--disable-dev-shm-usage",  # containers' /dev/shm is often 64 MB: renderers crash in it
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",  # QUIC is UDP: it would not go through the policy proxy
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",  # nor would WebRTC's UDP
+)
+LAUNCH_TIMEOUT_MS = 60_000
+ACTIONS_AT_ONCE = 4  # per worker: browser actions (and context openings) running together
+MAX_TMPDIR_BYTES = 60  # + "/org.chromium.Chromium.XXXXXX/SingletonSocket" stays within 107
+
+
+def chromium_path(config: ToolConfig) -> str | None:
+    """The Chromium executable these settings use, None when there is none."""
+    if config.browser_executable:
+        path = config.browser_executable
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else shutil.which(path)
+    return next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
+
+
+def unavailable(config: ToolConfig) -> str | None:
+    """Why the browser tools cannot run with these settings here (None: they can)."""
+    if importlib.util.find_spec("playwright") is None:
+        return "the browser tools need Playwright: pip install 'agent-batch-runner[browser]'"
+    if chromium_path(config) is None:
+        if config.browser_executable:
+            return f"--browser_executable={config.browser_executable}: no executable file there"
+        return "the browser tools need Chromium: apt-get install chromium, or --browser_executable=PATH"
+    return None
+
+
+class BrowserHost:
+    """The worker's Chromium; relaunched on the next use if it crashed or was killed."""
+
+    def __init__(self, playwright: Playwright, executable: str, tmpdir: str) -> None:
+        self._playwright = playwright
+        self._executable = executable
+        self._env: dict[str, str | float | bool] = {**os.environ, "TMPDIR": tmpdir}
+        self._browser: Browser | None = None
+        self._lock = asyncio.Lock()
+        self.launches = 0
+        # Page work at once in this worker: more only thrash the cores (every renderer wants
+        # CPU), so a navigation waits its turn rather than running out its timeout.
+        self.busy = asyncio.Semaphore(ACTIONS_AT_ONCE)
+
+    async def browser(self) -> Browser:
+        async with self._lock:
+            if self._browser is None or not self._browser.is_connected():
+                self._browser = await self._playwright.chromium.launch(
+                    executable_path=self._executable,
+                    args=list(LAUNCH_ARGS),
+                    headless=True,
+                    timeout=LAUNCH_TIMEOUT_MS,
+                    env=self._env,
+                )
+                self.launches += 1
+            return self._browser
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            if self._browser is not None:
+                await self._browser.close()
+                self._browser = None
+
+
+@asynccontextmanager
+async def open_host(config: ToolConfig) -> AsyncIterator[BrowserHost]:
+    """The Playwright driver for this worker; Chromium is launched on first use."""
+    from playwright.async_api import async_playwright  # the browser extra: imported when used
+
+    executable = chromium_path(config)
+    if executable is None:
+        raise RuntimeError(unavailable(config))
+    with _short_tmpdir() as tmpdir:
+        playwright = await async_playwright().start()
+        host = BrowserHost(playwright, executable, tmpdir)
+        try:
+            yield host
+        finally:
+            try:
+                await host.aclose()
+            finally:
+                await playwright.stop()
+
+
+@contextmanager
+def _short_tmpdir() -> Iterator[str]:
+    """Chromium's TMPDIR: the usual one, or a private one under /tmp when that is too long.
+    Chromium puts its singleton socket at $TMPDIR/org.chromium.Chromium.XXXXXX/SingletonSocket
+    and aborts at start when the path passes the 107 bytes a Unix socket's path may have."""
+    usual = tempfile.gettempdir()
+    if len(usual.encode()) <= MAX_TMPDIR_BYTES:
+        yield usual
+        return
+    short = tempfile.mkdtemp(prefix="chromium-", dir="/tmp")
+    try:
+        yield short
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
