@@ -10,12 +10,19 @@ import lxml.html
 import trafilatura
 from lxml.etree import ParserError
 from trafilatura.metadata import extract_metadata
+from trafilatura.settings import use_config
 
 from tools.web.fetch import MAX_BYTES, Page
 
 PAGE_CHARS = 5_000  # per page, as the reference caps its pages
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-ndjson")
+# trafilatura falls back to a bare text dump (no headings, no links) below 250 extracted
+# characters: short pages are common (a corpus article). Its signal-based timeout cannot work
+# in the threads extraction runs in.
+_CONFIG = use_config()
+_CONFIG.set("DEFAULT", "MIN_EXTRACTED_SIZE", "10")
+_CONFIG.set("DEFAULT", "EXTRACTION_TIMEOUT", "0")
 
 
 def page_result(page: Page) -> dict[str, Any]:
@@ -50,7 +57,9 @@ def html_to_markdown(html: bytes | str, url: str | None) -> tuple[str, str]:
         tree.make_links_absolute(url, resolve_base_href=True, handle_failures="ignore")
     metadata = extract_metadata(tree)
     title = (metadata.title if metadata is not None else None) or ""
-    text = trafilatura.extract(tree, output_format="markdown", include_links=True, include_tables=True)
+    text = trafilatura.extract(
+        tree, output_format="markdown", include_links=True, include_tables=True, config=_CONFIG
+    )
     return title, text or html_text(html)
 
 
