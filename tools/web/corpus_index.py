@@ -3,7 +3,8 @@
 The index lives in the cache directory (`$XDG_CACHE_HOME/agent-batch-runner/web-corpus/`,
 else `~/.cache/...`), named by the folder's path and a hash of every document's path and
 bytes: a changed, added or removed document makes a new index (the old one is deleted), an
-unchanged corpus reuses it across runs. Workers that start together build it once: the first
+unchanged corpus reuses it across runs (found by the files' sizes and times when those did not
+change, so a reuse reads no document). Workers that start together build it once: the first
 takes a file lock and builds into a temporary file that it renames; the others wait on the lock
 and find it built. Blocking (SQLite, file reads): callers run it in a thread.
 """
@@ -47,27 +48,50 @@ def content_hash(root: Path, files: Sequence[Path]) -> str:
     return digest.hexdigest()
 
 
+def stat_key(root: Path, files: Sequence[Path]) -> str:
+    """What the files' names, sizes and modification times say, without reading them."""
+    digest = hashlib.sha256(FORMAT.encode())
+    for path in files:
+        status = path.stat()
+        digest.update(
+            f"\0{path.relative_to(root).as_posix()}\0{status.st_size}\0{status.st_mtime_ns}".encode()
+        )
+    return digest.hexdigest()[:24]
+
+
 def ensure_index(root: Path) -> Path:
-    """The index file of the corpus at `root` as it is now, built if missing."""
+    """The index file of the corpus at `root` as it is now, built if missing. The content hash
+    names it; a note of the files' stat key finds it again without reading every file."""
     files = corpus_files(root)
     if not files:
         raise CorpusError(f"{root}: no .md, .html or .txt documents")
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     stem = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+    note, quick = folder / f"{stem}.stat", stat_key(root, files)
+    known = note.read_text().split() if note.exists() else []
+    if len(known) == 2 and known[0] == quick and (folder / known[1]).exists():
+        return folder / known[1]
     index = folder / f"{stem}-{content_hash(root, files)[:24]}.sqlite"
-    if index.exists():
-        return index
-    with (folder / f"{stem}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not index.exists():
-            partial = index.with_name(f"{index.name}.{os.getpid()}.partial")
-            build(root, files, partial)
-            os.replace(partial, index)
-            for old in folder.glob(f"{stem}-*.sqlite"):
-                if old != index:
-                    old.unlink(missing_ok=True)
+    if not index.exists():
+        with (folder / f"{stem}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not index.exists():
+                _build_in_place(root, files, index, stem)
+    partial = note.with_name(f"{note.name}.{os.getpid()}.partial")
+    partial.write_text(f"{quick} {index.name}\n")
+    os.replace(partial, note)
     return index
+
+
+def _build_in_place(root: Path, files: Sequence[Path], index: Path, stem: str) -> None:
+    """Build into a temporary file renamed at the end; remove the corpus's older indexes."""
+    partial = index.with_name(f"{index.name}.{os.getpid()}.partial")
+    build(root, files, partial)
+    os.replace(partial, index)
+    for old in index.parent.glob(f"{stem}-*.sqlite"):
+        if old != index:
+            old.unlink(missing_ok=True)
 
 
 def build(root: Path, files: Sequence[Path], target: Path) -> None:
