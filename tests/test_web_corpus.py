@@ -36,7 +36,8 @@ def corpus(tmp_path: Path) -> Path:
         "Kelp forests grow in cold, clear coastal water. Sea otters eat urchins that graze kelp.\n"
     )
     (root / "sea" / "otters.html").write_text(
-        "<html><head><title>Sea otters</title></head><body><nav>menu</nav><article><h1>Sea otters</h1>"
+        "<html><head><title>Sea otters</title><link rel='canonical' href='https://shore.example/otters'>"
+        "</head><body><nav>menu</nav><article><h1>Sea otters</h1>"
         "<p>Sea otters float on their backs and crack shellfish on stones. "
         "See <a href='../sea/kelp.md'>kelp</a>."
         "</p></article></body></html>"
@@ -68,6 +69,7 @@ def test_search_ranks_by_bm25_with_titles_first_across_md_html_and_txt(corpus: P
     kelp = next(r for r in results if r["title"] == "Kelp forests")
     assert kelp["url"] == "https://shore.example/kelp"  # declared in the front matter
     assert next(r for r in results if r["title"] == "Field notes")["url"] == "corpus://notes.txt"
+    assert results[0]["url"] == "https://shore.example/otters"  # the HTML's canonical link
     assert "otters" in results[0]["snippet"].lower()
     assert call(web_search, {"query": "volcano"}, config) == {
         "query": "volcano",
@@ -116,6 +118,11 @@ def test_the_index_is_reused_until_a_document_changes_then_rebuilt(corpus: Path,
     (corpus / "notes.txt").write_text("Field notes\n\nA whale breached offshore.\n")
     second = ensure_index(corpus)
     assert second != first and not first.exists()  # the stale index is removed
+    (corpus / "new.md").write_text("# New\n")
+    added = ensure_index(corpus)
+    (corpus / "new.md").unlink()
+    assert added != second and ensure_index(corpus) not in (added, first)
+    second = ensure_index(corpus)
     assert [p.name for p in cache.glob("*.sqlite")] == [second.name]
     results = call(web_search, {"query": "whale"}, ToolConfig(web_corpus=str(corpus)))["results"]
     assert [r["title"] for r in results] == ["Field notes"]

@@ -48,6 +48,7 @@ class Pages:
                 "/long",
                 "/huge",
                 "/doc.pdf",
+                "/data.json",
                 "/missing",
                 "/to-article",
                 "/to-metadata",
@@ -77,6 +78,8 @@ class Pages:
             return found(redirects[path])
         if path == "/missing":
             return web.Response(status=404, text="no such page")
+        if path == "/data.json":
+            return web.json_response({"tide": "low", "height_m": 0.4})
         if path == "/doc.pdf":
             return web.Response(body=b"%PDF-1.4 ...", content_type="application/pdf")
         if path == "/plain.txt":
@@ -125,8 +128,11 @@ def test_an_html_page_becomes_its_main_content_as_markdown_with_title_and_absolu
 
 
 def test_text_is_served_as_it_is_and_errors_come_per_url(pages: Pages) -> None:
-    text, missing, pdf = extract([pages.url("/plain.txt"), pages.url("/missing"), pages.url("/doc.pdf")])
+    text, data, missing, pdf = extract(
+        [pages.url("/plain.txt"), pages.url("/data.json"), pages.url("/missing"), pages.url("/doc.pdf")]
+    )
     assert text["content"] == "Limpets clamp to rock with a muscular foot."
+    assert data["content"] == '{"tide": "low", "height_m": 0.4}'  # JSON as it is
     assert "HTTP 404" in missing["error"] and "browser tool" in missing["error"]
     assert "PDF" in pdf["error"]
 

@@ -21,7 +21,7 @@ from agent.cli.flags import BATCH
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
 from agent.toolbox.context import SandboxContext
-from agent.toolbox.registry import resolve_tools
+from agent.toolbox.registry import resolve_tools, toolset_availability
 from tests.search_api_doubles import SearchAPIDouble
 from tools.web import backends, search_client
 from tools.web.handlers import web_search
@@ -144,9 +144,11 @@ def test_web_search_is_not_offered_without_a_backend_and_says_how_to_enable_it(
     config: ToolConfig, names: tuple[str, ...]
 ) -> None:
     resolved = resolve_tools(["web"], config=config)
-    assert [spec.name for spec in resolved.specs] == ["web_extract"]  # fetching needs no key
-    reason = resolved.unavailable["web_search"]
-    assert all(name in reason for name in names), reason
+    assert resolved.specs == () and resolved.toolsets_used == []
+    for tool in ("web_search", "web_extract"):
+        reason = resolved.unavailable[tool]
+        assert all(name in reason for name in names), reason
+    assert toolset_availability(config)["web"] == reason  # what --list_distributions shows
 
 
 def values(*argv: str) -> Mapping[str, Any]:

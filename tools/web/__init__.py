@@ -47,10 +47,11 @@ WEB_EXTRACT_SCHEMA: dict[str, Any] = {
 
 
 def extract_unavailable(config: ToolConfig) -> str | None:
-    """web_extract needs only trafilatura (a dependency), or the corpus."""
+    """web_extract is offered with web_search only (as in the reference, where both need the
+    backend): a web toolset without search would make web data without searches."""
     if importlib.util.find_spec("trafilatura") is None:
         return "trafilatura is not installed: pip install trafilatura lxml_html_clean"
-    return None
+    return search_unavailable(config)
 
 
 # The handlers import aiohttp, lxml and trafilatura (~1.5 s): only a process that runs a web tool
