@@ -37,7 +37,7 @@ from model_tools import (
 from tools import browser, image_gen, moa, vision, web
 
 pytestmark = pytest.mark.anyio
-STUB_FAMILIES = (web, vision, image_gen, moa, browser)
+STUB_FAMILIES = (vision, image_gen, moa, browser)  # web is real: unavailable without a backend
 IMPLEMENTED = ["patch", "read_file", "search_files", "terminal", "write_file"]
 
 
@@ -61,7 +61,7 @@ def test_tool_map_is_static_and_agrees_with_the_toolsets() -> None:
 
 def test_declared_only_tools_have_schemas_but_no_handler_and_say_why() -> None:
     stubs = [spec for family in STUB_FAMILIES for spec in family.TOOLSET.tools]
-    assert len(stubs) == 15
+    assert len(stubs) == 13
     for spec in stubs:
         assert spec.handler is None
         assert "not" in (spec.available(ToolConfig()) or "") or "no " in (spec.available(ToolConfig()) or "")
@@ -75,7 +75,7 @@ def test_declared_only_tools_have_schemas_but_no_handler_and_say_why() -> None:
 def test_unavailable_tools_are_never_offered() -> None:
     resolved = resolve_tools(["web", "vision", "image_gen", "moa", "browser"])
     assert resolved.specs == () and resolved.definitions == [] and resolved.toolsets_used == []
-    assert set(resolved.unavailable) == {spec.name for f in STUB_FAMILIES for spec in f.TOOLSET.tools}
+    assert set(resolved.unavailable) == {spec.name for f in (web, *STUB_FAMILIES) for spec in f.TOOLSET.tools}
     assert all(resolved.unavailable.values())
 
 
