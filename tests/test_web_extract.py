@@ -49,6 +49,7 @@ class Pages:
                 "/huge",
                 "/doc.pdf",
                 "/data.json",
+                "/untyped",
                 "/missing",
                 "/to-article",
                 "/to-metadata",
@@ -78,6 +79,12 @@ class Pages:
             return found(redirects[path])
         if path == "/missing":
             return web.Response(status=404, text="no such page")
+        if path == "/untyped":  # served as application/octet-stream: HTML is recognised by its start
+            stream = web.StreamResponse()
+            await stream.prepare(request)
+            await stream.write(ARTICLE.encode())
+            await stream.write_eof()
+            return stream
         if path == "/data.json":
             return web.json_response({"tide": "low", "height_m": 0.4})
         if path == "/doc.pdf":
@@ -148,6 +155,11 @@ def test_a_page_over_the_download_cap_is_read_only_up_to_it(pages: Pages) -> Non
     [page] = extract([pages.url("/huge")])
     assert "larger than 2 MiB" in page["note"]
     assert page["chars"] <= MAX_BYTES
+
+
+def test_an_untyped_page_is_recognised_as_html(pages: Pages) -> None:
+    [page] = extract([pages.url("/untyped")])
+    assert page["title"] == "Life in tide pools" and page["content"].startswith("# Life in tide pools")
 
 
 def test_redirects_are_followed_to_the_final_page(pages: Pages) -> None:

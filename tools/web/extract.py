@@ -28,9 +28,10 @@ _CONFIG.set("DEFAULT", "EXTRACTION_TIMEOUT", "0")
 def page_result(page: Page) -> dict[str, Any]:
     """The tool result of one fetched page: {url, title, content, chars[, note]} or {url, error}."""
     kind = page.content_type
-    if kind in HTML_TYPES or (not kind and page.body.lstrip()[:1] == b"<"):
+    unknown = kind in ("", "application/octet-stream") and b"\0" not in page.body[:4096]  # sniffed
+    if kind in HTML_TYPES or (unknown and page.body.lstrip()[:1] == b"<"):
         title, text = html_to_markdown(page.body, page.url)
-    elif kind.startswith("text/") or kind in TEXT_TYPES:
+    elif kind.startswith("text/") or kind in TEXT_TYPES or unknown:
         title, text = "", page.body.decode(page.charset or "utf-8", errors="replace")
     elif kind == "application/pdf":
         return {

@@ -118,7 +118,8 @@ async def _read(response: aiohttp.ClientResponse, url: str) -> Page:
     body = await read_capped(response, MAX_BYTES)
     return Page(
         url=url,
-        content_type=(response.content_type or "").lower(),
+        # aiohttp reports a missing Content-Type as application/octet-stream: keep "unknown"
+        content_type=response.content_type.lower() if "Content-Type" in response.headers else "",
         charset=response.charset,
         body=body[:MAX_BYTES],
         truncated=len(body) > MAX_BYTES,
