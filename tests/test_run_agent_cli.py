@@ -125,10 +125,18 @@ def test_the_key_from_the_environment_is_used_but_never_shown(
 # ---------------------------------------------------------------- one clear line per failure
 
 
+def error_line(stderr: str) -> str:
+    """The one line of a failure; before it only notices of tools not offered here (a tool
+    whose backend is not configured on this machine, e.g. web_search without a key)."""
+    *notices, line = stderr.splitlines()
+    assert all(" not offered: " in notice for notice in notices), notices
+    return line
+
+
 def test_a_missing_key_for_a_remote_endpoint_is_one_line_exit_2(tmp_path: Path) -> None:
     done = run_cli(tmp_path, "--query=hi", "--model=m", "--base_url=http://192.0.2.1:9/v1")
     assert (done.returncode, done.stdout) == (2, "")
-    (line,) = done.stderr.splitlines()
+    line = error_line(done.stderr)
     assert line.startswith("error: no API key for http://192.0.2.1:9/v1") and "OPENAI_API_KEY" in line
 
 
@@ -140,7 +148,7 @@ def test_an_unreachable_endpoint_is_one_line_exit_1(tmp_path: Path) -> None:
         tmp_path, "--query=hi", "--model=m", f"--base_url=http://127.0.0.1:{port}/v1", "--max_retries=1"
     )
     assert (done.returncode, done.stdout) == (1, "")
-    (line,) = done.stderr.splitlines()
+    line = error_line(done.stderr)
     assert line.startswith(f"error: the model endpoint at http://127.0.0.1:{port}/v1 failed (connection)")
     assert no_sandboxes_left(tmp_path)
 
@@ -151,7 +159,7 @@ def test_an_endpoint_refusing_the_key_is_one_line_exit_1(
     sim_endpoint.script("denied", [Turn(fault=EndpointFault(401, "invalid api key"))])
     done = run_cli(tmp_path, *endpoint_flags(sim_endpoint, "denied"), f"--api_key={KEY}")
     assert (done.returncode, done.stdout) == (1, "")
-    (line,) = done.stderr.splitlines()
+    line = error_line(done.stderr)
     assert "failed (auth)" in line and "invalid api key" in line and KEY not in line
     assert len(sim_endpoint.requests) == 1  # not retried
 
@@ -162,7 +170,7 @@ def test_running_out_of_turns_is_one_line_exit_4(sim_endpoint: SimulatedEndpoint
         tmp_path, *endpoint_flags(sim_endpoint, "too long"), "--max_turns=1", "--save_trajectories"
     )
     assert (done.returncode, done.stdout) == (4, "")
-    (line,) = done.stderr.splitlines()
+    line = error_line(done.stderr)
     assert "without a final answer (max_iterations)" in line and "1 calls" in line
     assert len(sim_endpoint.requests) == 1
     (saved,) = saved_lines(tmp_path / "failed_trajectories.jsonl")
@@ -181,7 +189,7 @@ def test_a_bad_flag_is_one_line_exit_2(
 ) -> None:
     done = run_cli(tmp_path, *endpoint_flags(sim_endpoint, "hi"), flag)
     assert (done.returncode, done.stdout) == (2, "")
-    (line,) = done.stderr.splitlines()
+    line = error_line(done.stderr)
     assert line.startswith("error: ") and message in line
     assert sim_endpoint.requests == []
 
@@ -205,7 +213,7 @@ def test_an_unknown_flag_or_argument_is_one_line_exit_2_before_any_request(
 ) -> None:
     done = run_cli(tmp_path, *endpoint_flags(sim_endpoint, "hi"), argument)
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
-    (line,) = done.stderr.splitlines()
+    line = error_line(done.stderr)
     assert line.startswith(message), line
     assert sim_endpoint.requests == []
 
