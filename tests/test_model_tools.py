@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import shutil
 import threading
 import time
@@ -34,17 +35,16 @@ from model_tools import (
     resolve_tools,
     validate_arguments,
 )
-from tools import browser, web
+from tools import browser
 
 pytestmark = pytest.mark.anyio
-STUB_FAMILIES = (web,)
 BROWSER_HERE = browser.TOOLSET.tools[0].available(ToolConfig()) is None  # Chromium + Playwright
 IMPLEMENTED = sorted(
     ["patch", "process", "read_file", "search_files", "terminal", "vision_analyze", "write_file"]
     + (list(browser.TOOLSET.tool_names) if BROWSER_HERE else [])
 )
-# Real tools that the default settings leave without a backend (no run directory, no models).
-UNCONFIGURED = {"image_generate", "mixture_of_agents"}
+# Real tools that the default settings leave without a backend (no web backend, run directory, models).
+UNCONFIGURED = {"image_generate", "mixture_of_agents", "web_extract", "web_search"}
 
 
 async def call(name: str, args: Any, sandbox: Sandbox, allowed: Mapping[str, ToolSpec]) -> Any:
@@ -65,13 +65,12 @@ def test_tool_map_is_static_and_agrees_with_the_toolsets() -> None:
     assert all(spec.schema["name"] == name for name, spec in ALL_TOOLS.items())
 
 
-def test_declared_only_tools_have_schemas_but_no_handler_and_say_why() -> None:
-    stubs = [spec for family in STUB_FAMILIES for spec in family.TOOLSET.tools]
-    assert len(stubs) == 2
-    for spec in stubs:
-        assert spec.handler is None
-        assert "not" in (spec.available(ToolConfig()) or "") or "no " in (spec.available(ToolConfig()) or "")
-        params = spec.schema["parameters"]
+def test_every_tool_has_a_handler_and_an_unavailable_one_says_how_to_enable_it() -> None:
+    assert all(spec.handler is not None for spec in ALL_TOOLS.values())
+    for name in sorted(UNCONFIGURED):
+        reason = ALL_TOOLS[name].available(ToolConfig()) or ""
+        assert re.search(r"--\w+|[A-Z]+_API_KEY|pip install|artifacts_dir", reason), (name, reason)
+        params = ALL_TOOLS[name].schema["parameters"]
         assert params["type"] == "object" and set(params.get("required", ())) <= set(params["properties"])
 
 
@@ -81,8 +80,7 @@ def test_declared_only_tools_have_schemas_but_no_handler_and_say_why() -> None:
 def test_unavailable_tools_are_never_offered() -> None:
     resolved = resolve_tools(["web", "image_gen", "moa"])
     assert resolved.specs == () and resolved.definitions == [] and resolved.toolsets_used == []
-    stubs = {spec.name for f in STUB_FAMILIES for spec in f.TOOLSET.tools}
-    assert set(resolved.unavailable) == stubs | UNCONFIGURED
+    assert set(resolved.unavailable) == UNCONFIGURED
     assert all(resolved.unavailable.values())
 
 

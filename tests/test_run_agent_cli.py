@@ -56,11 +56,7 @@ def saved_lines(path: Path) -> list[dict[str, object]]:
 
 
 def error_lines(stderr: str) -> list[str]:
-    """stderr without the registry's once-per-process notes on the tools it does not offer
-    (mixture_of_agents without --moa_models): warnings beside the error, not part of it."""
-    return [
-        line for line in stderr.splitlines() if not line.startswith("WARNING agent.toolbox.registry: tool ")
-    ]
+    return stderr.splitlines()
 
 
 def no_sandboxes_left(cwd: Path) -> bool:

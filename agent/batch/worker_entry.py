@@ -14,10 +14,10 @@ if TYPE_CHECKING:
 
 def main(worker_id: int, config: RunConfig, *args: Any) -> None:
     # First: the pickled config holds the API key, and a command of our user must not read
-    # this process's memory (an exec'd image is dumpable again, so each worker sets it). The key
-    # is the only secret a worker holds: what it prints itself is redacted of it too.
+    # this process's memory (an exec'd image is dumpable again, so each worker sets it). The keys
+    # (model, search APIs) are the only secrets a worker holds: what it prints is redacted of them.
     set_not_dumpable()
-    install((config.agent.api_key,))
+    install((config.agent.api_key, *config.agent.tools.web_keys.values()))
     redact_streams()
     from agent.batch.worker import main as worker_main
 

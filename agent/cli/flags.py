@@ -176,7 +176,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("sandbox_network", "bool", _default(SandboxOptions, "network"), "allow network inside containers",
          "Sandbox", _BATCH),
     # Tools
-    Flag("web_backend", "str", _tool("web_backend"), "web_search/web_extract backend", "Tools",
+    Flag("web_backend", "str", _tool("web_backend"),
+         "web_search backend (auto: the corpus if --web_corpus, else the first API with a key)", "Tools",
          choices=WEB_BACKENDS),
     Flag("web_corpus", "str", _tool("web_corpus"), "folder of .md/.html/.txt: the offline web backend",
          "Tools", shown="none"),
@@ -199,6 +200,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("image_api", "str", _tool("image_api"),
          "how image_generate asks: the images endpoint or an image-output chat model", "Tools",
          choices=IMAGE_APIS),
+    Flag("web_api_url", "str", _tool("web_api_url"), "base URL of the web search API (self-hosted Firecrawl)",
+         "Tools", shown="FIRECRAWL_API_URL, else the vendor's"),
+    Flag("web_corpus_url", "str", _tool("web_corpus_url"),
+         "URL where --web_corpus is served: web_search results link there, web_extract maps them back",
+         "Tools", shown="none"),
     # Logging
     Flag("verbose", "bool", _run("verbose"), "log every tool call and result", "Logging"),
     Flag("quiet", "bool", False, "warnings and errors only", "Logging", _QUERY),

@@ -3,11 +3,16 @@ model, endpoint, turns, reasoning, routing, prompts, retries)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from agent.common.secrets import started_secrets
 from agent.config.agent_config import AgentConfig, load_prefill, reasoning_config
+from agent.errors import ConfigError
 from agent.protocols import ToolConfig
+from tools.web.backends import FIRECRAWL_URL_VARIABLE, corpus_files, web_keys
 
 # AgentConfig fields filled by the flag of the same name.
 _SAME_NAME = (
@@ -45,7 +50,7 @@ def build_agent_config(values: Mapping[str, Any], *, api_key: str | None) -> Age
 # ToolConfig fields filled by the flag of the same name.
 _TOOL_FLAGS = (
     "web_backend",
-    "web_corpus",
+    "web_corpus_url",
     "allow_hosts",
     "vision_model",
     "image_model",
@@ -57,5 +62,41 @@ _TOOL_FLAGS = (
 
 
 def build_tool_config(values: Mapping[str, Any], artifacts_dir: str | None = None) -> ToolConfig:
-    """The tools' settings from typed flag values."""
-    return ToolConfig(**{name: values[name] for name in _TOOL_FLAGS}, artifacts_dir=artifacts_dir)
+    """The tools' settings from typed flag values, the search API keys the process started
+    with (never the flags: they would show in `ps`) and FIRECRAWL_API_URL."""
+    return ToolConfig(
+        **{name: values[name] for name in _TOOL_FLAGS},
+        web_corpus=_corpus_folder(values["web_backend"], values["web_corpus"]),
+        web_keys=web_keys(started_secrets().environ),
+        web_api_url=_search_api_url(values),
+        artifacts_dir=artifacts_dir,
+    )
+
+
+def _corpus_folder(backend: str, folder: str | None) -> str | None:
+    """--web_corpus as an absolute path (workers may start elsewhere), checked now."""
+    if folder is None:
+        if backend == "corpus":
+            raise ConfigError("--web_backend=corpus needs --web_corpus=DIR (a folder of .md/.html/.txt)")
+        return None
+    path = Path(folder).absolute()
+    if not path.is_dir():
+        raise ConfigError(f"--web_corpus: {folder} is not a directory")
+    if not corpus_files(path):
+        raise ConfigError(f"--web_corpus: {folder} holds no documents (.md, .html or .txt)")
+    return str(path)
+
+
+def _search_api_url(values: Mapping[str, Any]) -> str | None:
+    """--web_api_url, else FIRECRAWL_API_URL when Firecrawl may be the backend (it comes first
+    in the auto order, so a set FIRECRAWL_API_URL makes it the one unless a corpus is given)."""
+    url = values["web_api_url"] or None
+    if url is None and values["web_backend"] in ("auto", "firecrawl") and not values["web_corpus"]:
+        url = os.environ.get(FIRECRAWL_URL_VARIABLE) or None
+    for flag, value in (
+        (f"web_api_url (or {FIRECRAWL_URL_VARIABLE})", url),
+        ("web_corpus_url", values["web_corpus_url"]),
+    ):
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ConfigError(f"--{flag}={value!r}: give an http:// or https:// URL")
+    return url

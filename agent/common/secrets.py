@@ -26,6 +26,9 @@ from typing import NoReturn
 
 from agent.common.redaction import install
 
+# The web search APIs' key variables (tools/web): backend -> variable, in the reference's order.
+SEARCH_API_KEYS = {"firecrawl": "FIRECRAWL_API_KEY", "tavily": "TAVILY_API_KEY", "exa": "EXA_API_KEY"}
+
 # Variables whose values are secrets: never passed on, always redacted. One list, here.
 SECRET_VARIABLES = (
     "OPENROUTER_API_KEY",
@@ -44,6 +47,8 @@ SECRET_VARIABLES = (
     "GH_TOKEN",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
+    *SEARCH_API_KEYS.values(),
+    "PARALLEL_API_KEY",  # the reference's fourth search API: not a backend here, still kept secret
 )
 SECRET_FLAG = "api_key"
 HANDOFF_VARIABLE = "AGENT_SECRETS_FD"  # the pipe's descriptor number (not itself a secret)

@@ -17,7 +17,7 @@ JSON = Any  # a value json.loads can return
 T = TypeVar("T")
 
 
-WEB_BACKENDS = ("auto", "corpus", "firecrawl", "tavily", "brave")
+WEB_BACKENDS = ("auto", "corpus", "firecrawl", "tavily", "exa")
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,8 @@ class ToolConfig:
     web_backend: str = "auto"  # auto: the corpus when --web_corpus is set, else the first keyed API
     web_corpus: str | None = None  # folder of .md/.html/.txt: the offline web backend
     web_keys: Mapping[str, str] = field(default_factory=dict, repr=False)  # backend -> API key
+    web_api_url: str | None = None  # the search API's base URL (self-hosted Firecrawl); None: the vendor's
+    web_corpus_url: str | None = None  # where the corpus is served: search results link there
     allow_hosts: tuple[str, ...] = ()  # hosts/networks reachable despite the private-range policy
     vision_model: str | None = None  # None: the run's model
     image_model: str | None = None  # None: the image backend's default
