@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +26,9 @@ from agent.sandboxes.host.cgroups import Hierarchy
 from agent.sandboxes.host.mounts import mounts_under
 from agent.sandboxes.local import tracking
 from agent.sandboxes.local.sandbox import open_pool
+from agent.servers.simulated.server import SimulatedEndpoint
 from tests.fixtures.containers import missing
+from tests.test_batch_support import BatchCLI, read_json, tool_then_answer, write_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 # Each prints the pid of a process that left the command's process group, its cwd and HOME.
@@ -95,7 +99,7 @@ async def test_mounts_in_a_sandbox_are_detached_and_never_deleted_through(tmp_pa
         assert (outside / "keep.txt").read_text() == "host data"  # b/ was detached, not emptied
         async with factory(SandboxSpec("iso", "next")) as second:
             assert second.root == slot and os.listdir(second.workdir) == []
-    assert mounts_under(str(tmp_path), fresh=True) == []
+    assert mounts_under(str(tmp_path), fresh=True) == mounts_under(str(open_tmp), fresh=True) == []
     assert os.listdir(tmp_path / "sb") == []
 
 
@@ -225,3 +229,52 @@ def test_auto_is_bwrap_where_it_works_else_local_said_once(tmp_path: Path) -> No
     assert len(said) == 1 and "`bwrap` is not installed" in said[0], chose.stderr
     picked = _resolve({**base, "TERMINAL_ENV": "local"})
     assert picked.stdout.split() == ["local", "local"] and "sandbox backend:" not in picked.stderr
+
+
+def _running(marker: bytes) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (
+                entry.name.isdigit()
+                and marker in (entry / "cmdline").read_bytes()
+                and _alive(int(entry.name))
+            ):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A TMPDIR a root runner's bwrap sandboxes can enter (pytest's tmp_path is private, 0700:
+    there `auto` finds bwrap unusable and says so)."""
+    root = tempfile.mkdtemp(prefix="isolation-test-")
+    os.chmod(root, 0o755)
+    try:
+        yield Path(root)
+    finally:
+        shutil.rmtree(root)
+
+
+@pytest.mark.parametrize("sandbox", [None, "local"])
+def test_a_hostile_prompt_leaves_no_process_nor_mount_on_the_default_backend(
+    tmp_path: Path, open_tmp: Path, sandbox: str | None
+) -> None:
+    if unavailable_reason(SandboxOptions(backend="bwrap", root=str(open_tmp))) is not None:
+        missing("bwrap is not usable here")
+    hostile = f"{HOSTILE[0].replace('3105', '3112')}; mkdir -p m && mount -t tmpfs tmpfs m; echo done"
+    with SimulatedEndpoint() as endpoint:
+        endpoint.script("Hostile", tool_then_answer(command=hostile))
+        write_dataset(tmp_path / "d.jsonl", [{"prompt": "Hostile"}, {"prompt": "Hostile"}])
+        cli = BatchCLI(tmp_path, endpoint)
+        cli.tmpdir = open_tmp
+        chosen = [f"--sandbox={sandbox}"] if sandbox else []
+        done = cli.run("--dataset_file=d.jsonl", "--batch_size=2", "--run_name=h", *chosen, timeout=120)
+    assert done.returncode == 0, done
+    recorded = read_json(cli.run_dir("h") / "run_config.json")["sandbox"]["backend"]
+    assert recorded == (sandbox or "bwrap")
+    assert done.stderr.count("sandbox backend:") == (0 if sandbox else 1), done
+    assert _running(b"sleep\x003112") == []
+    assert mounts_under(str(tmp_path), fresh=True) == mounts_under(str(open_tmp), fresh=True) == []
