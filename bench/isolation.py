@@ -156,7 +156,7 @@ def timeout(root: str) -> None:
             ended = time.monotonic()
     print(
         f"timeout/bwrap --prompt_timeout=3: `sleep 600` gone {gone - started:.2f} s after it started "
-        f"(the prompt's 3 s include its first model call); runner exited {ended - gone:.2f} s later, code {code}"
+        f"(the 3 s count from the prompt's start); runner exited {ended - gone:.2f} s later, code {code}"
     )
 
 
