@@ -146,7 +146,9 @@ class SlotPool:
             remove_pool(path)
             with suppress(FileNotFoundError):
                 os.unlink(self._marker)
-        except (OSError, SandboxError) as exc:
+        except SandboxError as exc:  # a mount stayed: the pool is left, said once, never a traceback
+            log.warning("could not remove sandbox pool %s: %s", path, exc)
+        except OSError as exc:
             _report(f"could not remove sandbox pool {path}: {exc}", exc, strict)
         with suppress(OSError):
             os.rmdir(self._run_dir)
