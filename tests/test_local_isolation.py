@@ -229,6 +229,10 @@ def test_auto_is_bwrap_where_it_works_else_local_said_once(tmp_path: Path) -> No
     assert len(said) == 1 and "`bwrap` is not installed" in said[0], chose.stderr
     picked = _resolve({**base, "TERMINAL_ENV": "local"})
     assert picked.stdout.split() == ["local", "local"] and "sandbox backend:" not in picked.stderr
+    if os.geteuid() == 0:  # pytest's tmp_path is private (0700): a root runner's bwrap cannot enter it
+        private = _resolve(base)
+        assert private.stdout.split() == ["local", "local"], private.stderr
+        assert "must be o+x" in private.stderr, private.stderr
 
 
 def _running(marker: bytes) -> list[int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import secrets
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -35,10 +36,18 @@ def probe(chosen: SandboxBackend, options: SandboxOptions) -> str | None:
     try:
         result = _run(attempt())
     except (AgentError, OSError, TimeoutError) as exc:
-        return f"a probe sandbox failed: {type(exc).__name__}: {exc}"
+        return f"a probe sandbox failed: {type(exc).__name__}: {exc}{_hint(str(exc))}"
     if result.exit_code != 0 or result.output.strip() != "ok":
         return f"a probe command failed (exit {result.exit_code}): {result.output.strip()[:200]}"
     return None
+
+
+def _hint(failure: str) -> str:
+    """How to fix the usual cause: a root runner's bwrap sandboxes run under a uid of their own,
+    which cannot enter a private TMPDIR (pytest's, a 0700 home)."""
+    if os.geteuid() == 0 and "Permission denied" in failure:
+        return " (sandboxes run under their own uid: every directory above TMPDIR must be o+x)"
+    return ""
 
 
 def _run(work: Coroutine[Any, Any, T]) -> T:
