@@ -208,7 +208,12 @@ def test_each_hierarchy_kills_a_group_whole_and_removes_it(hierarchy_kind: Hiera
 
 
 def _resolve(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    script = "from agent.sandboxes import resolve_backend as r; print(r(None), r('auto'))"
+    script = (
+        "from agent.sandboxes import SandboxOptions, resolve_backend as r, sandbox_factory\n"
+        "chosen = r(None)\n"
+        "print(chosen, r('auto'), flush=True)\n"
+        "sandbox_factory(SandboxOptions(backend=chosen))  # a run starts: the choice is said\n"
+    )
     return subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO, check=False
     )

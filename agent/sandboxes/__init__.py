@@ -84,11 +84,20 @@ def strongest(root: str | None = None) -> str:
 
 
 _said: set[str] = set()
+_unsaid: list[tuple[int, str]] = []  # said when the choice is first used, not while flags are checked
 
 
 def _say_once(topic: str, line: str, level: int = logging.WARNING) -> None:
     if topic not in _said:
         _said.add(topic)
+        _unsaid.append((level, line))
+
+
+def _say_choice() -> None:
+    """Log how the backend was chosen, once, when a run first uses it (after every check of
+    its flags and dataset passed: an invalid command line stays one line)."""
+    while _unsaid:
+        level, line = _unsaid.pop(0)
         log.log(level, "%s", line)
 
 
@@ -138,12 +147,14 @@ def reap_stale(options: SandboxOptions) -> list[str]:
     """Remove what dead processes (kill -9, the OOM killer) left behind for this backend:
     directories for local/bwrap, containers for docker. Returns what was removed."""
     options = concrete(options)
+    _say_choice()
     return backend(options.backend).reap_stale(options)
 
 
 def sandbox_factory(options: SandboxOptions) -> SandboxFactory:
     """A factory for `options.backend`; raises SandboxUnavailable when it cannot run here."""
     options = concrete(options)
+    _say_choice()
     reason = unavailable_reason(options)
     if reason is not None:
         raise SandboxUnavailable(f"sandbox backend '{options.backend}' is unavailable: {reason}")

@@ -3,7 +3,8 @@ real sandbox opens, takes a file and runs a command that reads it back; local ot
 is never chosen implicitly: it needs images and a daemon the operator asked for.
 
 Decided once per process (the CLI edge resolves `auto` into the concrete backend that
-run_config.json records) and said once in the log, with the reason.
+run_config.json records) and said once in the log, with the reason, when a run first uses it
+(agent.sandboxes: so that an invalid command line stays one line).
 """
 
 from __future__ import annotations
