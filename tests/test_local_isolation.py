@@ -131,10 +131,24 @@ def test_what_a_killed_worker_left_running_or_mounted_is_reaped_at_the_next_star
     done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False)
     stray = int(done.stdout)
     assert _alive(stray) and mounts_under(str(root), fresh=True)
-    assert len(reap_stale(SandboxOptions(backend="local", root=str(root)))) == 1
+    removed = reap_stale(SandboxOptions(backend="local", root=str(root)))
+    assert [path for path in removed if path.startswith(str(root))] != []
     assert not _alive(stray) and mounts_under(str(root), fresh=True) == []
     assert (outside / "keep.txt").read_text() == "host data"
     assert os.listdir(root) == []
+
+
+@pytest.mark.usefixtures("tracked")
+def test_a_killed_workers_strays_die_at_the_next_start_even_when_its_directory_is_gone(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "sb"
+    argv = [sys.executable, "-c", _DIES, str(root), HOSTILE[0]]
+    stray = int(subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False).stdout)
+    assert _alive(stray)
+    shutil.rmtree(root)  # e.g. a cleaned TMPDIR: no pool directory tells of the dead worker
+    removed = reap_stale(SandboxOptions(backend="local", root=str(tmp_path / "elsewhere")))
+    assert not _alive(stray) and any("/agent-" in path for path in removed)
 
 
 @pytest.mark.anyio
@@ -144,7 +158,7 @@ async def test_a_command_that_cannot_join_its_cgroup_is_refused_not_run_untracke
     options = SandboxOptions(backend="local", root=str(tmp_path))
     async with open_pool(options, "iso") as factory, factory(SandboxSpec("iso", "p")) as sandbox:
         pool_dir, slot = os.path.split(sandbox.root)
-        os.rmdir(os.path.join(tracked.base, tracking.group_name(pool_dir), slot))
+        os.rmdir(os.path.join(tracked.base, tracking.group_name(pool_dir), slot))  # this process owns it
         result = await sandbox.exec("touch ran", timeout=10)
         assert result.exit_code == 125 and "could not join" in result.output
         assert not os.path.exists(os.path.join(sandbox.workdir, "ran"))

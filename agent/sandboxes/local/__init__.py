@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 
 from agent.protocols import Sandbox, SandboxBackend, SandboxOptions, SandboxPool, SandboxSpec
-from agent.sandboxes.local import sandbox, slots
+from agent.sandboxes.local import sandbox, slots, tracking
 
 
 class LocalBackend:
@@ -17,8 +17,10 @@ class LocalBackend:
         return sandbox.open_sandbox(spec, options)
 
     def reap_stale(self, options: SandboxOptions) -> list[str]:
-        """Delete sandbox pools under the root whose owner process is dead."""
-        return slots.reap_stale(options.root or sandbox.default_root())
+        """Delete sandbox pools under the root whose owner process is dead, and kill the cgroups
+        (with every process in them) of owners that died, wherever their pools were."""
+        removed = slots.reap_stale(options.root or sandbox.default_root())
+        return removed + tracking.reap_orphaned()
 
     @property
     def pool(self) -> SandboxPool:

@@ -9,17 +9,21 @@ Its descendants inherit the group whatever they do, so closing the sandbox kills
 whole (`cgroup.kill`: one write), and an empty group proves that nothing of the prompt lives on,
 which is what makes reusing the slot for the next prompt safe.
 
-Layout: `<our group>/agent-<pool dir name>/<slot number>`.
+Layout: `<our group>/agent-<owner pid>-<owner start time>-<pool dir name>/<slot number>`: the
+owner in the name lets a later run kill and delete the groups of a worker that died (kill -9)
+even when its pool directory is gone.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 from contextlib import suppress
 
 from agent.sandboxes.host import cgroups
 from agent.sandboxes.host.cgroups import Hierarchy, ProcessCgroup
+from agent.sandboxes.host.owner import boot_id, owner_is_dead, process_start_time
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +92,46 @@ class PoolGroups:
 
 
 def group_name(pool_dir: str) -> str:
-    return "agent-" + os.path.basename(pool_dir.rstrip("/"))
+    """The name of the group of a pool this process owns."""
+    pid = os.getpid()
+    return f"agent-{pid}-{process_start_time(pid)}-{os.path.basename(pool_dir.rstrip('/'))}"
 
 
 def reap(pool_dir: str) -> None:
     """Kill and delete the groups of a pool whose owner died."""
-    found = cgroups.hierarchy()
-    if found is not None:
+    suffix = "-" + os.path.basename(pool_dir.rstrip("/"))
+    for group in _groups():
+        if group.path.endswith(suffix):
+            with suppress(OSError):
+                group.remove()
+
+
+def reap_orphaned() -> list[str]:
+    """Kill and delete the pool groups whose owner process died, whatever became of their
+    directories; returns their paths."""
+    removed = []
+    for group in _groups():
+        pid, _, rest = os.path.basename(group.path).removeprefix("agent-").partition("-")
+        start = rest.partition("-")[0]
+        if not pid.isdigit() or not owner_is_dead(_owner(pid, start)):
+            continue
         with suppress(OSError):
-            found.group(group_name(pool_dir)).remove()
+            if group.remove():
+                removed.append(group.path)
+    return removed
+
+
+def _owner(pid: str, start: str) -> dict[str, str]:
+    return {"host": socket.gethostname(), "pid": pid, "start": start, "boot": boot_id()}
+
+
+def _groups() -> list[ProcessCgroup]:
+    found = cgroups.hierarchy()
+    if found is None:
+        return []
+    try:
+        with os.scandir(found.base) as entries:
+            names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    return [found.group(n) for n in names if n.startswith("agent-") and not n.startswith("agent-probe-")]
