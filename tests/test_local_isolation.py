@@ -138,17 +138,19 @@ def test_what_a_killed_worker_left_running_or_mounted_is_reaped_at_the_next_star
     assert os.listdir(root) == []
 
 
-@pytest.mark.usefixtures("tracked")
-def test_a_killed_workers_strays_die_at_the_next_start_even_when_its_directory_is_gone(
-    tmp_path: Path,
+def test_a_killed_workers_strays_die_at_the_next_start_even_without_its_directory(
+    tmp_path: Path, tracked: Hierarchy
 ) -> None:
     root = tmp_path / "sb"
     argv = [sys.executable, "-c", _DIES, str(root), HOSTILE[0]]
     stray = int(subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False).stdout)
     assert _alive(stray)
     shutil.rmtree(root)  # e.g. a cleaned TMPDIR: no pool directory tells of the dead worker
-    removed = reap_stale(SandboxOptions(backend="local", root=str(tmp_path / "elsewhere")))
-    assert not _alive(stray) and any("/agent-" in path for path in removed)
+    (line,) = [line for line in Path(f"/proc/{stray}/cgroup").read_text().splitlines() if "/agent-" in line]
+    group = tracked.base + line[line.index("/agent-") :]  # its slot's group, under our own
+    assert os.path.isdir(group)
+    assert reap_stale(SandboxOptions(backend="local", root=str(tmp_path / "elsewhere"))) == []
+    assert not _alive(stray) and not os.path.exists(os.path.dirname(group))
 
 
 @pytest.mark.anyio
