@@ -16,7 +16,7 @@ from agent.config.agent_config import DIALECTS, PROVIDER_SORTS, REASONING_EFFORT
 from agent.config.export_config import REASONING_PLACES, ExportOptions
 from agent.config.run_config import RunConfig
 from agent.protocols import IMAGE_APIS, WEB_BACKENDS, ToolConfig
-from agent.sandboxes import BACKENDS, SandboxOptions
+from agent.sandboxes import AUTO, BACKENDS, SandboxOptions
 
 Kind = Literal["str", "int", "float", "bool", "list"]
 
@@ -169,8 +169,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("tpm", "float", _run("tpm"), "tokens per minute, split across workers", "Workers and budgets",
          _BATCH, shown="none"),
     # Sandbox
-    Flag("sandbox", "str", None, f"where tool calls run: {', '.join(BACKENDS)}", "Sandbox",
-         shown="local (or TERMINAL_ENV)"),
+    Flag("sandbox", "str", _default(SandboxOptions, "backend"),
+         f"where tool calls run: {AUTO} (bwrap when it works here, else local), {', '.join(BACKENDS)}",
+         "Sandbox", shown=f"{_default(SandboxOptions, 'backend')} (or TERMINAL_ENV)"),
     Flag("image", "str", _default(SandboxOptions, "default_image"), "default container image (docker)",
          "Sandbox", _BATCH),
     Flag("sandbox_network", "bool", _default(SandboxOptions, "network"), "allow network inside containers",

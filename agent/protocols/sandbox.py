@@ -14,7 +14,7 @@ DEFAULT_IMAGE = "python:3.11-slim"
 class SandboxOptions:
     """What a run asks of its sandboxes, whatever the backend."""
 
-    backend: str = "local"
+    backend: str = "auto"  # the strongest usable here (agent.sandboxes.choice); resolved at the CLI edge
     default_image: str = DEFAULT_IMAGE
     network: bool = False  # containers: allow network access
     memory_mb: int = 1024

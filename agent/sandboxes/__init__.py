@@ -4,11 +4,16 @@ A backend is a package (`local`, `bwrap`, `docker`) exposing `BACKEND`, a `Sandb
 (agent/protocols.py): how to open a sandbox, why it cannot run here, how to reap what dead
 processes left, and optionally a pool for a whole run. Backends are imported lazily, by name,
 so that a missing optional dependency of one backend (the docker SDK) never breaks another.
+`auto` (the default) names the strongest backend usable here (see `choice`): the CLI edge
+resolves it once with `resolve_backend`; a SandboxOptions still saying `auto` is resolved
+where it is used.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -16,9 +21,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from agent.errors import ConfigError, SandboxUnavailable
 from agent.protocols import Sandbox, SandboxBackend, SandboxFactory, SandboxOptions, SandboxSpec
 from agent.sandboxes.blocking import to_the_end
+from agent.sandboxes.choice import AUTO, probe
 from agent.sandboxes.session import sandbox_session, throttled
 
 __all__ = [
+    "AUTO",
     "BACKENDS",
     "SandboxOptions",
     "available_backends",
@@ -33,7 +40,10 @@ __all__ = [
     "unavailable_reason",
 ]
 
+log = logging.getLogger(__name__)
+
 BACKENDS = ("local", "bwrap", "docker")  # each is the package agent.sandboxes.<name>
+_chosen: dict[str | None, str] = {}  # auto's choice in this process, by sandbox root
 UNSUPPORTED = {
     "singularity": "Singularity/Apptainer is not supported yet (not installable on these machines)",
     "apptainer": "Singularity/Apptainer is not supported yet (not installable on these machines)",
@@ -43,18 +53,72 @@ UNSUPPORTED = {
 }
 
 
-def resolve_backend(flag: str | None) -> str:
-    """The backend named by --sandbox, else TERMINAL_ENV, else local; unknown names are a ConfigError."""
-    name = (flag or os.environ.get("TERMINAL_ENV") or "local").strip().lower()
+def resolve_backend(flag: str | None, root: str | None = None) -> str:
+    """The concrete backend for --sandbox: the one it names; for `auto` (or none) TERMINAL_ENV's
+    when set, else the strongest usable here (`strongest`). Unknown names are a ConfigError."""
+    name = (flag or AUTO).strip().lower()
+    if name == AUTO:
+        name = (os.environ.get("TERMINAL_ENV") or AUTO).strip().lower()
     if name in UNSUPPORTED:
         raise ConfigError(f"--sandbox={name}: {UNSUPPORTED[name]}; use one of {', '.join(BACKENDS)}")
-    if name not in BACKENDS:
-        raise ConfigError(f"--sandbox={name}: unknown backend; use one of {', '.join(BACKENDS)}")
-    return name
+    if name != AUTO and name not in BACKENDS:
+        raise ConfigError(f"--sandbox={name}: unknown backend; use one of {AUTO}, {', '.join(BACKENDS)}")
+    if name == "local":
+        _say_local_tracking()
+    return strongest(root) if name == AUTO else name
+
+
+def strongest(root: str | None = None) -> str:
+    """bwrap when it is usable here (installed, and a probe sandbox works), else local; decided
+    once per process and said once in the log, with why."""
+    if root not in _chosen:
+        options = SandboxOptions(backend="bwrap", root=root)
+        why_not = unavailable_reason(options) or probe(backend("bwrap"), options)
+        _chosen[root] = "bwrap" if why_not is None else "local"
+        if why_not is None:
+            _say_once("auto", "sandbox backend: bwrap (the default, auto: the strongest usable here)")
+        else:
+            _say_once("auto", f"sandbox backend: local (the default, auto: bwrap is not usable: {why_not})")
+            _say_local_tracking()
+    return _chosen[root]
+
+
+_said: set[str] = set()
+_unsaid: list[tuple[int, str]] = []  # said when the choice is first used, not while flags are checked
+
+
+def _say_once(topic: str, line: str, level: int = logging.WARNING) -> None:
+    if topic not in _said:
+        _said.add(topic)
+        _unsaid.append((level, line))
+
+
+def _say_choice() -> None:
+    """Log how the backend was chosen, once, when a run first uses it (after every check of
+    its flags and dataset passed: an invalid command line stays one line)."""
+    while _unsaid:
+        level, line = _unsaid.pop(0)
+        log.log(level, "%s", line)
+
+
+def _say_local_tracking() -> None:
+    """How local sandboxes track processes here: a warning when no cgroup does."""
+    from agent.sandboxes.local import tracking  # imported with the backend it describes
+
+    _say_once("local", tracking.describe(), logging.INFO if tracking.tracked() else logging.WARNING)
+
+
+def concrete(options: SandboxOptions) -> SandboxOptions:
+    """`options` with `auto` resolved to the backend it means here."""
+    if options.backend != AUTO:
+        return options
+    return dataclasses.replace(options, backend=strongest(options.root))
 
 
 def backend(name: str) -> SandboxBackend:
-    """The backend called `name` (one of BACKENDS), its package imported now if not yet."""
+    """The backend called `name` (one of BACKENDS, or `auto`), its package imported now if not yet."""
+    if name == AUTO:
+        name = strongest()
     if name not in BACKENDS:
         raise ConfigError(f"unknown sandbox backend {name!r}; use one of {', '.join(BACKENDS)}")
     found: SandboxBackend = importlib.import_module(f"agent.sandboxes.{name}").BACKEND
@@ -63,6 +127,7 @@ def backend(name: str) -> SandboxBackend:
 
 def unavailable_reason(options: SandboxOptions) -> str | None:
     """Why `options.backend` cannot run here (with how to fix it), or None when it can."""
+    options = concrete(options)
     try:
         chosen = backend(options.backend)
     except ImportError as exc:
@@ -81,11 +146,15 @@ def available_backends(options: SandboxOptions | None = None) -> dict[str, str |
 def reap_stale(options: SandboxOptions) -> list[str]:
     """Remove what dead processes (kill -9, the OOM killer) left behind for this backend:
     directories for local/bwrap, containers for docker. Returns what was removed."""
+    options = concrete(options)
+    _say_choice()
     return backend(options.backend).reap_stale(options)
 
 
 def sandbox_factory(options: SandboxOptions) -> SandboxFactory:
     """A factory for `options.backend`; raises SandboxUnavailable when it cannot run here."""
+    options = concrete(options)
+    _say_choice()
     reason = unavailable_reason(options)
     if reason is not None:
         raise SandboxUnavailable(f"sandbox backend '{options.backend}' is unavailable: {reason}")
@@ -101,6 +170,7 @@ def sandbox_factory(options: SandboxOptions) -> SandboxFactory:
 async def sandbox_pool(options: SandboxOptions, run_name: str) -> AsyncIterator[SandboxFactory]:
     """A factory for all of a run's sandboxes in this process, valid inside the block: the
     backend's own pool when it has one, else `sandbox_factory`'s fresh sandbox per prompt."""
+    options = concrete(options)
     factory = sandbox_factory(options)  # raises SandboxUnavailable before anything is made
     pool = backend(options.backend).pool
     if pool is None:

@@ -57,9 +57,10 @@ def waited(pid: int) -> None:
         _commands.discard(pid)
 
 
-def kill_adopted(sandbox_dir: str) -> None:
-    """SIGKILL our adopted orphans that belong to `sandbox_dir`, round after round (a killed
-    orphan's own children are adopted in turn), and reap the adopted orphans that ended."""
+def kill_adopted(sandbox_dir: str | None) -> None:
+    """SIGKILL our adopted orphans that belong to `sandbox_dir` (every one for None), round
+    after round (a killed orphan's own children are adopted in turn), and reap the adopted
+    orphans that ended."""
     for _ in range(ROUNDS):
         found = strays(sandbox_dir)
         for pid in found:
@@ -70,17 +71,26 @@ def kill_adopted(sandbox_dir: str) -> None:
         time.sleep(SETTLE)
 
 
-def strays(sandbox_dir: str) -> list[int]:
-    """Our adopted orphans still running that belong to `sandbox_dir`; the adopted orphans
-    that ended are reaped on the way (one look at our children does both)."""
+def strays(sandbox_dir: str | None) -> list[int]:
+    """Our adopted orphans still running that belong to `sandbox_dir` (every one for None);
+    the adopted orphans that ended are reaped on the way (one look at our children does both)."""
     found = []
     for pid in _adopted():
         if _zombie(pid):
             with suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
-        elif belongs_to(pid, sandbox_dir):
+        elif sandbox_dir is None or belongs_to(pid, sandbox_dir):
             found.append(pid)
     return found
+
+
+def reap_ended() -> None:
+    """Reap the adopted orphans that ended (a cgroup kill leaves them as our zombies)."""
+    if _adopting:
+        for pid in _adopted():
+            if _zombie(pid):
+                with suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
 
 
 def belongs_to(pid: int, sandbox_dir: str) -> bool:

@@ -1,6 +1,7 @@
 """Host processes a sandbox starts: running a command in its own process group with a
 timeout and bounded output, and killing every process a sandbox left behind (the local
-backend's process control; the processes are recognised by a cwd or HOME inside the sandbox).
+backend's process control). Those are the sandbox's cgroup when it has one (nothing escapes
+it), else the processes recognised by a cwd or HOME inside the sandbox.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from contextlib import suppress
 from agent.errors import SandboxError
 from agent.protocols import ExecResult
 from agent.sandboxes.host import orphans
+from agent.sandboxes.host.cgroups import ProcessCgroup
 from agent.sandboxes.host.orphans import belongs_to
 from agent.sandboxes.host.output_buffer import OutputBuffer
 from agent.sandboxes.host.process_output import DRAIN_GRACE, pidfds_work, pump, read_ready, wait_until, watch
@@ -27,10 +29,12 @@ TIMEOUT_EXIT_CODE = 124
 
 
 class ProcessGroups:
-    """The process groups one sandbox started; `close` kills them all (thread-safe)."""
+    """The process groups one sandbox started; `close` kills them all (thread-safe). With a
+    `cgroup` (its commands join it, see local.tracking), closing kills that group whole."""
 
-    def __init__(self, sandbox_dir: str):
+    def __init__(self, sandbox_dir: str, cgroup: ProcessCgroup | None = None):
         self._dir = sandbox_dir  # processes working or with HOME under it are the sandbox's
+        self._cgroup = cgroup
         self._groups: set[int] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -80,8 +84,15 @@ class ProcessGroups:
 
     def close_if_idle(self) -> bool:
         """`close` when nothing is left to kill: no group of ours has a process and no adopted
-        orphan works in the sandbox (known cheaply only while adopting orphans). False, and
-        still open, otherwise."""
+        orphan works in the sandbox (known cheaply from a cgroup, or while adopting orphans).
+        False, and still open, otherwise."""
+        if self._cgroup is not None:
+            with self._lock:
+                if not self._cgroup.empty():
+                    return False
+                self._closed, self._groups = True, set()
+            orphans.reap_ended()
+            return True
         if not orphans.adopting():
             return False
         with self._lock:
@@ -91,17 +102,23 @@ class ProcessGroups:
             self._groups = set()
         return True
 
-    def close(self) -> None:
-        """Refuse new commands; SIGKILL every group started so far and every stray process."""
+    def close(self) -> bool:
+        """Refuse new commands; SIGKILL every group started so far and every stray process.
+        False when a process of the cgroup still lived after the wait (see cgroups.KILL_WAIT)."""
         with self._lock:
             self._closed = True
             groups, self._groups = self._groups, set()
+        if self._cgroup is not None:
+            dead = self._cgroup.kill()
+            orphans.reap_ended()
+            return dead
         # A remembered group may have died on its own and its id been taken by an unrelated
         # group (pid_max is often 32768): kill only groups that still hold one of our processes.
         groups = {g for g in groups if _group_alive(g)}  # most commands ended: skip the /proc walk
         members = _group_members(groups) if groups else {}
         kill_groups([g for g in groups if any(belongs_to(p, self._dir) for p in members[g])])
         kill_strays(self._dir)  # descendants that left their group (setsid, double fork)
+        return True
 
     def _spawn(self, argv: Sequence[str], cwd: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
         with self._lock, orphans.spawning() as commands:

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import logging
 from contextlib import AbstractAsyncContextManager
 
 from agent.protocols import Sandbox, SandboxBackend, SandboxOptions, SandboxPool, SandboxSpec
-from agent.sandboxes.local import sandbox, slots
+from agent.sandboxes.local import sandbox, slots, tracking
+
+log = logging.getLogger(__name__)
 
 
 class LocalBackend:
@@ -17,8 +20,13 @@ class LocalBackend:
         return sandbox.open_sandbox(spec, options)
 
     def reap_stale(self, options: SandboxOptions) -> list[str]:
-        """Delete sandbox pools under the root whose owner process is dead."""
-        return slots.reap_stale(options.root or sandbox.default_root())
+        """Delete sandbox pools under the root whose owner process is dead (returned), and kill
+        the cgroups (with every process in them) of owners that died, wherever their pools were
+        (logged)."""
+        removed = slots.reap_stale(options.root or sandbox.default_root())
+        for group in tracking.reap_orphaned():
+            log.warning("killed and removed the cgroup of a dead sandbox owner: %s", group)
+        return removed
 
     @property
     def pool(self) -> SandboxPool:

@@ -11,7 +11,9 @@ a few files. Killing what a sandbox left running, deleting a tree and big files 
 
 This backend isolates files and environment variables, not the host: commands run as the
 runner's user with the host's filesystem visible. The path checks keep the file tools inside
-the sandbox dir; they are no defence against a hostile command.
+the sandbox dir; they are no defence against a hostile command. What it does guarantee is that
+nothing of a prompt outlives it where a cgroup tracks its processes (see `tracking`): every
+process killed, every mount under its directory detached, the directory emptied or deleted.
 """
 
 from __future__ import annotations
@@ -111,8 +113,9 @@ class LocalSandbox:
         self._pool = pool
         self._workdir = os.path.join(slot, "workspace")
         self._bash = bash
-        self._env = _scrubbed_env(slot, bash)
-        self._processes = ProcessGroups(slot)
+        group = pool.group(slot)
+        self._env = {**_scrubbed_env(slot, bash), **pool.join_env(group)}
+        self._processes = ProcessGroups(slot, group)
         self._closed = False
 
     @property
@@ -161,8 +164,8 @@ class LocalSandbox:
         if self._closed:
             return
         self._closed = True
-        self._processes.close()
-        self._pool.release(self.root, strict=strict)
+        dead = self._processes.close()  # a process that would not die: the slot is not reused
+        self._pool.release(self.root, strict=strict, reusable=dead)
 
     async def aclose(self, *, strict: bool = True) -> None:
         """`close` from the event loop: done on the loop when no process is left and the slot
