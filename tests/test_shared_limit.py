@@ -1,0 +1,77 @@
+"""One rate limit per run, whatever the number of processes: the hub's arithmetic, and at the
+simulated endpoint, `--rpm` held by two workers together even when only one has work (split
+per worker, `--rpm=240` gave a lone busy worker 120 rpm)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.llm.shared_limit import HORIZON, LimitHub, Report
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
+from tests.test_batch_support import BatchCLI, write_dataset
+
+
+def test_a_burst_seen_by_one_member_cuts_and_pauses_everyone_once() -> None:
+    hub = LimitHub(64)
+    hub.exchange(Report("a", demand=32))
+    first = hub.exchange(Report("b", demand=32, burst_generation=0, retry_after=2.0))
+    assert first.limit == 32 and first.generation == 1 and first.pause > 1.9
+    late = hub.exchange(Report("a", demand=32, burst_generation=0, retry_after=2.0))  # same burst
+    assert late.limit == 32 and late.generation == 1 and late.share == 16 and late.pause > 1.9
+
+
+def test_the_limit_is_split_by_demand_not_evenly() -> None:
+    hub = LimitHub(64)
+    hub.limit = 32.0
+    assert hub.exchange(Report("idle", demand=0)).share == 32  # alone, it may grow into all of it
+    busy = hub.exchange(Report("busy", demand=40))
+    assert busy.share == 32  # the idle member holds nothing it does not use
+    hub.exchange(Report("idle", demand=10))
+    assert hub.exchange(Report("busy", demand=40)).share == 22
+
+
+def test_successes_from_every_member_grow_the_one_limit() -> None:
+    hub = LimitHub(8)
+    hub.limit = 4.0
+    hub.exchange(Report("a", demand=4, successes=4))
+    grown = hub.exchange(Report("b", demand=4, successes=4)).limit
+    assert 5.0 < grown < 6.5  # about one slot per window of the limit's size, from both
+
+
+def test_start_permits_follow_one_pace_across_members() -> None:
+    hub = LimitHub(64, rpm=600)  # one start per 0.1 s
+    a = hub.exchange(Report("a", demand=10, want_starts=10)).starts
+    b = hub.exchange(Report("b", demand=10, want_starts=10)).starts
+    assert len(a) >= 5 and max(a) <= HORIZON and a[0] == pytest.approx(0, abs=0.01)
+    assert b[0] == pytest.approx(a[-1] + 0.1, abs=0.02)  # b's permits come after a's
+    assert all(later - earlier == pytest.approx(0.1, abs=0.01) for earlier, later in itertools.pairwise(a))
+
+
+def test_tokens_of_every_member_count_against_one_tpm() -> None:
+    hub = LimitHub(8, tpm=1000)
+    assert hub.exchange(Report("a", demand=1, tokens=600)).tpm_wait == 0
+    assert hub.exchange(Report("b", demand=1, tokens=600)).tpm_wait > 59
+
+
+def test_rpm_is_one_budget_for_all_workers_at_the_endpoint(tmp_path: Path) -> None:
+    """One conversation of 16 calls on one of two workers: the endpoint sees --rpm=240 (4/s)."""
+    turns = 16
+    call = (("terminal", json.dumps({"command": "true"})),)
+    with SimulatedEndpoint() as endpoint:
+        endpoint.script("long", [Turn(reasoning="r", tool_calls=call)] * (turns - 1) + [Turn("done", "r")])
+        dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": "long"}])
+        started = time.monotonic()
+        done = BatchCLI(tmp_path, endpoint).run(
+            f"--dataset_file={dataset}", "--batch_size=1", "--run_name=rpm", "--num_workers=2",
+            "--rpm=240", f"--max_turns={turns}", "--distribution=terminal_only",
+        )  # fmt: skip
+        assert done.returncode == 0, done
+        times = sorted(request.received_at for request in endpoint.requests)
+    assert len(times) == turns and time.monotonic() - started < 60
+    rate = (len(times) - 1) / (times[-1] - times[0])
+    assert rate == pytest.approx(4.0, rel=0.1)  # split per worker it was 2/s
