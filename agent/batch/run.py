@@ -19,11 +19,12 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.text import Text
 
+from agent.batch.capacity import raise_fd_limit
 from agent.batch.completion import EXIT_OK, Completion
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
 from agent.batch.events import Discarded, Failed, Finished, LimiterReport, WorkerEvent
@@ -40,6 +41,9 @@ from agent.store.statistics import RunStatistics, render_statistics
 from agent.toolbox.distributions import sample_toolsets_from_distribution
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
+if TYPE_CHECKING:
+    from agent.cluster.scheduler import RayScheduler
+
 log = logging.getLogger("agent.batch.run")
 
 
@@ -55,12 +59,13 @@ class BatchRun:
         self.done_keys: set[str] = set()
         self.numbers: dict[str, int] = {}  # key -> prompt_index, for the prompts not yet done
         self.progress: RunProgress | None = None
-        self.scheduler: Scheduler | None = None
+        self.scheduler: Scheduler | RayScheduler | None = None
         self.failed_keys: set[str] = set()
         self.recovered: Counter[str] = Counter()
 
     def run(self, scan: DatasetScan) -> int:
         started = time.monotonic()
+        raise_fd_limit(self.config.inflight_per_worker)  # the workers inherit it
         self.store.lock()
         try:
             index = self._open_run()
@@ -160,8 +165,15 @@ class BatchRun:
             )
         with RunProgress(todo + already_done, already_done, console=self.console) as progress:
             self.progress = progress
-            self.scheduler = Scheduler(self.config, self._on_event, self._checkpoint)
+            self.scheduler = self._scheduler()
             return self.scheduler.run(self._jobs())
+
+    def _scheduler(self) -> Scheduler | RayScheduler:
+        if self.config.backend == "ray":  # imported only then: Ray takes seconds to import
+            from agent.cluster.scheduler import RayScheduler
+
+            return RayScheduler(self.config, self._on_event, self._checkpoint)
+        return Scheduler(self.config, self._on_event, self._checkpoint)
 
     def _on_event(self, event: WorkerEvent) -> None:
         match event:

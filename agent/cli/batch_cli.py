@@ -42,6 +42,8 @@ _SAME_NAME = (
     "price_output",
     "price_cached",
     "max_cost",
+    "backend",
+    "ray_address",
 )
 
 

@@ -13,7 +13,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal
 
 from agent.config.agent_config import DIALECTS, PROVIDER_SORTS, REASONING_EFFORTS, AgentConfig
-from agent.config.run_config import RunConfig
+from agent.config.run_config import RUN_BACKENDS, RunConfig
 from agent.sandboxes import BACKENDS, SandboxOptions
 
 Kind = Literal["str", "int", "float", "bool", "list"]
@@ -152,10 +152,10 @@ FLAGS: tuple[Flag, ...] = (
          "Workers and budgets", _BATCH, minimum=1),
     Flag("prompt_timeout", "float", _run("prompt_timeout"), "wall-clock seconds per prompt",
          "Workers and budgets", _BATCH, shown="none"),
-    Flag("rpm", "float", _run("rpm"), "requests per minute, split across workers", "Workers and budgets",
-         _BATCH, shown="none"),
-    Flag("tpm", "float", _run("tpm"), "tokens per minute, split across workers", "Workers and budgets",
-         _BATCH, shown="none"),
+    Flag("rpm", "float", _run("rpm"), "requests per minute of the whole run, shared by all workers",
+         "Workers and budgets", _BATCH, shown="none"),
+    Flag("tpm", "float", _run("tpm"), "tokens per minute of the whole run, shared by all workers",
+         "Workers and budgets", _BATCH, shown="none"),
     # Sandbox
     Flag("sandbox", "str", None, f"where tool calls run: {', '.join(BACKENDS)}", "Sandbox",
          shown="local (or TERMINAL_ENV)"),
@@ -183,6 +183,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("max_cost", "float", _run("max_cost"),
          "USD this invocation may spend: then no new prompt starts (in-flight ones finish)",
          "Workers and budgets", _BATCH, shown="none"),
+    Flag("backend", "str", _run("backend"),
+         "where prompts run: local worker processes, or actors on a Ray cluster (pip install -e \".[ray]\")",
+         "Workers and budgets", _BATCH, choices=RUN_BACKENDS),
+    Flag("ray_address", "str", _run("ray_address"),
+         "with --backend=ray: the cluster to join, auto (started here with ray start) or host:port",
+         "Workers and budgets", _BATCH),
 )  # fmt: skip
 
 BY_NAME = {flag.name: flag for flag in FLAGS}

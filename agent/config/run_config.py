@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +23,9 @@ KEPT_BY: dict[str, str] = {
     "no_reasoning": "keep_no_reasoning",
 }
 
+RUN_BACKENDS = ("local", "ray")  # where prompts run: this machine's worker processes, a Ray cluster
+RAY_INSTALL = 'pip install -e ".[ray]"'
+
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -33,6 +37,14 @@ def check_run_name(name: str) -> str:
             "output directory and must not escape it)"
         )
     return name
+
+
+def _importable(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (Ray takes seconds to import)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,8 @@ class RunConfig:
     price_output: float | None = None  # USD per million completion tokens
     price_cached: float | None = None  # USD per million cached prompt tokens (default: price_input)
     max_cost: float | None = None  # USD this invocation may spend before it stops scheduling
+    backend: str = "local"  # "local": worker processes here; "ray": actors on a Ray cluster
+    ray_address: str = "auto"  # the Ray cluster to join: "auto" (this machine's) or host:port
 
     def __post_init__(self) -> None:
         given = (self.price_input is not None, self.price_output is not None)
@@ -68,6 +82,8 @@ class RunConfig:
             raise ConfigError("--price_input and --price_output go together: pass both, or neither")
         if self.price_cached is not None and not all(given):
             raise ConfigError("--price_cached needs --price_input and --price_output")
+        if self.backend == "ray" and not _importable("ray"):
+            raise ConfigError(f"--backend=ray needs Ray, which is not installed: {RAY_INSTALL}")
 
     @property
     def prices(self) -> Prices | None:
