@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -160,7 +159,7 @@ def test_a_node_lost_mid_run_reruns_its_prompts_elsewhere(tmp_path: Path, ray_cl
     err = (tmp_path / "runner.err").read_text()
     assert "lost" in err and "run again elsewhere" in err
     assert trajectory_prompts(cli.run_dir("lost")) == Counter(prompts)
-    lines = [json.loads(line) for path in cli.run_dir("lost").glob("batch_*.jsonl") for line in path.open()]
+    lines = [entry for path in cli.run_dir("lost").glob("batch_*.jsonl") for entry in read_jsonl(path)]
     assert len(lines) == len(prompts)  # written once each, not merely de-duplicated at the merge
     deadline = time.monotonic() + 30
     while ray_cluster.sandboxes_left("lost") and time.monotonic() < deadline:
