@@ -192,3 +192,17 @@ def test_without_ray_installed_the_backend_exits_2_naming_the_install(tmp_path: 
     assert done.returncode == 2, done.stderr
     assert 'pip install -e ".[ray]"' in done.stderr and "--backend=ray" in done.stderr
     assert not (tmp_path / "data" / "noray").exists()
+
+
+def test_an_address_where_no_cluster_answers_exits_2_at_once(tmp_path: Path) -> None:
+    if os.environ.get("CI", "").lower() != "true":
+        pytest.importorskip("ray", reason='Ray is an optional extra: pip install -e ".[ray]"')
+    dataset = prompts_dataset(tmp_path / "d.jsonl", ["one"])
+    started = time.monotonic()
+    done = BatchCLI(tmp_path).run(
+        f"--dataset_file={dataset}", "--batch_size=1", "--run_name=nocluster", "--backend=ray",
+        "--ray_address=127.0.0.1:1", "--base_url=http://127.0.0.1:9/v1", timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 2, done
+    assert "--ray_address=127.0.0.1:1: no Ray cluster answers there" in done.stderr
+    assert time.monotonic() - started < 60  # Ray alone would retry for minutes

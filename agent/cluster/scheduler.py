@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -32,7 +33,23 @@ log = logging.getLogger("agent.cluster.scheduler")
 SYNC_EVERY = 1.0  # seconds between group commits, as the local backend
 POLL_TIMEOUT = 0.5  # seconds an actor holds a poll without events
 START_TIMEOUT = 180.0  # seconds for the first actors to come up (imports, sandbox checks)
+PROBE_TIMEOUT = 10.0  # seconds to reach --ray_address before giving up
 STOP_GRACE = 30.0  # seconds actors get to finish or cancel and destroy their sandboxes
+
+
+def _probe(address: str) -> None:
+    """A ConfigError unless `address` (host:port) accepts a connection: Ray itself retries an
+    unreachable address for minutes."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--ray_address={address}: expected auto or host:port")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"--ray_address={address}: no Ray cluster answers there ({exc.strerror or exc}); "
+            "start one with `ray start --head`, or pass its head's host:port"
+        ) from None
 
 
 class RayScheduler:
@@ -74,6 +91,8 @@ class RayScheduler:
 
     def _connect(self) -> None:
         address = self.config.ray_address
+        if address != "auto":
+            _probe(address)
         try:
             self.ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, ValueError, RuntimeError) as exc:
