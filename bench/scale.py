@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import resource
 import subprocess
@@ -27,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from throughput import CALLS_PER_PROMPT, ROOT, _dataset, _serve, _tree
+from throughput import CALLS_PER_PROMPT, ROOT, _children, _dataset, _tree, start_endpoint
 
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 
@@ -44,8 +43,6 @@ class RunSampler(threading.Thread):
         self.stop = threading.Event()
 
     def sample(self) -> tuple[int, float]:
-        from throughput import _children
-
         pss, cpu = 0, 0.0
         for child in _children(os.getpid()):
             if child != self.skip:
@@ -83,12 +80,9 @@ def run_case(
 ) -> dict[str, Any]:
     dataset = tmp / f"{name}.jsonl"
     _dataset(dataset, prompts)
-    ours, theirs = multiprocessing.Pipe()
-    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(theirs, latency, 0.0))
-    server.start()
-    theirs.close()
-    base_url = ours.recv()
-    sampler = RunSampler(skip=server.pid or 0)
+    server = start_endpoint(latency, 0.0)
+    base_url = server.base_url
+    sampler = RunSampler(skip=server.process.pid or 0)
     idle_pss, idle_cpu = sampler.sample()
     cmd = [
         sys.executable, str(ROOT / "batch_runner.py"), f"--dataset_file={dataset}", "--batch_size=1000",
@@ -107,9 +101,7 @@ def run_case(
     sampler.join()
     last_pss, last_cpu = sampler.sample()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    ours.send("stop")
-    endpoint = ours.recv()
-    server.join()
+    endpoint = server.stop()
     if proc.returncode != 0:
         raise SystemExit(f"{name}: runner exited {proc.returncode}:\n{err.decode()[-3000:]}")
     stats = endpoint["stats"]
