@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.llm.shared_limit import HORIZON, LimitHub, Report
+from agent.llm import shared_limit
+from agent.llm.shared_limit import HORIZON, STALE, LimitHub, Report
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.test_batch_support import BatchCLI, write_dataset
 
@@ -75,3 +76,14 @@ def test_rpm_is_one_budget_for_all_workers_at_the_endpoint(tmp_path: Path) -> No
     assert len(times) == turns and time.monotonic() - started < 60
     rate = (len(times) - 1) / (times[-1] - times[0])
     assert rate == pytest.approx(4.0, rel=0.1)  # split per worker it was 2/s
+
+
+def test_a_member_that_stopped_reporting_holds_no_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker actor lost with its node must not keep its slots for the rest of the run."""
+    now = [1000.0]
+    monkeypatch.setattr(shared_limit.time, "monotonic", lambda: now[0])
+    hub = LimitHub(60)
+    hub.exchange(Report("lost", demand=30))
+    assert hub.exchange(Report("alive", demand=60)).share == 30
+    now[0] += STALE + 1
+    assert hub.exchange(Report("alive", demand=60)).share == 60

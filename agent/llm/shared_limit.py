@@ -31,6 +31,7 @@ from typing import Protocol
 
 DECREASE = 0.5
 HORIZON = 0.5  # seconds ahead for which start permits are granted at once
+STALE = 5.0  # seconds after which a silent member's demand no longer counts (it died, or idles)
 
 
 @dataclass(frozen=True)
@@ -76,13 +77,16 @@ class LimitHub:
         self.paused_until = 0.0
         self.next_start = 0.0
         self.demand: dict[str, int] = {}
+        self.seen: dict[str, float] = {}  # member -> when it last reported
         self.tokens: deque[tuple[float, int]] = deque()
         self.token_sum = 0
         self.cuts = 0
 
     def exchange(self, report: Report) -> Grant:
         now = time.monotonic()
+        self._forget_silent(now)
         self.demand[report.member] = report.demand
+        self.seen[report.member] = now
         self._account(report, now)
         return Grant(
             share=self._share(report.member),
@@ -107,6 +111,11 @@ class LimitHub:
         if self.tpm and report.tokens:
             self.tokens.append((now, report.tokens))
             self.token_sum += report.tokens
+
+    def _forget_silent(self, now: float) -> None:
+        """A member that stopped reporting (its process or node is gone) holds no share."""
+        for member in [m for m, at in self.seen.items() if at < now - STALE]:
+            del self.seen[member], self.demand[member]
 
     def _share(self, member: str) -> int:
         """Max-min fair split of the limit by demand; what nobody asks for is split evenly, so a
