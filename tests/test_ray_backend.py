@@ -126,14 +126,23 @@ def test_one_rpm_across_the_nodes_measured_at_the_endpoint(tmp_path: Path, ray_c
     assert rate == pytest.approx(4.0, rel=0.1)  # 240 per minute, for the three actors together
 
 
-def test_driver_killed_then_resume_finishes_exactly_once(tmp_path: Path, ray_cluster: RayCluster) -> None:
+def test_driver_stopped_then_killed_then_resume_finishes_exactly_once(
+    tmp_path: Path, ray_cluster: RayCluster
+) -> None:
+    """SIGTERM stops the run as on the local backend (exit 130, every actor's sandboxes
+    destroyed); SIGKILL leaves Ray to end the actors; --resume finishes either."""
     prompts = [f"killed {i}" for i in range(200)]
     with SimulatedEndpoint(latency=0.2) as endpoint:
         cli = BatchCLI(tmp_path, endpoint)
         dataset = prompts_dataset(tmp_path / "d.jsonl", prompts)
         args = [f"--dataset_file={dataset}", "--batch_size=50", "--run_name=killed", "--max_inflight=12"]
-        runner = cli.start(*args, *ray_args(ray_cluster))
-        wait_for_lines(cli.run_dir("killed"), 20, runner)
+        runner = cli.start(*args, *ray_args(ray_cluster), log_name="stopped")
+        wait_for_lines(cli.run_dir("killed"), 10, runner)
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=60) == 130, (tmp_path / "stopped.err").read_text()[-3000:]
+        assert ray_cluster.sandboxes_left("killed") == []
+        runner = cli.start(*args, "--resume", *ray_args(ray_cluster))
+        wait_for_lines(cli.run_dir("killed"), 40, runner)
         os.killpg(runner.pid, signal.SIGKILL)
         runner.wait(timeout=30)
         resumed = cli.run(*args, "--resume", *ray_args(ray_cluster))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -93,6 +94,7 @@ class RayScheduler:
         address = self.config.ray_address
         if address != "auto":
             _probe(address)
+        ours = signal.getsignal(signal.SIGTERM)
         try:
             self.ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -100,6 +102,8 @@ class RayScheduler:
                 f"--ray_address={address}: cannot join a Ray cluster there ({exc}); "
                 "start one with `ray start --head`, or pass its head's host:port"
             ) from None
+        finally:  # Ray's handler exits at once; ours stops the run cleanly (sandboxes destroyed)
+            signal.signal(signal.SIGTERM, ours)
 
     def _start(self) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
