@@ -61,8 +61,8 @@ def test_tokens_of_every_member_count_against_one_tpm() -> None:
 
 def test_rpm_is_one_budget_for_all_workers_at_the_endpoint(tmp_path: Path) -> None:
     """One conversation of 12 calls on one of two workers: the endpoint sees starts --rpm=120
-    apart (0.5 s), never closer; split per worker they were 1 s apart. The median gap, as one
-    slow tool call on a loaded machine may widen a gap, never narrow one."""
+    apart (0.5 s); split per worker they were 1 s apart. Judged on the median gap: a slow tool
+    call on a loaded machine widens a gap."""
     turns = 12
     call = (("terminal", json.dumps({"command": "true"})),)
     with SimulatedEndpoint() as endpoint:
@@ -76,7 +76,9 @@ def test_rpm_is_one_budget_for_all_workers_at_the_endpoint(tmp_path: Path) -> No
         times = sorted(request.received_at for request in endpoint.requests)
     assert len(times) == turns
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
-    assert min(gaps) > 0.45  # the budget holds
+    # The budget holds: starts are paced on one schedule, so a call that reached the endpoint
+    # late (one gap wider) brings the next one closer, but any 4 gaps span 2 s (-10 %).
+    assert min(times[i + 4] - times[i] for i in range(len(times) - 4)) > 1.8
     assert statistics.median(gaps) == pytest.approx(0.5, rel=0.1)  # and all of it is used
 
 
