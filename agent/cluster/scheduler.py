@@ -113,7 +113,7 @@ class RayScheduler:
         hub = self.ray.remote(HubActor).options(num_cpus=0, scheduling_strategy=beside_driver)
         cfg = self.config
         self.hub = hub.remote(cfg.max_inflight, cfg.rpm, cfg.tpm)
-        self.worker_class = self.ray.remote(WorkerActor).options(num_cpus=0, scheduling_strategy="SPREAD")
+        self.worker_class = self.ray.remote(WorkerActor)
         starts = [self._add_member() for _ in range(cfg.num_workers)]
         try:
             nodes = self.ray.get(starts, timeout=START_TIMEOUT)
@@ -123,10 +123,19 @@ class RayScheduler:
             member.node = node
         log.info("%d worker actors on %d node(s)", len(nodes), len(set(nodes)))
 
-    def _add_member(self) -> Any:
-        """A new worker actor (Ray places it, spread over the nodes); its `start` call."""
+    def _add_member(self, avoid: str = "") -> Any:
+        """A new worker actor, on the next alive node in turn (but `avoid`, a node just lost);
+        its `start` call. Ray's SPREAD alone is best effort: it put two of three actors on one
+        node of three. The affinity is soft: Ray places the actor elsewhere if that node died."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         number = len(self.members)
-        actor = self.worker_class.remote(number, self.config, self.hub)
+        nodes = sorted(n["NodeID"] for n in self.ray.nodes() if n["Alive"] and n["NodeID"] != avoid)
+        placement: Any = "SPREAD"
+        if nodes:
+            placement = NodeAffinitySchedulingStrategy(nodes[number % len(nodes)], soft=True)
+        options = self.worker_class.options(num_cpus=0, scheduling_strategy=placement)
+        actor = options.remote(number, self.config, self.hub)
         self.members[number] = Member(number, actor)
         return actor.start.remote()
 
@@ -238,7 +247,7 @@ class RayScheduler:
             return
         if self.replacements_left > 0:
             self.replacements_left -= 1
-            self._add_member()  # its start is awaited by its first poll
+            self._add_member(avoid=member.node)  # its start is awaited by its first poll
         elif not self._live():
             self.tally.stopped_by = "worker_lost"
 
