@@ -187,16 +187,34 @@ def _dataset(path: Path, n: int) -> None:
             fh.write(json.dumps({"prompt": f"Benchmark task number {i}: list the files."}) + "\n")
 
 
+class Endpoint(NamedTuple):
+    """The simulated endpoint's process, and our end of the pipe to it."""
+
+    conn: Connection
+    process: multiprocessing.process.BaseProcess
+    base_url: str
+
+    def stop(self) -> dict[str, Any]:
+        """Stop it; its statistics and CPU seconds."""
+        self.conn.send("stop")
+        report: dict[str, Any] = self.conn.recv()
+        self.process.join()
+        return report
+
+
+def start_endpoint(latency: float, rate_429: float) -> Endpoint:
+    ours, theirs = multiprocessing.Pipe()
+    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(theirs, latency, rate_429))
+    server.start()
+    theirs.close()  # ours.recv() then fails, not hangs, if the endpoint dies before it listens
+    return Endpoint(ours, server, ours.recv())
+
+
 def run_case(case: Case, workdir: Path) -> dict[str, Any]:
     dataset = workdir / f"{case.name}.jsonl"
     _dataset(dataset, case.prompts)
-    ours, theirs = multiprocessing.Pipe()
-    server = multiprocessing.get_context("spawn").Process(
-        target=_serve, args=(theirs, case.latency, case.rate_429)
-    )
-    server.start()
-    theirs.close()  # ours.recv() then fails, not hangs, if the endpoint dies before it listens
-    base_url = ours.recv()
+    server = start_endpoint(case.latency, case.rate_429)
+    base_url = server.base_url
     cmd = [
         sys.executable, str(ROOT / "batch_runner.py"),
         f"--dataset_file={dataset}", "--batch_size=100", f"--run_name={case.name}",
@@ -214,9 +232,7 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
     sampler.stop.set()
     sampler.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    ours.send("stop")
-    endpoint = ours.recv()
-    server.join()
+    endpoint = server.stop()
     if proc.returncode != 0:
         raise SystemExit(f"{case.name}: runner exited {proc.returncode}:\n{err.decode()[-3000:]}")
     stats = endpoint["stats"]

@@ -23,7 +23,7 @@ LAYERS = (
     ("tools",),
     ("agent.toolbox",),
     ("agent.loop",),
-    ("agent.batch",),
+    ("agent.batch", "agent.cluster"),
     ("agent.cli",),
     ("batch_runner", "run_agent", "model_tools", "toolsets"),
 )

@@ -1,9 +1,11 @@
-"""A job: one prompt of the dataset as the parent hands it to a worker process (picklable)."""
+"""A job: one prompt of the dataset as the parent hands it to a worker process (picklable), and
+the channels a worker takes jobs from and sends events to."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from agent.protocols import SandboxSpec
 
@@ -25,3 +27,16 @@ class Job:
 
     def sandbox_spec(self, run_name: str) -> SandboxSpec:
         return SandboxSpec(run_name, self.key, image=self.image, cwd=self.cwd)
+
+
+class JobSource(Protocol):
+    """Where a worker takes its next job: the local backend's process queue, a Ray actor's inbox.
+    None means no more jobs (or `stopping` was set while waiting)."""
+
+    async def next(self, stopping: asyncio.Event) -> Job | None: ...
+
+
+class EventSink(Protocol):
+    """Where a worker puts its events (`agent.batch.events`) and log records for the parent."""
+
+    def put(self, item: Any) -> None: ...

@@ -17,19 +17,20 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from agent.batch.capacity import raise_fd_limit
 from agent.batch.completion import Completion
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
 from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, LimiterReport, WorkerEvent
 from agent.batch.jobs import Job
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
-from agent.batch.recovery import filter_warnings, recover_discards
+from agent.batch.recovery import recover_discards
+from agent.batch.run_summary import filters_and_budget, run_summary
 from agent.batch.scheduler import Scheduler, Tally
 from agent.config.run_config import RunConfig
 from agent.protocols import RunStore, StoredKeys
@@ -42,6 +43,9 @@ from agent.store.summary_view import render_next_steps
 from agent.store.timeline import Timeline
 from agent.toolbox.distributions import sample_toolsets_from_distribution
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
+
+if TYPE_CHECKING:
+    from agent.cluster.scheduler import RayScheduler
 
 log = logging.getLogger("agent.batch.run")
 
@@ -59,12 +63,13 @@ class BatchRun:
         self.numbers: dict[str, int] = {}  # key -> prompt_index, for the prompts not yet done
         self.monitor: RunMonitor | None = None
         self.timeline = Timeline()
-        self.scheduler: Scheduler | None = None
+        self.scheduler: Scheduler | RayScheduler | None = None
         self.failed_keys: set[str] = set()
         self.recovered: Counter[str] = Counter()
 
     def run(self, scan: DatasetScan) -> int:
         started = time.monotonic()
+        raise_fd_limit(self.config.inflight_per_worker)  # the workers inherit it
         self.store.lock()
         try:
             index = self._open_run()
@@ -165,7 +170,7 @@ class BatchRun:
         progress = RunProgress(todo + already_done, already_done, console=self.console)
         self.monitor = RunMonitor(progress, self.timeline, self.config)
         with progress:
-            self.scheduler = Scheduler(self.config, self._on_event, self._tick)
+            self.scheduler = self._scheduler()
             tally = self.scheduler.run(self._jobs())
             self.monitor.finish()
             return tally
@@ -174,6 +179,13 @@ class BatchRun:
         self._checkpoint()
         if self.monitor is not None and self.scheduler is not None:
             self.monitor.tick(len(self.scheduler.tally.running))
+
+    def _scheduler(self) -> Scheduler | RayScheduler:
+        if self.config.backend == "ray":  # imported only then: Ray takes seconds to import
+            from agent.cluster.scheduler import RayScheduler
+
+            return RayScheduler(self.config, self._on_event, self._tick)
+        return Scheduler(self.config, self._on_event, self._tick)
 
     def _on_event(self, event: WorkerEvent) -> None:
         match event:
@@ -245,31 +257,15 @@ class BatchRun:
             },
         )
 
-    def _summary(self, scan: DatasetScan, duration: float) -> dict[str, Any]:
-        cfg = self.config
-        return {
-            "run_name": cfg.run_name,
-            "distribution": cfg.distribution,
-            "model": cfg.agent.model,
-            "total_prompts": scan.valid,
-            "batch_size": cfg.batch_size,
-            "total_batches": -(-scan.valid // cfg.batch_size),
-            "duration_seconds": duration,
-            "dataset": {
-                "file": scan.path,
-                "lines": scan.total_lines,
-                "valid": scan.valid,
-                "invalid": scan.error_count,
-            },
-        }
-
     def _finish(self, scan: DatasetScan, started: float, done: Completion, *, merge: bool) -> None:
-        summary = self._summary(scan, time.monotonic() - started)
+        summary = run_summary(self.config, scan, time.monotonic() - started)
         report = RunReport(self.config.run_dir)
         if merge:
             merged = self.store.merge(set(TOOL_TO_TOOLSET_MAP), on_entry=self._on_merged(report))
             summary["merge"] = dict(vars(merged))
-        extra = {"completion": done.as_dict(), "merged": merge, **self._filters_and_budget()}
+        stopped = self.scheduler is not None and self.scheduler.tally.stopped_by == "max_cost"
+        notes = filters_and_budget(self.config, self.stats, self.recovered, budget_reached=stopped)
+        extra = {"completion": done.as_dict(), "merged": merge, **notes}
         stats = self.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
         self.store.write_json("statistics.json", stats)
         render_statistics(stats, self.console)
@@ -284,15 +280,3 @@ class BatchRun:
             report.add_entry(entry)
 
         return on_entry
-
-    def _filters_and_budget(self) -> dict[str, Any]:
-        """The filter notes (heavy discards, recovered ones) and the budget, for statistics.json."""
-        return {
-            "filter_warnings": filter_warnings(self.stats.discards, self.stats.entries_this_run),
-            "recovered_discards": dict(sorted(self.recovered.items())),
-            "budget": {
-                "max_cost_usd": self.config.max_cost,
-                "reached": self.scheduler is not None and self.scheduler.tally.stopped_by == "max_cost",
-                "prices_per_million": asdict(self.config.prices) if self.config.prices else None,
-            },
-        }

@@ -7,7 +7,9 @@ in groups and rewrites the checkpoint. A worker says which job it starts (`Start
 prompt running on a worker that died without answering is recorded as one `worker_lost`
 failure, retried on resume; a prompt only waiting in the queue is not a failure, just not
 started. `stop_feeding` (the cost budget) ends scheduling: queued jobs are taken back and
-in-flight ones finish. A stopped worker is continued (`agent.batch.stopped`).
+in-flight ones finish. A stopped worker is continued (`agent.batch.stopped`). The run's one
+rate limit (in-flight, rpm, tpm, Retry-After pauses) is held here and served to the workers
+over pipes (`agent.batch.limit_pipes`), not split among them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 from agent.batch import worker_entry
 from agent.batch.events import Cancelled, Discarded, Failed, Finished, Started, WorkerEvent, WorkerExit
 from agent.batch.jobs import Job
+from agent.batch.limit_pipes import HubServer, hub_of
 from agent.batch.stopped import StoppedWatch
 from agent.config.run_config import RunConfig
 
@@ -77,16 +80,21 @@ class Scheduler:
             threading.Thread(target=self._end_early, name="job-recall", daemon=True).start()
 
     def run(self, jobs: Iterable[Job]) -> Tally:
+        pipes = [self.ctx.Pipe() for _ in range(self.config.num_workers)]
         procs = [
             self.ctx.Process(
                 target=worker_entry.main,
-                args=(i, self.config, self.jobs, self.events, os.getpid()),
+                args=(i, self.config, self.jobs, self.events, os.getpid(), pipes[i][1]),
                 name=f"agent-worker-{i}",
             )
             for i in range(self.config.num_workers)
         ]
         for proc in procs:  # started from the main thread: PDEATHSIG follows the creating thread
             proc.start()
+        for _, child_end in pipes:
+            child_end.close()  # the worker holds it now: a dead worker's pipe reads EOF
+        hub = HubServer(hub_of(self.config), [parent_end for parent_end, _ in pipes])
+        hub.start()
         feeder = threading.Thread(target=self._feed, args=(jobs,), name="job-feeder", daemon=True)
         feeder.start()
         try:
@@ -107,6 +115,7 @@ class Scheduler:
         finally:
             self._stop.set()
             self._reap(procs)
+            hub.stop()
         self._account_lost()
         return self.tally
 

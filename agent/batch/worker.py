@@ -22,13 +22,15 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, Started, WorkerExit
-from agent.batch.jobs import Job
+from agent.batch.jobs import EventSink, Job, JobSource
+from agent.batch.limit_pipes import PipeLink
 from agent.batch.pulse import send_pulses
 from agent.batch.records import answer
 from agent.config.run_config import RunConfig
 from agent.errors import AgentError, SandboxError
 from agent.llm.factory import open_chat_model
 from agent.llm.rate_limit import AdaptiveLimiter
+from agent.llm.shared_limit import LimitLink
 from agent.loop.agent_loop import converse
 from agent.loop.conversation import Prompt
 from agent.sandboxes import sandbox_pool, throttled
@@ -47,21 +49,47 @@ def _die_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def main(worker_id: int, config: RunConfig, jobs: Any, events: Any, parent_pid: int) -> None:
-    """Process entry point (multiprocessing spawn target)."""
+def main(worker_id: int, config: RunConfig, jobs: Any, events: Any, parent_pid: int, hub: Any) -> None:
+    """Process entry point (multiprocessing spawn target); `hub` is our end of the pipe to the
+    parent's rate-limit hub."""
     _die_with_parent(parent_pid)
     if config.sandbox.backend == "local":  # every child of ours is then a command or its orphan
         orphans.adopt_orphans()  # so closing a sandbox looks at our children, not all of /proc
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how Ctrl-C ends the run
-    root = logging.getLogger()
-    root.handlers[:] = [logging.handlers.QueueHandler(events)]
-    root.setLevel(logging.DEBUG if config.verbose else logging.WARNING)
-    logging.getLogger("agent").setLevel(logging.DEBUG if config.verbose else logging.WARNING)
+    forward_logs(events, config.verbose)
     # The SDK's imports leave ~10^5 long-lived objects (pydantic models of every API type) that
     # every full collection would walk again; frozen, collections only see what the run makes.
     gc.freeze()
+    worker = Worker(worker_id, config, QueueJobs(jobs), events, PipeLink(hub))
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        runner.run(Worker(worker_id, config, jobs, events).serve())
+        runner.run(worker.serve(on_sigterm=True))
+
+
+def forward_logs(events: Any, verbose: bool) -> None:
+    """Every log record of this process goes to the parent, which prints it."""
+    root = logging.getLogger()
+    root.handlers[:] = [logging.handlers.QueueHandler(events)]
+    root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    logging.getLogger("agent").setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+class QueueJobs:
+    """The local backend's `JobSource`: the parent's multiprocessing queue."""
+
+    def __init__(self, jobs: Any) -> None:
+        self.jobs = jobs
+
+    async def next(self, stopping: asyncio.Event) -> Job | None:
+        with contextlib.suppress(queue.Empty):  # usually one is waiting: take it without a thread
+            job: Job | None = self.jobs.get_nowait()
+            return job
+        while not stopping.is_set():
+            try:
+                job = await asyncio.to_thread(self.jobs.get, True, 0.2)
+                return job
+            except queue.Empty:
+                continue
+        return None
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
@@ -75,28 +103,31 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 
 
 class Worker:
-    def __init__(self, worker_id: int, config: RunConfig, jobs: Any, events: Any) -> None:
+    """Runs jobs from `jobs` on this event loop, `config.inflight_per_worker` at a time; model
+    calls limited by the run's one limit through `hub`."""
+
+    def __init__(
+        self, worker_id: int, config: RunConfig, jobs: JobSource, events: EventSink, hub: LimitLink
+    ) -> None:
         self.id, self.config, self.jobs, self.events = worker_id, config, jobs, events
-        share = config.num_workers
         self.limiter = AdaptiveLimiter(
-            config.inflight_per_worker,
-            rpm=config.rpm / share if config.rpm else None,
-            tpm=config.tpm / share if config.tpm else None,
+            config.inflight_per_worker, rpm=config.rpm, tpm=config.tpm, hub=hub, member=f"worker-{worker_id}"
         )
         self.stopping = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
         self.tools: dict[tuple[str, ...], ResolvedTools] = {}  # by sampled toolsets
         self.shared = Resources()  # what the tools keep open for all conversations (a browser)
 
-    def _stop(self) -> None:
+    def stop(self) -> None:
         """SIGTERM: take no new job and cancel every conversation now (destroying its sandbox),
         also when the job queue already ran dry and we are only waiting for the last ones."""
         self.stopping.set()
         for task in self.tasks:
             task.cancel()
 
-    async def serve(self) -> None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._stop)
+    async def serve(self, on_sigterm: bool = False) -> None:
+        if on_sigterm:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self.stop)
         connections = self.config.inflight_per_worker + 8
         self.model = open_chat_model(self.config.agent, limiter=self.limiter, max_connections=connections)
         pulses = asyncio.create_task(send_pulses(self.id, self.limiter, self.events.put))
@@ -110,27 +141,17 @@ class Worker:
         finally:
             pulses.cancel()
             await self.model.aclose()
+            if self.limiter.sync is not None:
+                await self.limiter.sync.aclose()
             self.events.put(LimiterReport(self.id, dict(self.limiter.stats.__dict__)))
             self.events.put(WorkerExit(self.id))
-
-    async def _next_job(self) -> Job | None:
-        with contextlib.suppress(queue.Empty):  # usually one is waiting: take it without a thread
-            job: Job | None = self.jobs.get_nowait()
-            return job
-        while not self.stopping.is_set():
-            try:
-                job = await asyncio.to_thread(self.jobs.get, True, 0.2)
-                return job
-            except queue.Empty:
-                continue
-        return None
 
     async def _pull_and_run(self) -> None:
         slots = asyncio.Semaphore(self.config.inflight_per_worker)
         tasks = self.tasks
         while True:
             await slots.acquire()  # cancelled conversations free their slots on SIGTERM
-            job = await self._next_job()
+            job = await self.jobs.next(self.stopping)
             if job is not None and self.stopping.is_set():  # got as SIGTERM came: not started
                 self.events.put(Cancelled(job.key))
             if job is None or self.stopping.is_set():

@@ -46,6 +46,8 @@ _SAME_NAME = (
     "price_cached",
     "max_cost",
     "allow_missing_toolsets",
+    "backend",
+    "ray_address",
 )
 
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from agent.config.agent_config import DIALECTS, PROVIDER_SORTS, REASONING_EFFORTS, AgentConfig
 from agent.config.export_config import REASONING_PLACES, ExportOptions
-from agent.config.run_config import RunConfig
+from agent.config.run_config import RUN_BACKENDS, RunConfig
 from agent.protocols import IMAGE_APIS, WEB_BACKENDS, ToolConfig
 from agent.sandboxes import AUTO, BACKENDS, SandboxOptions
 
@@ -164,10 +164,10 @@ FLAGS: tuple[Flag, ...] = (
          "Workers and budgets", _BATCH, minimum=1),
     Flag("prompt_timeout", "float", _run("prompt_timeout"), "wall-clock seconds per prompt",
          "Workers and budgets", _BATCH, shown="none"),
-    Flag("rpm", "float", _run("rpm"), "requests per minute, split across workers", "Workers and budgets",
-         _BATCH, shown="none"),
-    Flag("tpm", "float", _run("tpm"), "tokens per minute, split across workers", "Workers and budgets",
-         _BATCH, shown="none"),
+    Flag("rpm", "float", _run("rpm"), "requests per minute of the whole run, shared by all workers",
+         "Workers and budgets", _BATCH, shown="none"),
+    Flag("tpm", "float", _run("tpm"), "tokens per minute of the whole run, shared by all workers",
+         "Workers and budgets", _BATCH, shown="none"),
     # Sandbox
     Flag("sandbox", "str", _default(SandboxOptions, "backend"),
          f"where tool calls run: {AUTO} (bwrap when it works here, else local), {', '.join(BACKENDS)}",
@@ -241,6 +241,12 @@ FLAGS: tuple[Flag, ...] = (
          "Export and the Hub", _BATCH),
     Flag("hub_license", "str", _export("hub_license"), "the dataset card's license id", "Export and the Hub",
          _BATCH),
+    Flag("backend", "str", _run("backend"),
+         "where prompts run: local worker processes, or actors on a Ray cluster (pip install -e \".[ray]\")",
+         "Workers and budgets", _BATCH, choices=RUN_BACKENDS),
+    Flag("ray_address", "str", _run("ray_address"),
+         "with --backend=ray: the cluster to join, auto (started here with ray start) or host:port",
+         "Workers and budgets", _BATCH),
 )  # fmt: skip
 
 BY_NAME = {flag.name: flag for flag in FLAGS}

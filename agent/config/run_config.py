@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +24,9 @@ KEPT_BY: dict[str, str] = {
     "no_reasoning": "keep_no_reasoning",
 }
 
+RUN_BACKENDS = ("local", "ray")  # where prompts run: this machine's worker processes, a Ray cluster
+RAY_INSTALL = 'pip install -e ".[ray]"'
+
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -34,6 +38,14 @@ def check_run_name(name: str) -> str:
             "output directory and must not escape it)"
         )
     return name
+
+
+def _importable(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (Ray takes seconds to import)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,8 @@ class RunConfig:
     max_cost: float | None = None  # USD this invocation may spend before it stops scheduling
     allow_missing_toolsets: bool = False  # run although a sampled toolset is unavailable here
     export: ExportOptions = field(default_factory=ExportOptions)  # files made from the run at its end
+    backend: str = "local"  # "local": worker processes here; "ray": actors on a Ray cluster
+    ray_address: str = "auto"  # the Ray cluster to join: "auto" (this machine's) or host:port
 
     def __post_init__(self) -> None:
         given = (self.price_input is not None, self.price_output is not None)
@@ -71,6 +85,8 @@ class RunConfig:
             raise ConfigError("--price_input and --price_output go together: pass both, or neither")
         if self.price_cached is not None and not all(given):
             raise ConfigError("--price_cached needs --price_input and --price_output")
+        if self.backend == "ray" and not _importable("ray"):
+            raise ConfigError(f"--backend=ray needs Ray, which is not installed: {RAY_INSTALL}")
 
     @property
     def prices(self) -> Prices | None:

@@ -12,6 +12,10 @@ own Retry-After before its retry (the client's backoff).
 Successes grow the limit back by about one slot per window. Server errors and timeouts are
 retried by the client with backoff but never collapse the limit. Optional requests-per-minute
 and tokens-per-minute budgets pace calls on top.
+
+With a hub (`agent.llm.shared_limit`) the limiter is one member of a run-wide limit: its limit
+is its share of the hub's, start permits for the rpm pace and the tpm budget come from the hub,
+and a burst it detects cuts everyone's (`agent.llm.hub_sync` makes the exchanges).
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+
+from agent.llm.hub_sync import HubSync
+from agent.llm.shared_limit import Grant, LimitLink
 
 DECREASE = 0.5
 BURST_WEIGHT = 0.1  # weight of the latest call in the moving share of 429s (memory ~10 calls)
@@ -68,6 +75,8 @@ class AdaptiveLimiter:
         minimum: int = 1,
         rpm: float | None = None,
         tpm: float | None = None,
+        hub: LimitLink | None = None,
+        member: str = "",
     ) -> None:
         self.maximum = max(1, maximum)
         self.minimum = max(1, min(minimum, self.maximum))
@@ -85,9 +94,15 @@ class AdaptiveLimiter:
         # The calls sent last, in order: enough to reach back past every call in flight.
         self._sent: deque[Ticket] = deque(maxlen=self.maximum + SENT_WINDOW)
         self._changed = asyncio.Event()
+        self.waiting = 0  # calls waiting for a slot
+        self.sync = HubSync(self, hub, member) if hub is not None else None
+        self._permits: deque[float] = deque()  # start times granted by the hub (rpm)
+        self._tpm_until = 0.0  # the hub's tokens-per-minute budget is spent until then
         self._note()
 
     def _note(self) -> None:
+        if self.stats.history and self.stats.history[-1][1] == round(self.limit, 2):
+            return  # a grant that changed nothing
         self.stats.history.append((round(time.monotonic() - self._start, 3), round(self.limit, 2)))
         if len(self.stats.history) > HISTORY_LIMIT:
             del self.stats.history[1 : len(self.stats.history) // 2 : 2]  # thin the older half
@@ -100,6 +115,8 @@ class AdaptiveLimiter:
         """How long before a new call may start (0 = now); inf = wait for a slot to free."""
         if now < self.paused_until:
             return self.paused_until - now
+        if self.sync is not None:
+            return self._shared_wait(now)
         if self.rpm and now < self._next_start:
             return self._next_start - now
         if self.tpm:
@@ -109,17 +126,58 @@ class AdaptiveLimiter:
                 return self._tokens[0][0] + 60 - now
         return 0.0 if self.inflight < int(self.limit) else float("inf")
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[Ticket]:
+    def _shared_wait(self, now: float) -> float:
+        """`_wait_seconds` under a hub: its tpm verdict, our share, its start permits."""
+        assert self.sync is not None
+        if now < self._tpm_until:
+            return self._tpm_until - now
+        if self.inflight >= int(self.limit):
+            self.sync.need()  # our share may grow: others may need less than they hold
+            return float("inf")
+        if not self.rpm:
+            return 0.0
+        while self._permits and self._permits[0] < now - 1.0:
+            self._permits.popleft()  # its caller gave up long ago: spent, not hoarded
+        if not self._permits:
+            self.sync.need()
+            return float("inf")
+        return max(0.0, self._permits[0] - now)
+
+    def apply(self, grant: Grant) -> None:
+        """A hub's answer: our share of its limit, its pause, tpm verdict and start permits."""
+        now = time.monotonic()
+        self.limit = float(max(1, min(self.maximum, grant.share)))
+        self.generation = max(self.generation, grant.generation)
+        self.paused_until = max(self.paused_until, now + grant.pause)
+        self._tpm_until = now + grant.tpm_wait
+        self._permits.extend(now + start for start in grant.starts)
+        self._note()
+        self._wake()
+
+    @property
+    def permits_wanted(self) -> int:
+        return max(0, self.waiting - len(self._permits)) if self.rpm else 0
+
+    async def _wait_turn(self) -> None:
         while (wait := self._wait_seconds(time.monotonic())) > 0:
             changed = self._changed
             timeout = None if wait == float("inf") else wait
             with suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), timeout)
+        if self.sync is not None and self.rpm:
+            self._permits.popleft()
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[Ticket]:
+        self.waiting += 1
+        try:
+            await self._wait_turn()
+        finally:
+            self.waiting -= 1
         self.inflight += 1
         self.stats.calls += 1
         self.stats.peak_inflight = max(self.stats.peak_inflight, self.inflight)
-        if self.rpm:
+        if self.rpm and self.sync is None:
             self._next_start = max(time.monotonic(), self._next_start) + 60.0 / self.rpm
         ticket = Ticket(self, self.generation)
         self._sent.append(ticket)
@@ -134,6 +192,9 @@ class AdaptiveLimiter:
 
     def _on_success(self, tokens: int) -> None:
         self._observe(False)
+        if self.sync is not None:  # the hub counts tokens and grows the limit
+            self.sync.succeeded(tokens)
+            return
         if self.tpm and tokens:
             self._tokens.append((time.monotonic(), tokens))
         if self.limit < self.maximum:
@@ -158,6 +219,8 @@ class AdaptiveLimiter:
             self.stats.rate_limited += 1
             ticket.limited = True
             if ticket.generation == self.generation and self._burst(ticket):
+                if self.sync is not None:  # everyone's limit is cut, once for this burst
+                    self.sync.burst(self.generation, retry_after)
                 self.generation += 1
                 self._sent.clear()  # the next window starts at the cut
                 self.limit = max(float(self.minimum), self.limit * DECREASE)

@@ -1,0 +1,30 @@
+"""The Ray backend (`--backend=ray`): prompts run as jobs of actors spread over a Ray cluster.
+
+The driver (the runner's own process) streams the dataset and stays the run directory's only
+writer; each `WorkerActor` (`agent.cluster.actor`) is the local backend's worker core — the same
+`agent.batch.worker.Worker`, event loop, model client and sandbox pool — fed batches of jobs
+and long-polled for its events (`agent.cluster.scheduler`). One `LimitHub` actor holds the
+run's rate limit for every node. Ray is imported only here, and only for that backend.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from agent.config.run_config import RAY_INSTALL
+from agent.errors import ConfigError
+
+# Ray's own extras that a batch run never uses: they cost CPU and open ports or the network.
+QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
+
+
+def require_ray() -> ModuleType:
+    """The `ray` module, or a ConfigError saying how to install it."""
+    for name, value in QUIET_RAY.items():
+        os.environ.setdefault(name, value)
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError(f"--backend=ray needs Ray, which is not installed ({exc}): {RAY_INSTALL}") from None
+    return ray

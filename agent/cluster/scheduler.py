@@ -1,0 +1,273 @@
+"""The driver of a Ray run: feeds worker actors in batches, long-polls their events, writes.
+
+Design (tasks vs actors): a prompt is far too small to be a Ray task of its own (a task costs
+milliseconds of scheduling and a process would re-open its model client and sandbox pool per
+prompt), so each worker is a long-lived asyncio actor holding the local backend's worker core;
+the driver submits jobs in batches and keeps one `poll` call outstanding per actor, which
+returns every event that came since, so results stream back in batches. Back-pressure: an actor
+is given at most its conversation slots plus a small prefetch, so the dataset is read only as
+fast as the cluster answers, and the in-flight limit holds. The driver alone writes the run
+directory (through `on_event`, as with the local backend); when an actor dies with its node,
+the jobs it held run again on a replacement actor, so every prompt is written exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agent.batch.events import Cancelled, Discarded, Failed, Finished, Started, WorkerEvent, WorkerExit
+from agent.batch.jobs import Job
+from agent.batch.scheduler import Tally
+from agent.cluster import require_ray
+from agent.cluster.actor import HubActor, WorkerActor
+from agent.cluster.members import JobLine, Member
+from agent.config.run_config import RunConfig
+from agent.errors import ConfigError
+
+log = logging.getLogger("agent.cluster.scheduler")
+SYNC_EVERY = 1.0  # seconds between group commits, as the local backend
+POLL_TIMEOUT = 0.5  # seconds an actor holds a poll without events
+START_TIMEOUT = 180.0  # seconds for the first actors to come up (imports, sandbox checks)
+PROBE_TIMEOUT = 10.0  # seconds to reach --ray_address before giving up
+STOP_GRACE = 30.0  # seconds actors get to finish or cancel and destroy their sandboxes
+
+
+def _probe(address: str) -> None:
+    """A ConfigError unless `address` (host:port) accepts a connection: Ray itself retries an
+    unreachable address for minutes."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--ray_address={address}: expected auto or host:port")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"--ray_address={address}: no Ray cluster answers there ({exc.strerror or exc}); "
+            "start one with `ray start --head`, or pass its head's host:port"
+        ) from None
+
+
+class RayScheduler:
+    """The `Scheduler` of `--backend=ray`: same `run`, `stop_feeding` and `tally`."""
+
+    def __init__(
+        self, config: RunConfig, on_event: Callable[[WorkerEvent], None], on_tick: Callable[[], None]
+    ) -> None:
+        self.config, self.on_event, self.on_tick = config, on_event, on_tick
+        self.tally = Tally()
+        self.members: dict[int, Member] = {}
+        self.no_more = False
+        self.replacements_left = 2 * config.num_workers + 2
+        slots = config.inflight_per_worker
+        self.prefetch = max(2, slots // 4)  # jobs waiting in an actor's inbox beyond its slots
+        self.capacity = slots + self.prefetch
+        self.batch = max(1, self.prefetch // 2)  # fewest jobs worth a submit call
+
+    def stop_feeding(self, reason: str) -> None:
+        """Start no new prompt: the actors' inboxes are emptied; running ones finish."""
+        if not self.no_more:
+            self.no_more = True
+            self.tally.stopped_by = reason
+
+    def run(self, jobs: Iterable[Job]) -> Tally:
+        self.ray = require_ray()
+        self._connect()
+        line = JobLine(iter(jobs))
+        try:
+            self._start()
+            self._loop(line, deadline=None)
+        except KeyboardInterrupt:
+            self.tally.interrupted = True
+            log.warning("interrupted: cancelling the actors' conversations, destroying sandboxes…")
+            self._cancel_all(line)
+        finally:
+            self._shutdown()
+        return self.tally
+
+    def _connect(self) -> None:
+        address = self.config.ray_address
+        if address != "auto":
+            _probe(address)
+        ours = signal.getsignal(signal.SIGTERM)
+        try:
+            self.ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise ConfigError(
+                f"--ray_address={address}: cannot join a Ray cluster there ({exc}); "
+                "start one with `ray start --head`, or pass its head's host:port"
+            ) from None
+        finally:  # Ray's handler exits at once; ours stops the run cleanly (sandboxes destroyed)
+            signal.signal(signal.SIGTERM, ours)
+
+    def _start(self) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = self.ray.get_runtime_context().get_node_id()
+        beside_driver = NodeAffinitySchedulingStrategy(here, soft=True)
+        hub = self.ray.remote(HubActor).options(num_cpus=0, scheduling_strategy=beside_driver)
+        cfg = self.config
+        self.hub = hub.remote(cfg.max_inflight, cfg.rpm, cfg.tpm)
+        self.worker_class = self.ray.remote(WorkerActor)
+        starts = [self._add_member() for _ in range(cfg.num_workers)]
+        try:
+            nodes = self.ray.get(starts, timeout=START_TIMEOUT)
+        except self.ray.exceptions.RayError as exc:
+            raise ConfigError(f"--backend=ray: the worker actors did not start: {exc}") from None
+        for member, node in zip(self.members.values(), nodes, strict=True):
+            member.node = node
+        log.info("%d worker actors on %d node(s)", len(nodes), len(set(nodes)))
+
+    def _add_member(self, avoid: str = "") -> Any:
+        """A new worker actor, on the next alive node in turn (but `avoid`, a node just lost);
+        its `start` call. Ray's SPREAD alone is best effort: it put two of three actors on one
+        node of three. The affinity is soft: Ray places the actor elsewhere if that node died."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        number = len(self.members)
+        nodes = sorted(n["NodeID"] for n in self.ray.nodes() if n["Alive"] and n["NodeID"] != avoid)
+        placement: Any = "SPREAD"
+        if nodes:
+            placement = NodeAffinitySchedulingStrategy(nodes[number % len(nodes)], soft=True)
+        options = self.worker_class.options(num_cpus=0, scheduling_strategy=placement)
+        actor = options.remote(number, self.config, self.hub)
+        self.members[number] = Member(number, actor)
+        return actor.start.remote()
+
+    def _live(self) -> list[Member]:
+        return [m for m in self.members.values() if not m.exited]
+
+    def _loop(self, line: JobLine, deadline: float | None) -> None:
+        next_tick = time.monotonic() + SYNC_EVERY
+        while live := self._live():
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            if self.no_more:
+                self._recall(line)
+            elif deadline is None:
+                self._top_up(line, live)
+            if line.empty and not any(m.assigned for m in live):
+                self._end(live)
+            self._poll(live, line)
+            if time.monotonic() >= next_tick:
+                self.on_tick()
+                next_tick = time.monotonic() + SYNC_EVERY
+
+    def _top_up(self, line: JobLine, live: list[Member]) -> None:
+        for member in live:
+            room = self.capacity - len(member.assigned)
+            if member.ending or room <= 0 or (member.assigned and room < self.batch):
+                continue  # a batch at a time: one call per finished job would cost the driver
+            jobs = line.take(room)
+            if not jobs:
+                return
+            for job in jobs:
+                member.assigned[job.key] = job
+                self.tally.queued[job.key] = job
+            member.actor.submit.remote(jobs)
+
+    def _end(self, live: list[Member]) -> None:
+        for member in live:
+            if not member.ending:
+                member.ending = True
+                member.actor.submit.remote([None])
+
+    def _recall(self, line: JobLine) -> None:
+        """Stop feeding: jobs not started come back from every inbox (not started, no failure)."""
+        for job in line.drain():
+            self.tally.queued.pop(job.key, None)
+        for member in self._live():
+            if member.ending:
+                continue
+            member.ending = True
+            with contextlib.suppress(self.ray.exceptions.RayError):
+                for key in self.ray.get(member.actor.recall.remote(), timeout=STOP_GRACE):
+                    member.assigned.pop(key, None)
+                    self.tally.queued.pop(key, None)
+
+    def _poll(self, live: list[Member], line: JobLine) -> None:
+        by_ref = {}
+        for member in live:
+            if member.poll is None:
+                member.poll = member.actor.poll.remote(POLL_TIMEOUT)
+            by_ref[member.poll] = member
+        refs = list(by_ref)
+        ready, rest = self.ray.wait(refs, num_returns=1, timeout=POLL_TIMEOUT + 1.0)
+        if ready and rest:
+            ready += self.ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+        for ref in ready:
+            member = by_ref[ref]
+            member.poll = None
+            try:
+                items = self.ray.get(ref)
+            except self.ray.exceptions.RayError as exc:
+                self._lose(member, line, exc)
+                continue
+            for item in items:
+                self._handle(item, member)
+
+    def _handle(self, item: WorkerEvent | logging.LogRecord, member: Member) -> None:
+        match item:
+            case logging.LogRecord():
+                logging.getLogger(item.name).handle(item)
+                return
+            case WorkerExit():
+                member.exited = True
+                return
+            case Started(key=key):
+                self.tally.running[key] = member.id
+                return
+            case Finished() | Discarded() | Failed() | Cancelled():
+                member.assigned.pop(item.key, None)
+                self.tally.queued.pop(item.key, None)
+                self.tally.running.pop(item.key, None)
+        self.on_event(item)
+
+    def _lose(self, member: Member, line: JobLine, exc: Exception) -> None:
+        """An actor died (its node lost): what it held runs again on another actor."""
+        member.exited = True
+        jobs = list(member.assigned.values())
+        member.assigned.clear()
+        for job in jobs:
+            self.tally.running.pop(job.key, None)
+        with contextlib.suppress(Exception):  # it may be gone already; nothing to clean here
+            self.ray.kill(member.actor)
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        log.warning(
+            "worker actor %d (node %s) lost: %s; its %d prompt(s) run again elsewhere",
+            member.id, member.node[:12] or "?", first_line[:300], len(jobs),
+        )  # fmt: skip
+        line.give_back(jobs)
+        if member.ending or self.no_more:
+            return
+        if self.replacements_left > 0:
+            self.replacements_left -= 1
+            self._add_member(avoid=member.node)  # its start is awaited by its first poll
+        elif not self._live():
+            self.tally.stopped_by = "worker_lost"
+
+    def _cancel_all(self, line: JobLine) -> None:
+        self.no_more = True
+        for member in self._live():
+            member.ending = True
+            with contextlib.suppress(self.ray.exceptions.RayError):
+                member.actor.cancel.remote()
+        while True:
+            try:
+                self._loop(line, deadline=time.monotonic() + STOP_GRACE)
+                return
+            except KeyboardInterrupt:
+                log.warning("still stopping the actors (sandboxes are being destroyed)…")
+
+    def _shutdown(self) -> None:
+        for member in self.members.values():
+            with contextlib.suppress(Exception):  # already dead: nothing to kill
+                self.ray.kill(member.actor)
+        with contextlib.suppress(Exception):
+            self.ray.kill(self.hub)
+        self.ray.shutdown()

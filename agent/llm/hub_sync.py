@@ -1,0 +1,110 @@
+"""A process's side of the run-wide rate limit: batching its reports to the hub, applying grants.
+
+One exchange at a time, on the process's event loop: when a call waits for a start permit or
+for a larger share, and otherwise every `PERIOD` while calls are in flight (to report
+successes and tokens, and hear of cuts made elsewhere); at most one per `MIN_GAP`, so calls
+blocked on the limit do not turn into a stream of exchanges. A hub that cannot be reached
+keeps the calls waiting (the limit fails closed) and is asked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import suppress
+from typing import Protocol
+
+from agent.llm.shared_limit import Grant, LimitLink, Report
+
+log = logging.getLogger(__name__)
+PERIOD = 0.25  # seconds between exchanges while calls are in flight
+MIN_GAP = 0.05  # seconds at least between two exchanges
+
+
+class Member(Protocol):
+    """The limiter a HubSync reports for (`agent.llm.rate_limit.AdaptiveLimiter`)."""
+
+    inflight: int
+    waiting: int
+
+    @property
+    def permits_wanted(self) -> int: ...
+
+    def apply(self, grant: Grant) -> None: ...
+
+
+class HubSync:
+    def __init__(self, limiter: Member, link: LimitLink, member: str) -> None:
+        self.limiter, self.link, self.member = limiter, link, member
+        self.successes = 0
+        self.tokens = 0
+        self._burst: tuple[int, float | None] | None = None
+        self._need = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.exchanges = 0
+
+    def need(self) -> None:
+        """Exchange soon: a call waits on something only the hub can give."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="limit-hub-sync")
+        self._need.set()
+
+    def succeeded(self, tokens: int) -> None:
+        self.successes += 1
+        self.tokens += tokens
+
+    def burst(self, generation: int, retry_after: float | None) -> None:
+        self._burst = (generation, retry_after)
+        self.need()
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _report(self) -> Report:
+        limiter = self.limiter
+        burst, self._burst = self._burst, None
+        report = Report(
+            member=self.member,
+            demand=limiter.inflight + limiter.waiting,
+            want_starts=limiter.permits_wanted,
+            successes=self.successes,
+            tokens=self.tokens,
+            burst_generation=burst[0] if burst else None,
+            retry_after=burst[1] if burst else None,
+        )
+        self.successes = self.tokens = 0
+        return report
+
+    def _restore(self, report: Report) -> None:
+        """An exchange that failed: what it reported is reported with the next one."""
+        self.successes += report.successes
+        self.tokens += report.tokens
+        if report.burst_generation is not None and self._burst is None:
+            self._burst = (report.burst_generation, report.retry_after)
+
+    async def _run(self) -> None:
+        failing = False
+        while True:
+            active = self.limiter.inflight or self.limiter.waiting or self.successes
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._need.wait(), PERIOD if active else None)
+            self._need.clear()
+            report = self._report()
+            try:
+                grant = await self.link.exchange(report)
+            except (OSError, EOFError, RuntimeError) as exc:  # the hub is gone or restarting
+                if not failing:
+                    log.warning("the run's rate-limit hub did not answer (%s): calls wait for it", exc)
+                failing = True
+                self._restore(report)
+                self._need.set()
+                await asyncio.sleep(PERIOD)
+                continue
+            failing = False
+            self.exchanges += 1
+            self.limiter.apply(grant)
+            await asyncio.sleep(MIN_GAP)

@@ -1,0 +1,153 @@
+"""One rate limit for every process that talks to one endpoint: the hub and what crosses to it.
+
+The `LimitHub` is the single authority of a run (held by the parent process of the local
+backend, or by one Ray actor on a cluster). Each process's `AdaptiveLimiter` exchanges a small
+`Report` for a `Grant` now and then (`agent.llm.rate_limit.HubSync`): in a report, what its
+calls did since the last exchange (successes, tokens, a 429 burst it saw, the Retry-After) and
+what it wants (calls in flight or waiting, start permits); in the grant, its share of the
+global in-flight limit, start permits for the requests-per-minute pace, the pause every
+process keeps after a burst, and how long the tokens-per-minute budget is spent for.
+
+- **rpm**: one pace for the run. Start permits are handed out in order from one clock, each
+  60/rpm after the last, to whoever asks; a process gets only those due within `HORIZON`,
+  so no process hoards the budget while another waits (split per process, `--rpm=60` over
+  two workers gave one busy worker 30 rpm).
+- **tpm**: the tokens of every process, counted in one 60 s window.
+- **adaptive in-flight limit**: one AIMD limit; a burst seen by any process halves it (once
+  per generation: the other processes' 429s from the same burst carry the old generation)
+  and pauses every process for the server's Retry-After; successes from all grow it back.
+  It is divided by demand (max-min fair), not blindly: a process with nothing to send holds
+  no slots that another could use.
+
+Times cross as seconds from now, never as clock readings: nodes' clocks differ.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+DECREASE = 0.5
+HORIZON = 0.5  # seconds ahead for which start permits are granted at once
+STALE = 5.0  # seconds after which a silent member's demand no longer counts (it died, or idles)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one process tells the hub since its previous exchange."""
+
+    member: str
+    demand: int  # model calls in flight or waiting to start
+    want_starts: int = 0  # start permits wanted (rpm), beyond those held
+    successes: int = 0
+    tokens: int = 0
+    burst_generation: int | None = None  # the generation under which it saw a 429 burst
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What the hub answers: all durations in seconds from now."""
+
+    share: int  # model calls this process may have in flight
+    starts: tuple[float, ...] = ()  # start permits (rpm): when each may start
+    pause: float = 0.0  # start no call for this long (a burst's Retry-After)
+    tpm_wait: float = 0.0  # the tokens-per-minute budget is spent for this long
+    generation: int = 0
+    limit: float = 0.0  # the global in-flight limit now
+
+
+class LimitLink(Protocol):
+    """How a process reaches the hub: a pipe to the parent, a call to a Ray actor. A hub that
+    cannot be reached raises OSError (the caller waits and asks again)."""
+
+    async def exchange(self, report: Report) -> Grant: ...
+
+
+class LimitHub:
+    """The run's one rate limit; `exchange` is its only operation (callers serialize it)."""
+
+    def __init__(self, maximum: int, *, rpm: float | None = None, tpm: float | None = None) -> None:
+        self.maximum = max(1, maximum)
+        self.limit = float(self.maximum)
+        self.rpm, self.tpm = rpm, tpm
+        self.generation = 0
+        self.paused_until = 0.0
+        self.next_start = 0.0
+        self.demand: dict[str, int] = {}
+        self.seen: dict[str, float] = {}  # member -> when it last reported
+        self.tokens: deque[tuple[float, int]] = deque()
+        self.token_sum = 0
+        self.cuts = 0
+
+    def exchange(self, report: Report) -> Grant:
+        now = time.monotonic()
+        self._forget_silent(now)
+        self.demand[report.member] = report.demand
+        self.seen[report.member] = now
+        self._account(report, now)
+        return Grant(
+            share=self._share(report.member),
+            starts=self._starts(report.want_starts, now),
+            pause=max(0.0, self.paused_until - now),
+            tpm_wait=self._tpm_wait(now),
+            generation=self.generation,
+            limit=self.limit,
+        )
+
+    def _account(self, report: Report, now: float) -> None:
+        if report.burst_generation == self.generation:  # the first report of this burst cuts
+            self.generation += 1
+            self.cuts += 1
+            self.limit = max(1.0, self.limit * DECREASE)
+            if report.retry_after:
+                self.paused_until = max(self.paused_until, now + report.retry_after)
+        for _ in range(min(report.successes, self.maximum)):  # additive increase: ~1 per window
+            if self.limit >= self.maximum:
+                break
+            self.limit = min(float(self.maximum), self.limit + 1.0 / self.limit)
+        if self.tpm and report.tokens:
+            self.tokens.append((now, report.tokens))
+            self.token_sum += report.tokens
+
+    def _forget_silent(self, now: float) -> None:
+        """A member that stopped reporting (its process or node is gone) holds no share."""
+        for member in [m for m, at in self.seen.items() if at < now - STALE]:
+            del self.seen[member], self.demand[member]
+
+    def _share(self, member: str) -> int:
+        """Max-min fair split of the limit by demand; what nobody asks for is split evenly, so a
+        process can grow before its next exchange. At least one slot for any process."""
+        total = int(self.limit)
+        demands = sorted(self.demand.items(), key=lambda item: item[1])
+        shares: dict[str, int] = {}
+        left, members = total, len(demands)
+        for name, want in demands:
+            fair = left // members
+            shares[name] = min(want, fair)
+            left -= shares[name]
+            members -= 1
+        spare = left // max(1, len(demands))
+        return max(1, shares.get(member, 0) + spare)
+
+    def _starts(self, wanted: int, now: float) -> tuple[float, ...]:
+        if not self.rpm or wanted <= 0:
+            return ()
+        interval = 60.0 / self.rpm
+        starts: list[float] = []
+        while len(starts) < wanted:
+            start = max(now, self.next_start)
+            if starts and start - now > HORIZON:
+                break  # the rest later, when they are nearly due
+            starts.append(start - now)
+            self.next_start = start + interval
+        return tuple(starts)
+
+    def _tpm_wait(self, now: float) -> float:
+        if not self.tpm:
+            return 0.0
+        while self.tokens and self.tokens[0][0] < now - 60:
+            self.token_sum -= self.tokens.popleft()[1]
+        return self.tokens[0][0] + 60 - now if self.token_sum >= self.tpm else 0.0

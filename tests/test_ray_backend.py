@@ -1,0 +1,217 @@
+"""`--backend=ray` on a real 3-node Ray cluster on this machine (`ray.cluster_utils.Cluster`),
+against the simulated endpoint: the same trajectories as the local backend, a node lost
+mid-run, the driver SIGKILLed then resumed, one --rpm across nodes, no sandbox left.
+
+Every node and the driver are bound to 127.0.0.1: `node_ip_address` for the nodes and
+RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, without which Ray swaps the loopback address it is given
+for the machine's own interface address (its "reachable from other nodes" address).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.servers.simulated.server import SimulatedEndpoint
+from tests.test_batch_support import BatchCLI, prompts_dataset, read_jsonl, trajectory_prompts
+
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+NODE = {"node_ip_address": "127.0.0.1", "num_cpus": 1, "include_dashboard": False}
+
+
+class RayCluster:
+    def __init__(self, cluster: Any, sandbox_tmp: Path) -> None:
+        self.cluster, self.sandbox_tmp = cluster, sandbox_tmp
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.address)
+
+    def sandboxes_left(self, run_name: str) -> list[str]:
+        root = self.sandbox_tmp / "agent-sandboxes" / run_name
+        return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """Head + 2 nodes, all on 127.0.0.1; their processes' TMPDIR (where local sandboxes go) is
+    this fixture's own directory."""
+    if os.environ.get("CI", "").lower() != "true":
+        pytest.importorskip("ray", reason='Ray is an optional extra: pip install -e ".[ray]"')
+    from ray.cluster_utils import Cluster
+
+    sandbox_tmp = tmp_path_factory.mktemp("ray-nodes")
+    (sandbox_tmp / "ray").mkdir()  # where Ray notes the address of the cluster it started
+    saved = {name: os.environ.get(name) for name in [*LOOPBACK, "TMPDIR"]}
+    os.environ.update(LOOPBACK, TMPDIR=str(sandbox_tmp))
+    # Ray's own sockets live under its temp dir: a short one (AF_UNIX paths hold 107 bytes)
+    node = dict(NODE, temp_dir=tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    cluster = Cluster(initialize_head=True, head_node_args=dict(node, dashboard_host="127.0.0.1"))
+    try:
+        for _ in range(2):
+            cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        yield RayCluster(cluster, sandbox_tmp)
+    finally:
+        cluster.shutdown()
+        shutil.rmtree(node["temp_dir"], ignore_errors=True)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def ray_args(cluster: RayCluster, *extra: str) -> list[str]:
+    return ["--backend=ray", f"--ray_address={cluster.address}", "--num_workers=3", *extra]
+
+
+def comparable(run_dir: Path) -> list[str]:
+    """The merged entries without what differs between any two runs: timestamps, and the ids
+    the endpoint makes up per reply."""
+    entries = sorted(read_jsonl(run_dir / "trajectories.jsonl"), key=lambda e: e["prompt_index"])
+    for entry in entries:
+        entry["metadata"].pop("timestamp")
+    return [re.sub(r"call_[0-9a-f]{24}", "call_ID", json.dumps(entry, sort_keys=True)) for entry in entries]
+
+
+def wait_for_lines(run_dir: Path, count: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        lines = sum(len(read_jsonl(path)) for path in run_dir.glob("batch_*.jsonl"))
+        if lines >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {count} results after {timeout}s (runner exit {proc.poll()})")
+
+
+def test_ray_writes_the_same_trajectories_as_local(tmp_path: Path, ray_cluster: RayCluster) -> None:
+    with SimulatedEndpoint() as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        dataset = prompts_dataset(tmp_path / "d.jsonl", [f"prompt {i}" for i in range(240)])
+        common = [f"--dataset_file={dataset}", "--batch_size=50", "--distribution=terminal_only"]
+        local = cli.run(*common, "--run_name=local", "--num_workers=2")
+        assert local.returncode == 0, local
+        ray = cli.run(*common, "--run_name=onray", *ray_args(ray_cluster))
+        assert ray.returncode == 0, ray
+    assert comparable(cli.run_dir("onray")) == comparable(cli.run_dir("local"))
+    assert len(comparable(cli.run_dir("onray"))) == 240
+    assert ray_cluster.sandboxes_left("onray") == []
+
+
+def test_one_rpm_across_the_nodes_measured_at_the_endpoint(tmp_path: Path, ray_cluster: RayCluster) -> None:
+    with SimulatedEndpoint() as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        dataset = prompts_dataset(tmp_path / "d.jsonl", [f"paced {i}" for i in range(30)])
+        done = cli.run(
+            f"--dataset_file={dataset}", "--batch_size=10", "--run_name=paced",
+            "--distribution=terminal_only", "--rpm=240", *ray_args(ray_cluster),
+        )  # fmt: skip
+        assert done.returncode == 0, done
+        times = sorted(request.received_at for request in endpoint.requests)
+    assert len(times) == 60
+    rate = (len(times) - 1) / (times[-1] - times[0])
+    assert rate == pytest.approx(4.0, rel=0.1)  # 240 per minute, for the three actors together
+
+
+def test_driver_stopped_then_killed_then_resume_finishes_exactly_once(
+    tmp_path: Path, ray_cluster: RayCluster
+) -> None:
+    """SIGTERM stops the run as on the local backend (exit 130, every actor's sandboxes
+    destroyed); SIGKILL leaves Ray to end the actors; --resume finishes either."""
+    prompts = [f"killed {i}" for i in range(200)]
+    with SimulatedEndpoint(latency=0.2) as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        dataset = prompts_dataset(tmp_path / "d.jsonl", prompts)
+        args = [f"--dataset_file={dataset}", "--batch_size=50", "--run_name=killed", "--max_inflight=12"]
+        runner = cli.start(*args, *ray_args(ray_cluster), log_name="stopped")
+        wait_for_lines(cli.run_dir("killed"), 10, runner)
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=60) == 130, (tmp_path / "stopped.err").read_text()[-3000:]
+        assert ray_cluster.sandboxes_left("killed") == []
+        runner = cli.start(*args, "--resume", *ray_args(ray_cluster))
+        wait_for_lines(cli.run_dir("killed"), 40, runner)
+        os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait(timeout=30)
+        resumed = cli.run(*args, "--resume", *ray_args(ray_cluster))
+        assert resumed.returncode == 0, resumed
+    assert trajectory_prompts(cli.run_dir("killed")) == Counter(prompts)
+    assert ray_cluster.sandboxes_left("killed") == []
+
+
+def test_a_node_lost_mid_run_reruns_its_prompts_elsewhere(tmp_path: Path, ray_cluster: RayCluster) -> None:
+    """Last in this module: it takes a node away."""
+    prompts = [f"lost {i}" for i in range(240)]
+    with SimulatedEndpoint(latency=0.3) as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        dataset = prompts_dataset(tmp_path / "d.jsonl", prompts)
+        runner = cli.start(
+            f"--dataset_file={dataset}", "--batch_size=50", "--run_name=lost", "--max_inflight=24",
+            *ray_args(ray_cluster),
+        )  # fmt: skip
+        wait_for_lines(cli.run_dir("lost"), 30, runner)
+        victim = next(iter(ray_cluster.cluster.worker_nodes))
+        ray_cluster.cluster.remove_node(victim, allow_graceful=False)
+        assert runner.wait(timeout=240) == 0, (tmp_path / "runner.err").read_text()
+    err = (tmp_path / "runner.err").read_text()
+    assert "lost" in err and "run again elsewhere" in err
+    assert trajectory_prompts(cli.run_dir("lost")) == Counter(prompts)
+    lines = [entry for path in cli.run_dir("lost").glob("batch_*.jsonl") for entry in read_jsonl(path)]
+    assert len(lines) == len(prompts)  # written once each, not merely de-duplicated at the merge
+    deadline = time.monotonic() + 30
+    while ray_cluster.sandboxes_left("lost") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ray_cluster.sandboxes_left("lost") == []
+
+
+def test_without_ray_installed_the_backend_exits_2_naming_the_install(tmp_path: Path) -> None:
+    """Ray made unimportable for the runner only (a sitecustomize), our code untouched."""
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class _NoRay:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'ray' or name.startswith('ray.'):\n"
+        "            raise ModuleNotFoundError(\"No module named 'ray'\", name=name)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, _NoRay())\n"
+    )
+    dataset = prompts_dataset(tmp_path / "d.jsonl", ["one"])
+    cli = BatchCLI(tmp_path)
+    env = cli.env()
+    env["PYTHONPATH"] = f"{blocker}{os.pathsep}{env['PYTHONPATH']}"
+    done = subprocess.run(
+        cli.argv(f"--dataset_file={dataset}", "--batch_size=1", "--run_name=noray", "--backend=ray",
+                 "--base_url=http://127.0.0.1:9/v1"),
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert 'pip install -e ".[ray]"' in done.stderr and "--backend=ray" in done.stderr
+    assert not (tmp_path / "data" / "noray").exists()
+
+
+def test_an_address_where_no_cluster_answers_exits_2_at_once(tmp_path: Path) -> None:
+    if os.environ.get("CI", "").lower() != "true":
+        pytest.importorskip("ray", reason='Ray is an optional extra: pip install -e ".[ray]"')
+    dataset = prompts_dataset(tmp_path / "d.jsonl", ["one"])
+    started = time.monotonic()
+    done = BatchCLI(tmp_path).run(
+        f"--dataset_file={dataset}", "--batch_size=1", "--run_name=nocluster", "--backend=ray",
+        "--ray_address=127.0.0.1:1", "--base_url=http://127.0.0.1:9/v1", timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 2, done
+    assert "--ray_address=127.0.0.1:1: no Ray cluster answers there" in done.stderr
+    assert time.monotonic() - started < 60  # Ray alone would retry for minutes

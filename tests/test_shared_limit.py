@@ -1,0 +1,93 @@
+"""One rate limit per run, whatever the number of processes: the hub's arithmetic, and at the
+simulated endpoint, `--rpm` held by two workers together even when only one has work (split
+per worker, `--rpm=240` gave a lone busy worker 120 rpm)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from agent.llm import shared_limit
+from agent.llm.shared_limit import HORIZON, STALE, LimitHub, Report
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
+from tests.test_batch_support import BatchCLI, write_dataset
+
+
+def test_a_burst_seen_by_one_member_cuts_and_pauses_everyone_once() -> None:
+    hub = LimitHub(64)
+    hub.exchange(Report("a", demand=32))
+    first = hub.exchange(Report("b", demand=32, burst_generation=0, retry_after=2.0))
+    assert first.limit == 32 and first.generation == 1 and first.pause > 1.9
+    late = hub.exchange(Report("a", demand=32, burst_generation=0, retry_after=2.0))  # same burst
+    assert late.limit == 32 and late.generation == 1 and late.share == 16 and late.pause > 1.9
+
+
+def test_the_limit_is_split_by_demand_not_evenly() -> None:
+    hub = LimitHub(64)
+    hub.limit = 32.0
+    assert hub.exchange(Report("idle", demand=0)).share == 32  # alone, it may grow into all of it
+    busy = hub.exchange(Report("busy", demand=40))
+    assert busy.share == 32  # the idle member holds nothing it does not use
+    hub.exchange(Report("idle", demand=10))
+    assert hub.exchange(Report("busy", demand=40)).share == 22
+
+
+def test_successes_from_every_member_grow_the_one_limit() -> None:
+    hub = LimitHub(8)
+    hub.limit = 4.0
+    hub.exchange(Report("a", demand=4, successes=4))
+    grown = hub.exchange(Report("b", demand=4, successes=4)).limit
+    assert 5.0 < grown < 6.5  # about one slot per window of the limit's size, from both
+
+
+def test_start_permits_follow_one_pace_across_members() -> None:
+    hub = LimitHub(64, rpm=600)  # one start per 0.1 s
+    a = hub.exchange(Report("a", demand=10, want_starts=10)).starts
+    b = hub.exchange(Report("b", demand=10, want_starts=10)).starts
+    assert len(a) >= 5 and max(a) <= HORIZON and a[0] == pytest.approx(0, abs=0.01)
+    assert b[0] == pytest.approx(a[-1] + 0.1, abs=0.02)  # b's permits come after a's
+    assert all(later - earlier == pytest.approx(0.1, abs=0.01) for earlier, later in itertools.pairwise(a))
+
+
+def test_tokens_of_every_member_count_against_one_tpm() -> None:
+    hub = LimitHub(8, tpm=1000)
+    assert hub.exchange(Report("a", demand=1, tokens=600)).tpm_wait == 0
+    assert hub.exchange(Report("b", demand=1, tokens=600)).tpm_wait > 59
+
+
+def test_rpm_is_one_budget_for_all_workers_at_the_endpoint(tmp_path: Path) -> None:
+    """One conversation of 12 calls on one of two workers: the endpoint sees starts --rpm=120
+    apart (0.5 s); split per worker they were 1 s apart. Judged on the median gap: a slow tool
+    call on a loaded machine widens a gap."""
+    turns = 12
+    call = (("terminal", json.dumps({"command": "true"})),)
+    with SimulatedEndpoint() as endpoint:
+        endpoint.script("long", [Turn(reasoning="r", tool_calls=call)] * (turns - 1) + [Turn("done", "r")])
+        dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": "long"}])
+        done = BatchCLI(tmp_path, endpoint).run(
+            f"--dataset_file={dataset}", "--batch_size=1", "--run_name=rpm", "--num_workers=2",
+            "--rpm=120", f"--max_turns={turns}", "--distribution=terminal_only",
+        )  # fmt: skip
+        assert done.returncode == 0, done
+        times = sorted(request.received_at for request in endpoint.requests)
+    assert len(times) == turns
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    # The budget holds: starts are paced on one schedule, so a call that reached the endpoint
+    # late (one gap wider) brings the next one closer, but any 4 gaps span 2 s (-10 %).
+    assert min(times[i + 4] - times[i] for i in range(len(times) - 4)) > 1.8
+    assert statistics.median(gaps) == pytest.approx(0.5, rel=0.1)  # and all of it is used
+
+
+def test_a_member_that_stopped_reporting_holds_no_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker actor lost with its node must not keep its slots for the rest of the run."""
+    now = [1000.0]
+    monkeypatch.setattr(shared_limit.time, "monotonic", lambda: now[0])
+    hub = LimitHub(60)
+    hub.exchange(Report("lost", demand=30))
+    assert hub.exchange(Report("alive", demand=60)).share == 30
+    now[0] += STALE + 1
+    assert hub.exchange(Report("alive", demand=60)).share == 60
