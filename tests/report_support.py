@@ -76,6 +76,11 @@ def script(endpoint: SimulatedEndpoint) -> None:
     )
 
 
+# The development distribution samples web and moa too: give them a backend.
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus"
+TOOL_FLAGS = (f"--web_corpus={CORPUS}", "--moa_models=sim/reference")
+
+
 def run_batch(workdir: Path) -> ReportRun:
     """A real run: 24 prompts, 2 workers, 0.6 s per call and some 429s, so in-flight, pulses and
     the limiter show in the timeline."""
@@ -85,7 +90,7 @@ def run_batch(workdir: Path) -> ReportRun:
         rows = [{"prompt": p} for p in (HOSTILE, NO_REASONING, FAILING, TOOL_ERROR)]
         rows += [{"prompt": f"Plain task {i}: list the files"} for i in range(PROMPTS)]
         dataset = write_dataset(workdir / "rows.jsonl", rows)
-        flags = ("--batch_size=8", "--distribution=development", "--seed=5", "--num_workers=2")
+        flags = ("--batch_size=8", "--distribution=development", "--seed=5", "--num_workers=2", *TOOL_FLAGS)
         result = cli.run(f"--dataset_file={dataset}", "--run_name=report", "--model=sim/report", *flags)
     run_dir = cli.run_dir("report")
 

@@ -10,6 +10,8 @@ import os
 import re
 import signal
 
+import pytest
+
 from agent.protocols import ToolConfig
 from agent.toolbox.context import Resources
 from agent.toolbox.registry import resolve_tools
@@ -184,5 +186,26 @@ def test_a_dead_chromium_fails_its_conversations_calls_and_the_next_one_gets_a_n
                 await second.aclose()
                 await shared.aclose()
         assert set(main_chromium_pids(os.getpid())) == others
+
+    asyncio.run(scenario())
+
+
+def test_a_stuck_page_script_is_an_error_within_the_deadline_not_a_hang(
+    browser_worker: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tools.browser.actions as actions
+
+    monkeypatch.setattr(actions, "ACTION_DEADLINE", 2.0)  # 45 s in runs
+
+    async def scenario() -> None:
+        async with browsing(ALLOW_LOOPBACK, browser_worker.shared) as tools:
+            with serve_pages() as (base, _paths):
+                await call(tools, "browser_navigate", url=base + "/")
+                started = asyncio.get_running_loop().time()
+                hung = await call(tools, "browser_console", expression="new Promise(() => {})")
+                busy = await call(tools, "browser_console", expression="while (true) {}")
+                took = asyncio.get_running_loop().time() - started
+                assert "did not answer within 2 s" in hung["error"] and "did not answer" in busy["error"]
+                assert took < 10
 
     asyncio.run(scenario())

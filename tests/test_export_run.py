@@ -47,7 +47,10 @@ ROWS: list[dict[str, Any]] = [
 ]
 FLAGS = (
     "--batch_size=3",
-    "--distribution=balanced",  # each prompt its own toolsets
+    "--distribution=balanced",  # each prompt its own toolsets, every toolset backed:
+    f"--web_corpus={Path(__file__).resolve().parent.parent / 'data' / 'corpus'}",
+    "--moa_models=sim/reference",
+    "--allow_hosts=127.0.0.1",
     "--seed=5",
     "--num_workers=2",
     "--model=sim/export-model",

@@ -4,12 +4,16 @@ private, link-local (cloud metadata), CGNAT and IPv4-mapped forms refused after 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from agent.common.network_policy import NetworkPolicy, PolicyRefusal
 from agent.errors import ConfigError
 
-pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parent.parent
 
 REFUSED = [
     "http://127.0.0.1/",
@@ -25,10 +29,23 @@ REFUSED = [
     "http://[::ffff:127.0.0.1]/",  # IPv4-mapped loopback
     "http://0.0.0.0/",
     "http://224.0.0.1/",
+    "http://[64:ff9b::a9fe:a9fe]/",  # NAT64 of the metadata address
+    "http://[64:ff9b::7f00:1]/",  # NAT64 of loopback
+    "http://[2002:a9fe:a9fe::]/",  # 6to4 of the metadata address
+    "http://[::a9fe:a9fe]/",  # IPv4-compatible
+    "http://[fec0::1]/",  # site-local
 ]
 
 
+@pytest.mark.parametrize("url", ["http://host:notaport/", "http://127.0.0.1:99999/", "http://x:y:z/"])
+@pytest.mark.anyio
+async def test_a_malformed_url_is_a_refusal_not_a_crash(url: str) -> None:
+    reason = await NetworkPolicy().check(url)
+    assert reason is not None and "not a valid URL" in reason
+
+
 @pytest.mark.parametrize("url", REFUSED)
+@pytest.mark.anyio
 async def test_non_public_addresses_are_refused_by_default(url: str) -> None:
     reason = await NetworkPolicy().check(url)
     assert reason is not None and "network policy" in reason
@@ -37,16 +54,20 @@ async def test_non_public_addresses_are_refused_by_default(url: str) -> None:
 @pytest.mark.parametrize(
     "url", ["file:///etc/passwd", "ftp://example.com/", "javascript:alert(1)", "http:///x"]
 )
+@pytest.mark.anyio
 async def test_only_http_urls_with_a_host(url: str) -> None:
     with pytest.raises(PolicyRefusal):
         await NetworkPolicy().resolve(url)
 
 
+@pytest.mark.anyio
 async def test_public_addresses_are_allowed() -> None:
     assert await NetworkPolicy().check("http://93.184.216.34/") is None
+    assert await NetworkPolicy().check("http://[64:ff9b::5db8:d822]/") is None  # NAT64 of a public one
     assert await NetworkPolicy().check("https://[2606:2800:220:1:248:1893:25c8:1946]/") is None
 
 
+@pytest.mark.anyio
 async def test_allow_list_networks_and_hosts() -> None:
     policy = NetworkPolicy.from_allow_list(["127.0.0.1", "10.0.0.0/8", "localhost"])
     assert await policy.check("http://127.0.0.1:9/") is None
@@ -59,3 +80,15 @@ async def test_allow_list_networks_and_hosts() -> None:
 def test_a_malformed_allow_list_entry_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="--allow_hosts"):
         NetworkPolicy.from_allow_list(["not a host!"])
+
+
+@pytest.mark.parametrize("entry", ["bad_host!", "300.1.1.1/8", "127.0.0.1/33", "*.example.com"])
+def test_a_bad_allow_hosts_flag_stops_the_run_before_anything_is_read(entry: str, tmp_path: Path) -> None:
+    argv = [sys.executable, str(ROOT / "batch_runner.py"), "--dataset_file=missing.jsonl",
+            "--batch_size=1", "--run_name=x", "--base_url=http://127.0.0.1:9/v1", "--model=m",
+            f"--allow_hosts={entry}"]  # fmt: skip
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"error: --allow_hosts: {entry!r} is neither a host name nor a network"
+    ]

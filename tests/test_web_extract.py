@@ -144,6 +144,14 @@ def test_text_is_served_as_it_is_and_errors_come_per_url(pages: Pages) -> None:
     assert "PDF" in pdf["error"]
 
 
+def test_a_malformed_url_fails_only_its_own_entry(pages: Pages) -> None:
+    bad, article, bad_hop = extract(
+        ["http://host:notaport/", pages.url("/article"), "http://127.0.0.1:99999/"]
+    )
+    assert "not a valid URL" in bad["error"] and "not a valid URL" in bad_hop["error"]
+    assert article["title"] == "Life in tide pools"
+
+
 def test_a_long_page_is_cut_near_the_cap_and_says_so(pages: Pages) -> None:
     [page] = extract([pages.url("/long")])
     assert PAGE_CHARS * 0.8 <= len(page["content"]) <= PAGE_CHARS

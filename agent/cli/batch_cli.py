@@ -127,7 +127,9 @@ def _check_writable(run_dir: Path) -> None:
 def list_distributions_text(values: Mapping[str, Any] | None = None) -> str:
     """Every distribution with its toolsets' availability, each toolset's backend with the
     tool flags among `values` (their defaults without), then the sandbox backends."""
-    tools = build_tool_config(values) if values is not None else ToolConfig()
+    # A run saves images in its run directory, whichever it is: image_gen is usable as in a run.
+    run_dir = "<output_dir>/<run_name>"
+    tools = build_tool_config(values, run_dir) if values is not None else ToolConfig(artifacts_dir=run_dir)
     backends = available_backends()
     text = format_distributions(toolset_availability(tools), toolset_backends(tools))
     lines = [text, "", "Sandbox backends on this machine:"]

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agent.common.network_policy import NetworkPolicy
 from agent.common.secrets import started_secrets
 from agent.config.agent_config import AgentConfig, load_prefill, reasoning_config
 from agent.errors import ConfigError
@@ -64,6 +65,7 @@ _TOOL_FLAGS = (
 def build_tool_config(values: Mapping[str, Any], artifacts_dir: str | None = None) -> ToolConfig:
     """The tools' settings from typed flag values, the search API keys the process started
     with (never the flags: they would show in `ps`) and FIRECRAWL_API_URL."""
+    NetworkPolicy.from_allow_list(values["allow_hosts"])  # a bad entry: one line, exit 2, now
     return ToolConfig(
         **{name: values[name] for name in _TOOL_FLAGS},
         web_corpus=_corpus_folder(values["web_backend"], values["web_corpus"]),

@@ -26,6 +26,27 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
+# IPv6 forms that carry an IPv4 address a gateway may route to (NAT64, 6to4, IPv4-compatible):
+# judged by that IPv4 address, so 64:ff9b::a9fe:a9fe is the metadata address it translates to.
+_NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_SITE_LOCAL = ipaddress.IPv6Network("fec0::/10")
+
+
+def _embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (mapped, 6to4, NAT64, IPv4-compatible)."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    nat64 = any(address in network for network in _NAT64)
+    if nat64 or (address in _IPV4_COMPATIBLE and int(address) > 1):  # not :: nor ::1
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 class PolicyRefusal(Exception):
     """The URL may not be fetched; the message says why (a tool result the model reads)."""
 
@@ -54,23 +75,28 @@ class NetworkPolicy:
         return cls(tuple(networks), frozenset(hosts))
 
     def allows_address(self, address: Address) -> bool:
-        mapped = getattr(address, "ipv4_mapped", None)
-        plain: Address = mapped if mapped is not None else address
+        plain = _embedded_ipv4(address) or address
         if any(plain in network for network in self.networks):
             return True
+        if isinstance(plain, ipaddress.IPv6Address) and plain in _SITE_LOCAL:
+            return False  # deprecated, but routed privately where it is used
         return plain.is_global and not plain.is_multicast
 
     async def resolve(self, url: str) -> list[str]:
         """The addresses `url`'s host resolves to, all allowed; raises PolicyRefusal otherwise
         (a scheme other than http/https, no host, a name that does not resolve, or any
         resolved address outside the policy)."""
-        parts = urllib.parse.urlsplit(url)
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:  # a bad port, a bracketed host that is not IPv6
+            raise PolicyRefusal(f"{url}: not a valid URL ({exc})") from None
         if parts.scheme not in ("http", "https"):
             raise PolicyRefusal(f"{url}: only http and https URLs may be fetched")
         host = (parts.hostname or "").rstrip(".")
         if not host:
             raise PolicyRefusal(f"{url}: the URL has no host")
-        addresses = await _addresses(host, parts.port or (443 if parts.scheme == "https" else 80))
+        addresses = await _addresses(host, port)
         if host.lower() in self.hosts:
             return addresses
         refused = [a for a in addresses if not self.allows_address(ipaddress.ip_address(a))]

@@ -9,6 +9,7 @@ reads, and adds the requests the network policy blocked meanwhile (`blocked`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
 
 Action = Callable[[Mapping[str, Any], BrowserSession, ToolContext], Awaitable[dict[str, Any]]]
 SCROLL_SHARE = 0.8  # of the viewport's height per browser_scroll
+# Every action's own bound: Playwright's timeouts cover navigation and element waits, not a
+# page.evaluate whose promise never settles or a page stuck in a loop.
+ACTION_DEADLINE = 45.0
 
 
 def browser_tool(action: Action, *, takes_turn: bool = True) -> ToolHandler:
@@ -38,9 +42,14 @@ def browser_tool(action: Action, *, takes_turn: bool = True) -> ToolHandler:
             session = await session_of(context)
             refused_before = session.proxy.refused_total
             try:
-                result = await action(args, session, context)
+                async with asyncio.timeout(ACTION_DEADLINE):
+                    result = await action(args, session, context)
             except PlaywrightError as exc:
                 result = {"error": playwright_message(exc)}
+            except TimeoutError:  # a page script that never returns (a hung promise, a busy loop)
+                result = {
+                    "error": f"the page did not answer within {ACTION_DEADLINE:g} s (a script may be stuck)"
+                }
         blocked = session.refusals_since(refused_before)
         if blocked:
             result["blocked"] = blocked

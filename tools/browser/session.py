@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 VIEWPORT = {"width": 1280, "height": 800}
 NAVIGATION_TIMEOUT_MS = 30_000
 ACTION_TIMEOUT_MS = 10_000
+CLOSE_DEADLINE = 15.0  # seconds a conversation's browser context may take to close
 LOAD_GRACE_MS = 2_000  # after DOMContentLoaded, how long to wait for images and styles
 ACTION_START = 0.1  # seconds an action gets to start a navigation before we look
 MAX_CONSOLE = 300  # messages kept (the newest)
@@ -157,9 +158,12 @@ async def _close(context: BrowserContext) -> None:
     from playwright.async_api import Error as PlaywrightError
 
     try:
-        await context.close()
+        async with asyncio.timeout(CLOSE_DEADLINE):
+            await context.close()
     except PlaywrightError as exc:  # Chromium died meanwhile: the context went with it
         log.info("browser context already gone: %s", str(exc).splitlines()[0])
+    except TimeoutError:  # a renderer stuck in a loop: the worker's Chromium ends with the worker
+        log.warning("a browser context did not close within %g s", CLOSE_DEADLINE)
 
 
 async def host_of(tools: ToolContext) -> BrowserHost:

@@ -95,7 +95,7 @@ async def fetch(session: aiohttp.ClientSession, policy: NetworkPolicy, url: str)
                 return await _read(response, url)
     except TimeoutError:
         raise FetchFailed(f"{url}: no complete answer within {TIMEOUT.total:.0f} s") from None
-    except aiohttp.InvalidURL:
+    except (aiohttp.InvalidURL, ValueError):
         raise FetchFailed(f"{url}: not a valid URL") from None
     except aiohttp.ClientError as exc:
         raise FetchFailed(f"{url}: cannot fetch ({type(exc).__name__}: {exc})") from None
