@@ -14,6 +14,7 @@ import pytest
 
 import toolsets
 from agent.cli.flags import BATCH
+from agent.protocols import ToolConfig
 from agent.servers.simulated.server import SimulatedEndpoint
 from model_tools import toolset_availability
 from tests.test_batch_support import (
@@ -108,7 +109,7 @@ def test_list_distributions_prints_every_distribution_with_availability(cli: Bat
     run = cli.run("--list_distributions", output=False)
     assert run.returncode == 0, run
     lines = run.stdout.splitlines()
-    available = toolset_availability()
+    available = toolset_availability(ToolConfig(artifacts_dir="run"))  # a run saves images there
     assert len(toolsets.DISTRIBUTIONS) == 17
     for name, dist in toolsets.DISTRIBUTIONS.items():
         start = next(i for i, line in enumerate(lines) if line.startswith(f"{name}: "))

@@ -208,4 +208,4 @@ def test_a_stuck_page_script_is_an_error_within_the_deadline_not_a_hang(
                 assert "did not answer within 2 s" in hung["error"] and "did not answer" in busy["error"]
                 assert took < 10
 
-    asyncio.run(scenario())
+    browser_worker.run(scenario())

@@ -43,3 +43,17 @@ def test_a_hard_limit_too_low_for_the_conversations_exits_2_naming_the_number(tm
     need = needed_fds(4096)
     assert f"need {need} open files, but the hard limit is 1024" in done.stderr
     assert f"ulimit -Hn {need}" in done.stderr
+
+
+def test_more_workers_than_the_hard_limit_allows_exits_2_naming_the_flag(tmp_path: Path) -> None:
+    dataset = prompts_dataset(tmp_path / "d.jsonl", ["one"])
+    cli = BatchCLI(tmp_path)
+    done = subprocess.run(
+        cli.argv(f"--dataset_file={dataset}", "--batch_size=1", "--run_name=fds", "--num_workers=100000",
+                 "--base_url=http://127.0.0.1:9/v1"),
+        cwd=tmp_path, env=cli.env(), capture_output=True, text=True, timeout=60, check=False,
+        preexec_fn=lambda: _hard_limit(1024),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "error: --num_workers=100000: the runner needs" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -21,11 +21,23 @@ def needed_fds(conversations: int) -> int:
     return BASE_FDS + FDS_PER_CONVERSATION * conversations
 
 
-def raise_fd_limit(conversations: int) -> int:
-    """Raise this process's open-file limit (children inherit it) for `conversations` at once;
-    returns the new soft limit. ConfigError when the hard limit is below what they need."""
+FDS_PER_WORKER = 8  # the parent's ends of a worker's pipes and its process handle
+
+
+def raise_fd_limit(conversations: int, workers: int = 0) -> int:
+    """Raise this process's open-file limit (children inherit it) for `conversations` at once
+    in each worker and the parent's `workers` pipes; returns the new soft limit. ConfigError
+    when the hard limit is below what they need."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = needed_fds(conversations)
+    parent_need = BASE_FDS + FDS_PER_WORKER * workers
+    if hard != resource.RLIM_INFINITY and hard < parent_need:
+        raise ConfigError(
+            f"--num_workers={workers}: the runner needs {parent_need} open files for that many "
+            f"worker processes, but the hard limit is {hard}: use fewer workers or raise it "
+            f"(ulimit -Hn {parent_need})"
+        )
+    need = max(need, parent_need)
     if hard != resource.RLIM_INFINITY and hard < need:
         raise ConfigError(
             f"--max_inflight: {conversations} conversations in one process need {need} open files, "

@@ -69,7 +69,7 @@ class BatchRun:
 
     def run(self, scan: DatasetScan) -> int:
         started = time.monotonic()
-        raise_fd_limit(self.config.inflight_per_worker)  # the workers inherit it
+        raise_fd_limit(self.config.inflight_per_worker, self.config.num_workers)  # workers inherit it
         self.store.lock()
         try:
             index = self._open_run()

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitOperationAdd, HfApi, get_token
+from huggingface_hub import CommitOperationAdd, HfApi, get_token, set_client_factory
 from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.utils._http import default_client_factory
 
 from agent.common.redaction import Redactor
 from agent.common.secrets import started_secrets
@@ -77,6 +78,17 @@ def _operations(files: Mapping[str, Path], card: str) -> list[CommitOperationAdd
     return [*adds, CommitOperationAdd("README.md", card.encode("utf-8"))]
 
 
+HUB_TIMEOUT = 60.0  # seconds without progress on one request (huggingface_hub waits forever)
+
+
+def _bounded_client() -> Any:
+    """huggingface_hub's own client, with a timeout: a Hub that accepts and never answers is
+    then one line and exit 1, not a hang."""
+    client = default_client_factory()
+    client.timeout = HUB_TIMEOUT
+    return client
+
+
 def push_run(
     run_dir: Path, repo_id: str, files: Mapping[str, Path], entries: int, *, private: bool, license_id: str
 ) -> PushReport:
@@ -85,6 +97,7 @@ def push_run(
     token = hub_token()
     names = {name: path.name for name, path in files.items()}
     card = card_text(repo_id, _statistics(run_dir), names, entries, license_id)
+    set_client_factory(_bounded_client)
     api = HfApi(token=token)
     operations = _operations(files, card)
     try:
