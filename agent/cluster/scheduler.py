@@ -38,6 +38,10 @@ PROBE_TIMEOUT = 10.0  # seconds to reach --ray_address before giving up
 STOP_GRACE = 30.0  # seconds actors get to finish or cancel and destroy their sandboxes
 
 
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + empty SETTINGS
+_SETTINGS = 4  # the HTTP/2 frame type a server's first frame has
+
+
 def _probe(address: str) -> None:
     """A ConfigError unless `address` (host:port) accepts a connection: Ray itself retries an
     unreachable address for minutes."""
@@ -45,10 +49,17 @@ def _probe(address: str) -> None:
     if not host or not port.isdigit():
         raise ConfigError(f"--ray_address={address}: expected auto or host:port")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT) as probe:
+            # Ray's GCS speaks gRPC: an HTTP/2 server answers the client preface with SETTINGS.
+            probe.sendall(_HTTP2_PREFACE)
+            answer = probe.recv(9)
     except OSError as exc:
+        answer, why = b"", exc.strerror or str(exc)
+    else:
+        why = "it does not speak gRPC"
+    if len(answer) < 4 or answer[3] != _SETTINGS:
         raise ConfigError(
-            f"--ray_address={address}: no Ray cluster answers there ({exc.strerror or exc}); "
+            f"--ray_address={address}: no Ray cluster answers there ({why}); "
             "start one with `ray start --head`, or pass its head's host:port"
         ) from None
 
