@@ -82,9 +82,9 @@ TOOL_FLAGS = (f"--web_corpus={CORPUS}", "--moa_models=sim/reference")
 
 
 def run_batch(workdir: Path) -> ReportRun:
-    """A real run: 24 prompts, 2 workers, 0.6 s per call and some 429s, so in-flight, pulses and
-    the limiter show in the timeline."""
-    with SimulatedEndpoint(latency=0.6, rate_429=0.1, retry_after=0.2, seed=3) as endpoint:
+    """A real run: 24 prompts, 2 workers, 1.5 s per call and some 429s, so in-flight, pulses (sent
+    about once a second) and the limiter show in the timeline however fast the machine is."""
+    with SimulatedEndpoint(latency=1.5, rate_429=0.1, retry_after=0.2, seed=3) as endpoint:
         script(endpoint)
         cli = BatchCLI(workdir, endpoint)
         rows = [{"prompt": p} for p in (HOSTILE, NO_REASONING, FAILING, TOOL_ERROR)]

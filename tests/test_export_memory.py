@@ -28,9 +28,9 @@ def test_a_ten_times_larger_parquet_export_takes_no_more_memory(tmp_path: Path) 
     grew_few = few["peak_rss_mb"] - few["rss_before_mb"]
     grew_many = many["peak_rss_mb"] - many["rss_before_mb"]
     assert grew_many <= grew_few * 1.3 + 10, (few, many)
-    # Never the entries' objects (5-8x the file); the allocators' reserve reached 1.9x the file
-    # (230 MB) once on a loaded CI machine, so the bound leaves room for it.
-    assert grew_many < 3 * size / 2**20, (many, size)
+    # What holding the entries would add (their objects: 5-8x the file, 575-920 MB here) is far
+    # beyond that margin; the allocators' own reserve is not (110 MB on a quiet machine, 430 MB on
+    # a fresh CI machine, the same for both sizes), so no bound relative to the file is asserted.
     metadata = pq.ParquetFile(large / "export" / "trajectories.parquet").metadata
     assert metadata.num_rows == LARGE
     groups = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]

@@ -14,11 +14,13 @@ from agent.servers.simulated.server import SimulatedEndpoint
 from agent.toolbox.registry import TOOLSETS, toolset_availability, toolset_backends, unavailable_toolsets
 from tests.test_batch_support import API_KEY, BatchCLI, prompts_dataset, read_json, read_jsonl
 
-WEB_WHY = toolset_availability()["web"]  # web needs a search backend: none is configured here
-BROWSER_WHY = toolset_availability()["browser"]
-pytestmark = pytest.mark.skipif(
-    WEB_WHY is None or BROWSER_WHY is None, reason="these tests need web and browser unavailable by default"
-)
+# Web needs a search backend (none is configured here); the browser is made unavailable by
+# pointing it at a Chromium that does not exist, so the tests run alike with or without one.
+NO_BROWSER = "--browser_executable=/nonexistent/chromium"
+CONFIG = ToolConfig(browser_executable="/nonexistent/chromium", artifacts_dir="<output_dir>/<run_name>")
+WEB_WHY = toolset_availability(CONFIG)["web"]
+BROWSER_WHY = toolset_availability(CONFIG)["browser"]
+assert WEB_WHY is not None and BROWSER_WHY is not None
 
 
 @pytest.fixture
@@ -30,10 +32,16 @@ def test_a_distribution_needing_an_unavailable_toolset_stops_before_any_token(
     cli: BatchCLI, sim_endpoint: SimulatedEndpoint
 ) -> None:
     prompts_dataset(cli.workdir / "p.jsonl", ["never sent"])
-    run = cli.run("--dataset_file=p.jsonl", "--batch_size=1", "--run_name=stop", "--distribution=browser_use")
+    run = cli.run(
+        "--dataset_file=p.jsonl",
+        "--batch_size=1",
+        "--run_name=stop",
+        "--distribution=browser_use",
+        NO_BROWSER,
+    )
     assert run.returncode == 2, run
     lines = [line for line in run.stderr.splitlines() if line.strip()]
-    missing = unavailable_toolsets(["web", "vision", "browser"], ToolConfig())
+    missing = unavailable_toolsets(["web", "vision", "browser"], CONFIG)
     assert lines == [
         "error: --distribution=browser_use needs toolsets that are unavailable here (enable them, "
         "or pass --allow_missing_toolsets to run without them):",
@@ -71,13 +79,13 @@ def test_allowed_missing_toolsets_are_recorded_and_counted(
 
 
 def test_list_distributions_shows_each_toolsets_backend(cli: BatchCLI) -> None:
-    run = cli.run("--list_distributions", output=False)
+    run = cli.run("--list_distributions", NO_BROWSER, output=False)
     assert run.returncode == 0, run
     lines = run.stdout.splitlines()
     start = lines.index("Toolset backends with these settings:")
     section = lines[start + 1 : start + 1 + len(TOOLSETS)]
     assert [line.split()[0] for line in section] == list(TOOLSETS)
-    backends = toolset_backends()
+    backends = toolset_backends(CONFIG)
     for line in section:
         name, described = line.split(maxsplit=1)
         assert described == backends[name]
@@ -86,7 +94,7 @@ def test_list_distributions_shows_each_toolsets_backend(cli: BatchCLI) -> None:
 
 
 def test_unavailable_toolsets_expands_all_and_keeps_only_the_missing() -> None:
-    missing = unavailable_toolsets(["all"])
+    missing = unavailable_toolsets(["all"], CONFIG)
     assert "terminal" not in missing and "file" not in missing
     assert missing["web"] == WEB_WHY
     assert unavailable_toolsets(["terminal", "file"]) == {}
