@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from agent.common.fetch import PolicyResolver
 from agent.common.network_policy import NetworkPolicy, PolicyRefusal
 from agent.protocols import ToolConfig
 from agent.toolbox.context import SandboxContext
 from tests.search_api_doubles import LoopbackServer
 from tools.web.extract import PAGE_CHARS
-from tools.web.fetch import MAX_BYTES, PolicyResolver
+from tools.web.fetch import MAX_BYTES
 from tools.web.handlers import web_extract
 
 ARTICLE = """<!DOCTYPE html><html><head><title>Tide pools | Shore Guide</title></head><body>

@@ -1,16 +1,15 @@
 """One bounded HTTP GET under the network policy: what the image tools fetch from a URL.
 
 Every hop (the URL, then each redirect) is checked by `NetworkPolicy.resolve`, and the
-connection goes to the addresses that check returned (a name that resolves elsewhere a moment
-later cannot reach a refused address). The body is read up to a cap and abandoned past it; the
-whole exchange has one deadline. Every failure is a `FetchError` whose message is meant for the
-model (it becomes the tool's result).
+connection is resolved through the policy too (`PolicyResolver`, also the web tools'), so a
+name that resolves elsewhere a moment later cannot reach a refused address. The body is read
+up to a cap and abandoned past it; the whole exchange has one deadline. Every failure is a
+`FetchError` whose message is meant for the model (it becomes the tool's result).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import socket
 import urllib.parse
 from dataclasses import dataclass
@@ -36,24 +35,45 @@ class Fetched:
     body: bytes
 
 
-class _PinnedResolver(AbstractResolver):
-    """Resolves the one host being fetched to the addresses the policy allowed."""
+class PolicyResolver(AbstractResolver):
+    """aiohttp's name resolution through the policy: only allowed addresses come back, checked
+    when the connection is made (a name that resolves elsewhere after an earlier check cannot
+    reach a refused address)."""
 
-    def __init__(self, host: str, addresses: list[str]) -> None:
-        self._host, self._addresses = host, addresses
+    def __init__(self, policy: NetworkPolicy) -> None:
+        self._policy = policy
 
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[ResolveResult]:
-        if host.rstrip(".").lower() != self._host:
-            raise OSError(f"{host} was not checked by the network policy")
-        return [_result(host, address, port) for address in self._addresses]
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        shown = f"[{host}]" if ":" in host else host
+        addresses = await self._policy.resolve(f"http://{shown}:{port or 80}/")
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+            )
+            for address in addresses
+        ]
 
     async def close(self) -> None:
         return None
 
 
-def _result(host: str, address: str, port: int) -> ResolveResult:
-    family = socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
-    return ResolveResult(hostname=host, host=address, port=port, family=family, proto=0, flags=0)
+async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body up to `limit` + 1 bytes (one more says it was longer); the rest is not read."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(_CHUNK):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            break
+    return b"".join(chunks)[: limit + 1]
 
 
 async def fetch(
@@ -81,9 +101,8 @@ async def fetch(
 
 async def _hop(url: str, policy: NetworkPolicy, max_bytes: int) -> tuple[Fetched | None, str]:
     """One request: (the answer, "") or (None, the redirect's absolute target)."""
-    addresses = await policy.resolve(url)
-    host = (urllib.parse.urlsplit(url).hostname or "").rstrip(".").lower()
-    connector = aiohttp.TCPConnector(resolver=_PinnedResolver(host, addresses), force_close=True)
+    await policy.resolve(url)  # the scheme and the URL itself; the connection is checked again
+    connector = aiohttp.TCPConnector(resolver=PolicyResolver(policy), use_dns_cache=False, force_close=True)
     async with (
         aiohttp.ClientSession(connector=connector, auto_decompress=True) as session,
         session.get(url, allow_redirects=False) as response,
@@ -95,10 +114,8 @@ async def _hop(url: str, policy: NetworkPolicy, max_bytes: int) -> tuple[Fetched
         declared = response.content_length
         if declared is not None and declared > max_bytes:
             raise FetchError(f"{url}: {declared} bytes, more than the {max_bytes}-byte limit")
-        body = bytearray()
-        async for chunk in response.content.iter_chunked(_CHUNK):
-            body += chunk
-            if len(body) > max_bytes:
-                raise FetchError(f"{url}: more than the {max_bytes}-byte limit")
+        body = await read_capped(response, max_bytes)
+        if len(body) > max_bytes:
+            raise FetchError(f"{url}: more than the {max_bytes}-byte limit")
         content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
-        return Fetched(url, content_type, bytes(body)), ""
+        return Fetched(url, content_type, body), ""

@@ -2,22 +2,21 @@
 
 Every hop is checked: redirects are followed here (at most MAX_REDIRECTS), each target through
 `NetworkPolicy.resolve`, and the connection is made by a resolver that answers only addresses
-the policy allowed at that moment (`PolicyResolver`), so a name that resolves elsewhere a
+the policy allowed at that moment (`agent.common.fetch.PolicyResolver`), so a name that resolves elsewhere a
 moment after the check (DNS rebinding) cannot reach a refused address. Downloads stop at
 MAX_BYTES (after decompression): the rest of a larger page is not read.
 """
 
 from __future__ import annotations
 
-import socket
 import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
 
+from agent.common.fetch import PolicyResolver, read_capped
 from agent.common.network_policy import NetworkPolicy, PolicyRefusal
 
 MAX_BYTES = 2 * 1024 * 1024
@@ -38,33 +37,6 @@ class Page:
     charset: str | None
     body: bytes
     truncated: bool  # the page was larger than MAX_BYTES
-
-
-class PolicyResolver(AbstractResolver):
-    """aiohttp's name resolution through the policy: only allowed addresses come back."""
-
-    def __init__(self, policy: NetworkPolicy) -> None:
-        self._policy = policy
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        shown = f"[{host}]" if ":" in host else host
-        addresses = await self._policy.resolve(f"http://{shown}:{port or 80}/")
-        return [
-            ResolveResult(
-                hostname=host,
-                host=address,
-                port=port,
-                proto=0,
-                flags=socket.AI_NUMERICHOST,
-                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
-            )
-            for address in addresses
-        ]
-
-    async def close(self) -> None:
-        return None
 
 
 @asynccontextmanager
@@ -100,18 +72,6 @@ async def fetch(session: aiohttp.ClientSession, policy: NetworkPolicy, url: str)
     except aiohttp.ClientError as exc:
         raise FetchFailed(f"{url}: cannot fetch ({type(exc).__name__}: {exc})") from None
     raise FetchFailed(f"{url}: more than {MAX_REDIRECTS} redirects")
-
-
-async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The body up to `limit` + 1 bytes (one more says it was longer); the rest is not read."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.content.iter_chunked(64 * 1024):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            break
-    return b"".join(chunks)[: limit + 1]
 
 
 async def _read(response: aiohttp.ClientResponse, url: str) -> Page:
