@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from throughput import CALLS_PER_PROMPT, ROOT, _children, _dataset, _tree, start_endpoint
+from endpoint_process import start_endpoint
+from throughput import CALLS_PER_PROMPT, ROOT, _children, _dataset, _tree
 
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 

@@ -14,10 +14,7 @@ reported separately).
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
-import multiprocessing
 import os
 import resource
 import subprocess
@@ -26,13 +23,10 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import uvloop
-
-from agent.servers.simulated.server import SimulatedEndpoint
+from endpoint_process import start_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 CALLS_PER_PROMPT = 2
@@ -149,65 +143,10 @@ class Sampler(threading.Thread):
         return max((cpu for at, cpu in self.cpu_series if at <= moment), default=0.0)
 
 
-def _serve(conn: Connection, latency: float, rate_429: float) -> None:
-    """The simulated endpoint in a process of its own, as a real endpoint is: it shares the two
-    cores with the runner, but not this process's interpreter lock with the sampler. It runs on
-    uvloop, as the workers do, so that the stand-in for a remote server takes less of the
-    runner's cores."""
-    endpoint = SimulatedEndpoint(latency=latency, rate_429=rate_429, retry_after=0.5, record=False)
-    uvloop.run(_serve_until_told(endpoint, conn))
-
-
-async def _serve_until_told(endpoint: SimulatedEndpoint, conn: Connection) -> None:
-    loop = asyncio.get_running_loop()
-    told = asyncio.Event()
-    loop.add_reader(conn.fileno(), told.set)  # the benchmark writes once the run is over
-    ready: list[resource.struct_rusage] = []
-
-    def announce() -> None:
-        ready.append(resource.getrusage(resource.RUSAGE_SELF))
-        conn.send(endpoint.base_url)
-
-    server = asyncio.create_task(endpoint.serve_forever(on_ready=announce))
-    await told.wait()
-    loop.remove_reader(conn.fileno())
-    conn.recv()
-    done = resource.getrusage(resource.RUSAGE_SELF)
-    stats = endpoint.stats
-    server.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await server
-    cpu = (done.ru_utime - ready[0].ru_utime) + (done.ru_stime - ready[0].ru_stime)
-    conn.send({"stats": stats.__dict__, "cpu_s": cpu})
-
-
 def _dataset(path: Path, n: int) -> None:
     with path.open("w") as fh:
         for i in range(n):
             fh.write(json.dumps({"prompt": f"Benchmark task number {i}: list the files."}) + "\n")
-
-
-class Endpoint(NamedTuple):
-    """The simulated endpoint's process, and our end of the pipe to it."""
-
-    conn: Connection
-    process: multiprocessing.process.BaseProcess
-    base_url: str
-
-    def stop(self) -> dict[str, Any]:
-        """Stop it; its statistics and CPU seconds."""
-        self.conn.send("stop")
-        report: dict[str, Any] = self.conn.recv()
-        self.process.join()
-        return report
-
-
-def start_endpoint(latency: float, rate_429: float) -> Endpoint:
-    ours, theirs = multiprocessing.Pipe()
-    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(theirs, latency, rate_429))
-    server.start()
-    theirs.close()  # ours.recv() then fails, not hangs, if the endpoint dies before it listens
-    return Endpoint(ours, server, ours.recv())
 
 
 def run_case(case: Case, workdir: Path) -> dict[str, Any]:
@@ -220,7 +159,9 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
         f"--dataset_file={dataset}", "--batch_size=100", f"--run_name={case.name}",
         f"--output_dir={workdir / 'runs'}", f"--base_url={base_url}", "--api_key=bench",
         "--model=sim-model", f"--num_workers={case.num_workers}", f"--max_inflight={case.max_inflight}",
-        "--distribution=terminal_only",
+        # The runner on local sandboxes, as every figure of this bench since it was written:
+        # --sandbox=auto now picks bwrap where it works, a different (costlier) thing to measure.
+        "--distribution=terminal_only", "--sandbox=local",
     ]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
