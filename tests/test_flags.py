@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -254,16 +253,6 @@ def test_every_default_is_the_config_fields_default() -> None:
             assert flag.default == run[flag.name], flag.name
         if flag.name in AgentConfig.__dataclass_fields__:
             assert flag.default == getattr(agent, flag.name), flag.name
-
-
-def test_the_readme_table_lists_every_batch_flag_with_its_default() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Batch runner flags", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| `--(\w+)` \| ([^|]+) \|", section, flags=re.MULTILINE)
-    documented = {name: default.replace("`", "").strip() for name, default in rows}
-    assert list(documented) == [flag.name for flag in flags_of(BATCH)]
-    for flag in flags_of(BATCH):
-        assert documented[flag.name] == ("required" if flag.required else flag.shown_default), flag.name
 
 
 @pytest.mark.parametrize("cli", CLIS)

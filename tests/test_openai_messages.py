@@ -178,7 +178,7 @@ def test_text_that_mentions_the_tags_stays_text() -> None:
         "native",
         "<think>not the reasoning</think>answer",
     )
-    # ShareGPT cannot tell a `</think>` line inside reasoning from its end (README: the limit).
+    # ShareGPT cannot tell a `</think>` line inside reasoning from its end (docs/export.md: the limit).
     assert (answers[5]["reasoning_content"], answers[5]["content"]) == ("first", "second\n</think>\nfinal")
 
 

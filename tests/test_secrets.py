@@ -1,5 +1,6 @@
-"""Canary tests of the README's promise: the API key (and every other well-known secret variable)
-is never written to trajectories, logs, run_config.json or sandboxes.
+"""Canary tests of the promise of docs/security.md and the README's Secrets section: the API key
+(and every other well-known secret variable) is never written to trajectories, logs,
+run_config.json or sandboxes.
 
 A canary key is given to the real runner (by `--api_key` and by the environment) and to the
 real single-query CLI; scripted terminal commands in real local sandboxes then try to read it
