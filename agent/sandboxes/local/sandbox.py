@@ -44,7 +44,7 @@ LOOP_IO_BYTES = 1 << 20  # files up to this size are read and written on the eve
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NO_BASH = "bash was not found on PATH; install bash to use the local backend"
 PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "USER")  # plus LC_*; everything else is dropped
-SHOWN_PLACES = "/workspace, /tmp and /home"
+SHOWN_PLACES = "/workspace, /tmp or /home"
 
 
 def default_root() -> str:
@@ -154,7 +154,7 @@ class LocalSandbox:
             raise SandboxPathError(f"invalid path {path!r}")
         real = os.path.realpath(self._view.host_path(path, self._workdir))
         if real != self.root and not real.startswith(self.root + os.sep):
-            raise SandboxPathError(f"{path}: outside the sandbox (the file tools reach {SHOWN_PLACES})")
+            raise SandboxPathError(f"{path}: outside the sandbox (paths must stay under {SHOWN_PLACES})")
         return real
 
     def _open(self, path: str, flags: int, mode: int = 0) -> int:

@@ -4,10 +4,12 @@ host path of the slot (`<root>/<run>/<pool>/<n>/workspace`), which differs per r
 slot and would make a local trajectory unlike a bwrap or docker one (issue 21).
 
 Both ways: what a command prints and what the file tools say has the slot's path (and its
-pool's and run's) rewritten to the sandbox's; the sandbox's own absolute paths in what the
-model sends (a command, a cwd, a file tool's path) become the slot's, so `cd /workspace`
-works and a path the model was shown can be used again. Commands still run on the host: only
-the sandbox's own places are renamed, everything else is the host's.
+pool's and run's) rewritten to the sandbox's; the sandbox's absolute paths in what the model
+sends become the slot's, so `cd /workspace` works and a path the model was shown can be used
+again. Commands still run on the host and see the host's /tmp and /home: in a command,
+`/workspace` (and the dataset's cwd) always names the slot's, while `/tmp/x` and `/home/x` name
+the slot's only when the slot holds an `x` there (a file made under $TMPDIR, shown as /tmp/x),
+else the host's. A file tool's absolute path always names the slot's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import re
 
 PLACES = ("workspace", "tmp", "home")  # the slot's top-level directories (see slots.SKELETON)
+SHARED = ("tmp", "home")  # places the host has too: a command's path names the slot's if it is there
 # An absolute path starts where no word, path or expansion character precedes its "/".
 _STARTS = r"(?<![\w.~/}\)\]$-])"
 _ENDS = r"(?![\w.-])"
@@ -28,8 +31,9 @@ class SandboxView:
     def __init__(self, root: str, cwd_top: str | None = None) -> None:
         self.root = root
         self._places = {*PLACES, *([cwd_top] if cwd_top else [])}
-        places = sorted(self._places, key=len, reverse=True)
-        self._inbound = re.compile(_STARTS + "/(?:" + "|".join(map(re.escape, places)) + ")" + _ENDS)
+        own = sorted(self._places - set(SHARED), key=len, reverse=True)
+        self._own = re.compile(_STARTS + "/(?:" + "|".join(map(re.escape, own)) + ")" + _ENDS)
+        self._shared = re.compile(_STARTS + "/(?:" + "|".join(SHARED) + r")/[^/\s'\"`;|&<>()$]+")
         pool = os.path.dirname(root)
         self._run_dir = os.path.dirname(pool)  # a prefix of every path to hide
         hidden = sorted({root, pool, self._run_dir}, key=len, reverse=True)
@@ -40,8 +44,14 @@ class SandboxView:
         return self._outbound.sub("/", text) if self._run_dir in text else text
 
     def on_host(self, command: str) -> str:
-        """`command` with the sandbox's absolute paths (/workspace, /tmp, ...) as the slot's."""
-        return self._inbound.sub(lambda found: self.root + found.group(0), command)
+        """`command` with the sandbox's absolute paths (/workspace/x; /tmp/x where the slot
+        has x) as the slot's."""
+        command = self._own.sub(lambda found: self.root + found.group(0), command)
+        return self._shared.sub(self._if_in_slot, command)
+
+    def _if_in_slot(self, found: re.Match[str]) -> str:
+        path = found.group(0)
+        return self.root + path if os.path.lexists(self.root + path) else path
 
     def host_path(self, path: str, workdir: str) -> str:
         """The host path (not yet resolved) for a file tool's `path`: relative to `workdir`; an
@@ -50,6 +60,8 @@ class SandboxView:
         if not path.startswith("/"):
             return os.path.join(workdir, path)
         normal = os.path.normpath(path)
+        if normal == self.root or normal.startswith(self.root + "/"):
+            return normal  # the slot's host path (what `workdir` holds)
         if normal.split("/")[1] in self._places:
             return self.root + normal
         return normal
