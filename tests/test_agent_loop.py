@@ -84,7 +84,7 @@ def test_tool_call_then_answer_completes_with_every_result_field(
     assert output["exit_code"] == 0 and output["error"] is None
     number, workdir = output["output"].split()
     assert number == "42"  # the command really ran …
-    assert Path(workdir).is_relative_to(tmp_path / "sandboxes")  # … inside the prompt's sandbox
+    assert workdir == "/workspace"  # … inside the prompt's sandbox (shown as bwrap shows it)
     assert sim_endpoint.requests[1].body["messages"][-1]["content"] == answer["content"]  # the model saw it
     assert leftover_sandboxes(tmp_path) == []  # destroyed when the conversation ended
 
@@ -395,7 +395,7 @@ def test_each_conversation_gets_its_own_sandbox_destroyed_afterwards(
     assert leftover_sandboxes(tmp_path) == []
     second = agent.run_conversation("second")
     workdir = json.loads(tool_results(first)[0]["content"])["output"].strip()
-    assert workdir.startswith(str(tmp_path / "sandboxes")) and not Path(workdir).exists()
+    assert workdir == "/workspace"  # as bwrap and docker show it, never the host directory
     assert "File not found" in json.loads(tool_results(second)[0]["content"])["error"]
     assert leftover_sandboxes(tmp_path) == []
 

@@ -206,7 +206,7 @@ async def test_dataset_cwd_is_honoured_inside_the_sandbox(
     spec = SandboxSpec(run_name="r", prompt_key="k", cwd=cwd)
     async with _open(local_sandbox_root, spec) as sandbox:
         assert sandbox.workdir == os.path.join(sandbox.root, relative)
-        assert (await sandbox.exec("pwd", timeout=30)).output.strip() == sandbox.workdir
+        assert (await sandbox.exec("pwd", timeout=30)).output.strip() == "/" + relative  # as in bwrap
 
 
 async def test_cwd_leaving_the_sandbox_is_refused_and_nothing_is_left(local_sandbox_root: Path) -> None:
@@ -250,9 +250,10 @@ async def test_write_keeps_the_mode_of_an_existing_file(local_sandbox: LocalSand
 @pytest.mark.parametrize("path", ["/etc/passwd", "../../../../../../etc/passwd", "escape/passwd"])
 async def test_paths_outside_the_sandbox_are_refused(local_sandbox: LocalSandbox, path: str) -> None:
     await local_sandbox.exec("ln -s /etc escape", timeout=30)
-    with pytest.raises(SandboxPathError, match=local_sandbox.root):
+    with pytest.raises(SandboxPathError, match="outside the sandbox") as refused:
         await local_sandbox.read_file(path)
-    with pytest.raises(SandboxPathError, match=local_sandbox.root):
+    assert local_sandbox.root not in str(refused.value)
+    with pytest.raises(SandboxPathError, match="outside the sandbox"):
         await local_sandbox.write_file(path.replace("passwd", "agent-test-should-not-exist"), b"x")
     assert not Path("/etc/agent-test-should-not-exist").exists()
 

@@ -174,13 +174,16 @@ def test_a_job_names_its_sandbox_and_its_log_lines() -> None:
 # ---------------------------------------------------------------- the loop the worker calls
 
 
+PWD_AND_POOL = "pwd; basename $(dirname $(dirname $PWD))"  # the pool is named after the prompt
+
+
 def test_the_loop_runs_on_the_whole_config_in_a_sandbox_it_destroys(
     sim_endpoint: SimulatedEndpoint, tmp_path: Path
 ) -> None:
     sim_endpoint.script(
         "pwd",
         [
-            Turn(reasoning="r", tool_calls=(("terminal", json.dumps({"command": "pwd"})),)),
+            Turn(reasoning="r", tool_calls=(("terminal", json.dumps({"command": PWD_AND_POOL})),)),
             Turn(content="here"),
         ],
     )
@@ -201,7 +204,8 @@ def test_the_loop_runs_on_the_whole_config_in_a_sandbox_it_destroys(
     assert (done.outcome, done.final_response, done.api_calls) == (Outcome.COMPLETED, "here", 2)
     assert done.toolsets_used == ("terminal",)
     assert [s["name"] for s in done.tool_schemas] == ["process", "terminal"]
-    assert "pwd-key" in json.loads(done.messages[2]["content"])["output"]  # ran in the prompt's sandbox
+    shown = json.loads(done.messages[2]["content"])["output"]
+    assert shown.startswith("/workspace\npwd-key")  # ran in the prompt's sandbox
     assert done.usage.total_tokens > 0
     assert not list((tmp_path / "sandboxes").rglob("*"))  # destroyed when the conversation ended
     with pytest.raises(FrozenInstanceError):

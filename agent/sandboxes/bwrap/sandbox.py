@@ -12,20 +12,19 @@ still uses it (bwrap cannot close the race of its parent dying while it sets its
 A dataset row's image is used when it names an unpacked root filesystem directory (an
 absolute path); otherwise (e.g. a registry name) the host's `/usr` is the root.
 
-Files: paths under the writable places are read and written on the host directly (after
-resolving symlinks, which must stay inside); anything else is read by `head` inside the
-sandbox (so it sees exactly the sandbox's view), and writing there raises SandboxPathError:
-the root is read-only.
+Files: paths under the writable places are read and written on the host directly, each
+lookup held beneath its place by the kernel (see host_files: the sandbox may swap directories
+meanwhile); anything else, or a symlink leading out of its place, is read or written inside
+the sandbox (so it sees exactly the sandbox's view, with its rights); writing on the
+read-only root raises SandboxPathError.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import posixpath
 import re
 import shutil
-import stat
 import tempfile
 import uuid
 from contextlib import AbstractAsyncContextManager
@@ -35,6 +34,7 @@ from agent.errors import SandboxError, SandboxPathError
 from agent.protocols import ExecResult, SandboxOptions, SandboxSpec
 from agent.sandboxes import shell_scripts
 from agent.sandboxes.blocking import ThreadedSandbox, opened_in_thread
+from agent.sandboxes.bwrap import host_files
 from agent.sandboxes.bwrap.command import Layout, bwrap_argv, root_mounts
 from agent.sandboxes.host.sandbox_dirs import make_sandbox_dir, reap_dirs, remove_tree
 from agent.sandboxes.host.sandbox_process import ProcessOutcome, kill_running, run_process
@@ -210,11 +210,21 @@ class BwrapSandbox:
                 return real if real == host or real.startswith(host + "/") else None
         return None
 
+    def _place_of(self, target: str) -> tuple[str, str] | None:
+        """The host directory of the writable place holding `target`, and the rest of the path."""
+        for host, inside in sorted(self._binds, key=lambda bind: -len(bind[1])):
+            if _inside(target, (inside,)):
+                return host, target[len(inside) :]
+        return None
+
     def read_file(self, path: str) -> bytes:
         target = self._resolve(path)
-        host = self._host_path(target)
-        if host is not None:
-            return _read_host(host, target)
+        place = self._place_of(target)
+        if place is not None:
+            data = host_files.read_beneath(*place, target)
+            if data is not None:
+                return data
+        # elsewhere, or a symlink leads out of its place: read as the sandbox sees it
         cap = str(shell_scripts.MAX_READ + 1)
         outcome = self._launch(shell_scripts.READ, [target, cap], timeout=shell_scripts.FILE_TIMEOUT)
         _raise_for_file(outcome, target, reading=True)
@@ -222,29 +232,16 @@ class BwrapSandbox:
 
     def write_file(self, path: str, data: bytes) -> None:
         target = self._resolve(path)
-        host = self._host_path(target)
-        if host is not None:
-            self._makedirs(os.path.dirname(host))
-            self._write_host(host, data)
-        elif any(_inside(target, (inside,)) for _host, inside in self._binds):
+        place = self._place_of(target)
+        if place is None:
+            places = ", ".join(inside for _host, inside in self._binds)
+            raise SandboxPathError(f"{target} is on the sandbox's read-only root; write under {places}")
+        if not host_files.write_beneath(*place, data, target=target, owner=self._uid):
             # a symlink in a writable place points elsewhere: let the sandbox resolve it
             outcome = self._launch(
                 shell_scripts.WRITE, [target], timeout=shell_scripts.FILE_TIMEOUT, stdin=data
             )
             _raise_for_file(outcome, target, reading=False)
-        else:
-            places = ", ".join(inside for _host, inside in self._binds)
-            raise SandboxPathError(f"{target} is on the sandbox's read-only root; write under {places}")
-
-    def _write_host(self, host: str, data: bytes) -> None:
-        fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        try:
-            if self._uid is not None:
-                os.fchown(fd, self._uid, self._uid)  # the sandbox's root owns what it sees
-            with os.fdopen(fd, "wb", closefd=False) as handle:
-                handle.write(data)
-        finally:
-            os.close(fd)
 
     def _makedirs(self, host: str) -> None:
         missing = []
@@ -273,20 +270,6 @@ def _check_mount_point(workdir: str, image_root: str | None) -> None:
         raise SandboxPathError(
             f"cwd {workdir} lies in the sandbox's read-only root; use a path under /workspace"
         )
-
-
-def _read_host(host: str, target: str) -> bytes:
-    try:
-        fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO must not block us
-    except FileNotFoundError:
-        raise FileNotFoundError(errno.ENOENT, "No such file or directory", target) from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", target)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", target)
-        return shell_scripts.check_read_size(target, handle.read(shell_scripts.MAX_READ + 1))
 
 
 def _raise_for_file(outcome: ProcessOutcome, path: str, *, reading: bool) -> None:

@@ -10,16 +10,20 @@ watches their output and exit), taking a free slot, small files and emptying a s
 a few files. Killing what a sandbox left running, deleting a tree and big files go to a thread.
 
 This backend isolates files and environment variables, not the host: commands run as the
-runner's user with the host's filesystem visible. The path checks keep the file tools inside
-the sandbox dir; they are no defence against a hostile command. What it does guarantee is that
+runner's user with the host's filesystem visible. The file tools stay inside the sandbox dir
+even against its commands swapping directories for symlinks meanwhile (every lookup is held
+beneath the slot by the kernel, see host/safe_paths). The model sees the slot as "/"
+(`/workspace`, `/tmp`, `/home`), never its host path (see view). What it does guarantee is that
 nothing of a prompt outlives it where a cgroup tracks its processes (see `tracking`): every
 process killed, every mount under its directory detached, the directory emptied or deleted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
+import secrets
 import shutil
 import stat
 import tempfile
@@ -31,13 +35,16 @@ from agent.errors import SandboxError, SandboxPathError, SandboxUnavailable
 from agent.protocols import ExecResult, Sandbox, SandboxFactory, SandboxOptions, SandboxSpec
 from agent.sandboxes.blocking import in_thread
 from agent.sandboxes.host.process_groups import ProcessGroups
+from agent.sandboxes.host.safe_paths import DIR_PATH, escapes, open_beneath, open_dirs_beneath
 from agent.sandboxes.local.slots import SlotPool
+from agent.sandboxes.local.view import SandboxView
 
 MAX_READ_BYTES = 50 << 20  # read_file refuses larger files (the whole file is loaded)
 LOOP_IO_BYTES = 1 << 20  # files up to this size are read and written on the event loop
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NO_BASH = "bash was not found on PATH; install bash to use the local backend"
 PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "USER")  # plus LC_*; everything else is dropped
+SHOWN_PLACES = "/workspace, /tmp or /home"
 
 
 def default_root() -> str:
@@ -117,6 +124,10 @@ class LocalSandbox:
         self._env = {**_scrubbed_env(slot, bash), **pool.join_env(group)}
         self._processes = ProcessGroups(slot, group)
         self._closed = False
+        self._view = SandboxView(slot)
+        # Every file lookup starts here, held beneath it by the kernel (safe_paths): the slot's
+        # path itself may be renamed by the sandbox's commands, this descriptor stays its own.
+        self._root_fd = os.open(slot, DIR_PATH | os.O_NOFOLLOW)
 
     @property
     def workdir(self) -> str:
@@ -128,34 +139,45 @@ class LocalSandbox:
         """Run `bash -c command` in its own process group, from the event loop without a thread;
         on timeout or cancellation kill the whole group."""
         directory = self._workdir if cwd is None else self._existing_dir(cwd)
-        argv = [self._bash, "-c", command]
-        return await self._processes.arun(argv, cwd=directory, env=self._env, timeout=timeout)
+        argv = [self._bash, "-c", self._view.on_host(command)]
+        result = await self._processes.arun(argv, cwd=directory, env=self._env, timeout=timeout)
+        return dataclasses.replace(result, output=self._view.shown(result.output))
 
     # ------------------------------------------------------------ files
 
     def resolve_path(self, path: str) -> str:
-        """The host path for `path` (relative to workdir); SandboxPathError outside the sandbox."""
+        """The host path for `path` (relative to workdir; /workspace/x, /tmp/x as the sandbox
+        shows them), symlinks resolved; SandboxPathError outside the sandbox."""
         if self._closed:  # its slot may belong to another prompt by now
-            raise SandboxError(f"sandbox {self.root} is closed")
-        real = os.path.realpath(os.path.join(self._workdir, path))
+            raise SandboxError("the sandbox is closed")
+        real = os.path.realpath(self._view.host_path(path, self._workdir))
         if real != self.root and not real.startswith(self.root + os.sep):
-            raise SandboxPathError(f"{path}: outside the sandbox (paths must stay under {self.root})")
+            raise SandboxPathError(f"{path}: outside the sandbox (paths must stay under {SHOWN_PLACES})")
         return real
 
-    async def read_file(self, path: str) -> bytes:
-        real = self.resolve_path(path)
+    def _open(self, path: str, flags: int, mode: int = 0) -> int:
+        """`path` opened beneath the slot: whatever the sandbox's commands rename meanwhile,
+        no component (symlinks included) leads out of it."""
+        relative = os.path.relpath(self.resolve_path(path), self.root)
         try:
-            small = os.stat(real).st_size <= LOOP_IO_BYTES
-        except OSError:
-            small = True  # _read says what is wrong
-        return _read(real, path) if small else await in_thread(_read, real, path)
+            return open_beneath(self._root_fd, relative, flags, mode)
+        except OSError as exc:
+            if escapes(exc):
+                raise SandboxPathError(f"{path}: leads outside the sandbox") from None
+            raise OSError(exc.errno, exc.strerror, path) from None
+
+    async def read_file(self, path: str) -> bytes:
+        fd = self._open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang us
+        with os.fdopen(fd, "rb") as handle:
+            small = _check_readable(os.fstat(fd), path) <= LOOP_IO_BYTES
+            return handle.read() if small else await in_thread(handle.read)
 
     async def write_file(self, path: str, data: bytes) -> None:
-        real = self.resolve_path(path)
+        relative = os.path.relpath(self.resolve_path(path), self.root)
         if len(data) <= LOOP_IO_BYTES:
-            _write(real, data)
+            _write(self._root_fd, relative, data, path)
         else:
-            await in_thread(_write, real, data)
+            await in_thread(_write, self._root_fd, relative, data, path)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -164,6 +186,7 @@ class LocalSandbox:
         if self._closed:
             return
         self._closed = True
+        os.close(self._root_fd)
         dead = self._processes.close()  # a process that would not die: the slot is not reused
         self._pool.release(self.root, strict=strict, reusable=dead)
 
@@ -176,6 +199,7 @@ class LocalSandbox:
             await in_thread(self.close, strict=strict)
             return
         self._closed = True
+        os.close(self._root_fd)
         if not self._pool.release_small(self.root):
             await in_thread(self._pool.release, self.root, strict=strict)
 
@@ -187,7 +211,9 @@ class LocalSandbox:
         inside = cwd.lstrip("/") if cwd.startswith("/") else os.path.join("workspace", cwd)
         target = os.path.realpath(os.path.join(self.root, inside))
         if target != self.root and not target.startswith(self.root + os.sep):
-            raise SandboxPathError(f"cwd {cwd!r} leaves the sandbox {self.root}")
+            raise SandboxPathError(f"cwd {cwd!r} leaves the sandbox")
+        if cwd.startswith("/"):
+            self._view = SandboxView(self.root, cwd_top=os.path.normpath(cwd).split("/")[1] or None)
         os.makedirs(target, exist_ok=True)
         return target
 
@@ -198,36 +224,54 @@ class LocalSandbox:
         return real
 
 
-def _read(real: str, path: str) -> bytes:
-    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)  # a FIFO must not hang us
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "Not a regular file", path)
-        if info.st_size > MAX_READ_BYTES:
-            limit = f"{info.st_size} bytes, limit {MAX_READ_BYTES}"
-            raise OSError(errno.EFBIG, f"File too large to load ({limit}); use the terminal", path)
-        return handle.read()
+def _check_readable(info: os.stat_result, path: str) -> int:
+    """The size of a file read_file may load; the error the model should see otherwise."""
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(errno.EINVAL, "Not a regular file", path)
+    if info.st_size > MAX_READ_BYTES:
+        limit = f"{info.st_size} bytes, limit {MAX_READ_BYTES}"
+        raise OSError(errno.EFBIG, f"File too large to load ({limit}); use the terminal", path)
+    return info.st_size
 
 
-def _write(real: str, data: bytes) -> None:
-    parent = os.path.dirname(real)
-    os.makedirs(parent, exist_ok=True)
+def _write(root_fd: int, relative: str, data: bytes, path: str) -> None:
+    """Replace the file at `relative` beneath `root_fd` at once (a temporary file renamed over
+    it), making its parents; an existing file keeps its mode (e.g. the executable bit)."""
+    directory, name = os.path.split(relative)
+    if name in ("", "."):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
     try:
-        mode = stat.S_IMODE(os.stat(real).st_mode)  # keep e.g. the executable bit
+        parent = open_dirs_beneath(root_fd, directory)
+    except OSError as exc:
+        if escapes(exc):
+            raise SandboxPathError(f"{path}: leads outside the sandbox") from None
+        raise OSError(exc.errno, exc.strerror, path) from None
+    try:
+        _replace(parent, name, data)
+    finally:
+        os.close(parent)
+
+
+def _replace(parent: int, name: str, data: bytes) -> None:
+    try:
+        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        mode = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else 0o644
     except FileNotFoundError:
         mode = 0o644
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(real)}.", suffix=".tmp")
+    temporary = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, 0o600, dir_fd=parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, real)
+            os.fchmod(fd, mode)
+        # rename replaces the name itself (a symlink swapped in is replaced, not followed)
+        os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException:
         with suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(temporary, dir_fd=parent)
         raise
 
 
