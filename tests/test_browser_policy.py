@@ -6,6 +6,8 @@ checked too; allowed traffic (a POST body included) arrives whole."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import zlib
 
 from agent.protocols import ToolConfig
@@ -100,3 +102,42 @@ def test_no_downloads_and_no_service_workers(browser_worker: Worker) -> None:
                 assert worker["result"] == 0 and "/sw.js" not in paths
 
     browser_worker.run(scenario())
+
+
+PEER_CONNECTIONS = """(async () => {
+  const servers = [{urls: 'stun:127.0.0.1:PORT'},
+                   {urls: 'turn:127.0.0.1:PORT?transport=udp', username: 'u', credential: 'p'}];
+  const found = [];
+  for (let i = 0; i < 3; i++) {
+    const pc = new RTCPeerConnection({iceServers: servers, iceCandidatePoolSize: 2});
+    pc.onicecandidate = e => { if (e.candidate) found.push(e.candidate.candidate); };
+    pc.createDataChannel('probe');
+    await pc.setLocalDescription(await pc.createOffer());
+  }
+  await new Promise(done => setTimeout(done, 3000));
+  return found.length;
+})()"""
+
+
+def test_webrtc_sends_no_udp_around_the_proxy(browser_worker: Worker) -> None:
+    # STUN and TURN over UDP would reach any address: the proxy only sees TCP. The canary is a
+    # UDP socket on 127.0.0.1 that the page's peer connections are pointed at.
+    canary = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    canary.bind(("127.0.0.1", 0))
+    canary.setblocking(False)
+    expression = PEER_CONNECTIONS.replace("PORT", str(canary.getsockname()[1]))
+
+    async def scenario() -> None:
+        async with browsing(ALLOW_LOOPBACK, browser_worker.shared) as tools:
+            with serve_pages() as (base, _):
+                await call(tools, "browser_navigate", url=base + "/next")
+                gathered = await call(tools, "browser_console", expression=expression)
+                assert "error" not in gathered, gathered  # the peer connections were made
+
+    with canary:
+        browser_worker.run(scenario())
+        packets = []
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                packets.append(canary.recv(2048))
+    assert len(packets) == 0, f"{len(packets)} UDP packets reached the canary"

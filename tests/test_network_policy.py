@@ -34,6 +34,11 @@ REFUSED = [
     "http://[2002:a9fe:a9fe::]/",  # 6to4 of the metadata address
     "http://[::a9fe:a9fe]/",  # IPv4-compatible
     "http://[fec0::1]/",  # site-local
+    "http://[::ffff:0:127.0.0.1]/",  # IPv4-translated (SIIT, ::ffff:0:0:0/96) loopback
+    "http://[::ffff:0:a9fe:a9fe]/",  # IPv4-translated metadata address
+    "http://[64:ff9b:1::808:808]/",  # local-use NAT64: where its IPv4 sits depends on the prefix
+    "http://[64:ff9b:1:a9fe:a9:fe00:808:808]/",  # ... here 169.254.169.254 behind a /48 prefix
+    "http://[2001:0:5ef5:79fd::80ff:fffe]/",  # Teredo with client 127.0.0.1
 ]
 
 
@@ -64,6 +69,7 @@ async def test_only_http_urls_with_a_host(url: str) -> None:
 async def test_public_addresses_are_allowed() -> None:
     assert await NetworkPolicy().check("http://93.184.216.34/") is None
     assert await NetworkPolicy().check("http://[64:ff9b::5db8:d822]/") is None  # NAT64 of a public one
+    assert await NetworkPolicy().check("http://[::ffff:0:5db8:d822]/") is None  # translated public one
     assert await NetworkPolicy().check("https://[2606:2800:220:1:248:1893:25c8:1946]/") is None
 
 
@@ -75,6 +81,7 @@ async def test_allow_list_networks_and_hosts() -> None:
     assert await policy.check("http://localhost/") is None
     assert await policy.check("http://192.168.0.1/") is not None
     assert await policy.check("http://[::ffff:127.0.0.1]/") is None  # the mapped form of an allowed one
+    assert await policy.check("http://[::ffff:0:127.0.0.1]/") is None  # the translated form
 
 
 def test_a_malformed_allow_list_entry_is_a_config_error() -> None:

@@ -231,3 +231,46 @@ def test_cli_redacts_secrets_of_the_environment(tmp_path: Path) -> None:
     assert cli(str(run), env={"OPENROUTER_API_KEY": secret}).returncode == 0
     html = (run / "report.html").read_text()
     assert secret not in html and "my key is [REDACTED]" in html
+
+
+# VmHWM: this process's peak resident memory (ru_maxrss would count the forking test's too)
+PEAK = """import re, sys
+from pathlib import Path
+from agent.report.build import RunReport
+RunReport(Path(sys.argv[1])).write({})
+print(int(re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) // 1024)"""
+
+
+def test_model_chosen_names_and_ids_are_cut_so_the_page_and_memory_stay_bounded(tmp_path: Path) -> None:
+    # A model names the tools it calls and their call ids: 10 entries calling a tool whose name
+    # is 3 MB (in the call, the result and tool_stats) made a 90 MB page and a 524 MB peak.
+    run = tmp_path / "run"
+    write_synthetic_run(run, 10)
+    name, call_id = "t" * 3_000_000, "c" * 3_000_000
+    lines = []
+    for line in (run / "trajectories.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        call = json.dumps({"name": name, "arguments": {"path": "x" * 100_000}})
+        result = json.dumps({"tool_call_id": call_id, "name": name, "content": "y" * 100_000})
+        entry["conversations"][2:2] = [
+            {"from": "gpt", "value": f"<tool_call>\n{call}\n</tool_call>"},
+            {"from": "tool", "value": f"<tool_response>\n{result}\n</tool_response>"},
+        ]
+        entry["tool_stats"][name] = {"count": 1, "success": 1, "failure": 0}
+        entry["metadata"]["outcome"] = "o" * 1_000_000
+        lines.append(json.dumps(entry))
+    (run / "trajectories.jsonl").write_text("\n".join(lines) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, str(run)], capture_output=True, text=True, cwd=REPO, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    size = (run / "report.html").stat().st_size
+    peak_mb = int(done.stdout.split()[-1])
+    print(f"report {size / 1e6:.2f} MB, peak {peak_mb} MB")  # the issue's figures
+    assert size < 1_500_000, size
+    assert peak_mb < 250, peak_mb  # the input's lines are 7 MB each: held a few at a time, not all
+    data = page_data((run / "report.html").read_text())
+    call_shown = next(
+        c for e in data["entries"] for t in e["turns"] for c in t.get("calls", ()) if "…" in c["name"]
+    )
+    assert len(call_shown["name"]) < 300 and len(call_shown["result"]["id"]) < 300

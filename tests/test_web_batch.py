@@ -6,12 +6,27 @@ trajectories, logs, run_config.json, statistics, nor a command in the sandbox.""
 from __future__ import annotations
 
 import json
+import signal
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+from aiohttp import web
+
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.search_api_doubles import SearchAPIDouble
-from tests.test_batch_support import BatchCLI, read_json, read_jsonl, write_dataset
+from tests.search_api_doubles import LoopbackServer, SearchAPIDouble
+from tests.test_batch_support import (
+    BatchCLI,
+    kill_started,
+    read_json,
+    read_jsonl,
+    session_pids,
+    wait_until,
+    write_dataset,
+)
+from tests.test_web_extract import hostile_html
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "data" / "corpus"
@@ -128,3 +143,84 @@ def test_a_search_api_key_reaches_the_api_and_nothing_the_run_writes_or_the_sand
     for path in written:
         assert CANARY.encode() not in path.read_bytes(), path
     assert CANARY not in done.stdout + done.stderr
+
+
+@pytest.fixture
+def hostile_site() -> Iterator[tuple[LoopbackServer, list[float]]]:
+    """A page on 127.0.0.1 that takes trafilatura ~100 s of CPU; the times it was served."""
+    served: list[float] = []
+
+    async def page(request: web.Request) -> web.Response:
+        served.append(time.monotonic())
+        return web.Response(body=hostile_html(), content_type="text/html")
+
+    with LoopbackServer([("GET", "/hostile", page)]) as server:
+        yield server, served
+
+
+def hostile_run(tmp_path: Path, endpoint: SimulatedEndpoint, url: str) -> WebCLI:
+    """A run whose prompt makes a sandbox (a command), then extracts the hostile page."""
+    endpoint.script(
+        "Read the page",
+        [
+            call("terminal", command="echo ready"),
+            call("web_extract", urls=[url]),
+            Turn(content="Done.", reasoning="Done."),
+        ],
+    )
+    write_dataset(tmp_path / "prompts.jsonl", [{"prompt": "Read the page"}])
+    return WebCLI(tmp_path, endpoint, {"TAVILY_API_KEY": CANARY})
+
+
+def hostile_flags(tavily: SearchAPIDouble, run_name: str) -> tuple[str, ...]:
+    return (
+        "--dataset_file=prompts.jsonl",
+        "--batch_size=1",
+        f"--run_name={run_name}",
+        "--distribution=terminal_web",
+        "--web_backend=tavily",
+        f"--web_api_url={tavily.base_url}",
+        "--allow_hosts=127.0.0.1",
+        "--num_workers=1",
+        "--model=sim/model",
+    )
+
+
+def test_prompt_timeout_ends_a_run_whose_page_is_still_being_converted(
+    tmp_path: Path, hostile_site: tuple[LoopbackServer, list[float]]
+) -> None:
+    server, served = hostile_site
+    with SimulatedEndpoint() as endpoint, SearchAPIDouble("tavily") as tavily:
+        cli = hostile_run(tmp_path, endpoint, f"{server.base_url}/hostile")
+        done = cli.run(*hostile_flags(tavily, "slow"), "--prompt_timeout=8", timeout=200)
+    assert done.returncode == 1, done
+    ended = time.monotonic()
+    [failure] = read_jsonl(cli.run_dir("slow") / "failures.jsonl")
+    assert failure["error_class"] == "prompt_timeout"
+    print(f"served to run end: {ended - served[0]:.1f} s")
+    assert len(served) == 1 and ended - served[0] < 30, ended - served[0]  # unbounded: ~100 s
+    assert not any(cli.sandbox_root("slow").glob("*"))
+
+
+def test_sigterm_during_a_conversion_exits_130_at_once_and_leaves_no_sandbox(
+    tmp_path: Path, hostile_site: tuple[LoopbackServer, list[float]]
+) -> None:
+    server, served = hostile_site
+    with SimulatedEndpoint() as endpoint, SearchAPIDouble("tavily") as tavily:
+        cli = hostile_run(tmp_path, endpoint, f"{server.base_url}/hostile")
+        runner = cli.start(*hostile_flags(tavily, "stopped"))
+        try:
+            wait_until(lambda: bool(served), "the page served", 120)
+            time.sleep(2.0)  # converting it now (for ~100 s if nothing stops it)
+            assert any(cli.sandbox_root("stopped").glob("*"))  # the prompt's sandbox
+            signalled = time.monotonic()
+            runner.send_signal(signal.SIGTERM)
+            code = runner.wait(timeout=120)
+            took = time.monotonic() - signalled
+        finally:
+            kill_started()
+    print(f"SIGTERM to exit: {took:.1f} s")  # the figure for the issue
+    assert code == 130, (tmp_path / "runner.err").read_text()[-3000:]
+    assert took < 15, took  # the worker was killed at its 30 s grace, the sandbox left behind
+    assert not any(cli.sandbox_root("stopped").glob("*"))
+    assert session_pids(runner.pid) == []

@@ -162,3 +162,16 @@ def test_the_shipped_corpus_answers_the_example_questions() -> None:
     for query, title in expected.items():
         assert call(web_search, {"query": query}, config)["results"][0]["title"] == title, query
     assert len(corpus_files(SHIPPED)) >= 40
+
+
+PLANETS = ("Mercury", "Venus", "Mars", "Jupiter", "Saturn")
+
+
+def test_the_shipped_planets_page_keeps_its_list_of_planet_links() -> None:
+    # trafilatura drops a block made mostly of links as boilerplate: the page's "pick one" list
+    config = ToolConfig(web_corpus=str(SHIPPED))
+    [page] = call(web_extract, {"urls": ["corpus://site/planets.html"]}, config)["results"]
+    assert "Pick one" in page["content"]
+    for planet in PLANETS:
+        assert f"[{planet}](planets/{planet.lower()}.html)" in page["content"], page["content"]
+    assert "[Telescopes]" not in page["content"]  # the site's navigation stays out

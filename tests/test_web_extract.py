@@ -6,6 +6,9 @@ before any connection), and errors per URL."""
 from __future__ import annotations
 
 import asyncio
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,10 +19,13 @@ from agent.common.network_policy import NetworkPolicy, PolicyRefusal
 from agent.protocols import ToolConfig
 from agent.toolbox.context import SandboxContext
 from tests.search_api_doubles import LoopbackServer
+from tests.test_batch_support import children_of
+from tools.web import extractors
 from tools.web.extract import PAGE_CHARS
 from tools.web.fetch import MAX_BYTES
 from tools.web.handlers import web_extract
 
+REPO = Path(__file__).resolve().parent.parent
 ARTICLE = """<!DOCTYPE html><html><head><title>Tide pools | Shore Guide</title></head><body>
 <nav><a href="/">Home</a> <a href="/about">About</a></nav>
 <article><h1>Life in tide pools</h1>
@@ -57,6 +63,7 @@ class Pages:
                 "/to-private",
                 "/loop",
                 "/chain/{n}",
+                "/site/planets.html",
             )
         ]
         self.server = LoopbackServer(routes)
@@ -78,6 +85,10 @@ class Pages:
         }
         if path in redirects:
             return found(redirects[path])
+        if path == "/site/planets.html":  # the shipped corpus's page
+            return web.Response(
+                body=(REPO / "data/corpus/site/planets.html").read_bytes(), content_type="text/html"
+            )
         if path == "/missing":
             return web.Response(status=404, text="no such page")
         if path == "/untyped":  # served as application/octet-stream: HTML is recognised by its start
@@ -133,6 +144,13 @@ def test_an_html_page_becomes_its_main_content_as_markdown_with_title_and_absolu
     assert f"[limpets]({pages.url('/plain.txt')})" in content  # relative links made absolute
     assert "Shore Guide footer" not in content and "About" not in content  # boilerplate dropped
     assert "note" not in page
+
+
+def test_a_list_of_links_is_kept_with_absolute_urls(pages: Pages) -> None:
+    [page] = extract([pages.url("/site/planets.html")])
+    for planet in ("Mercury", "Venus", "Mars", "Jupiter", "Saturn"):
+        assert f"[{planet}]({pages.url('/site/planets/' + planet.lower() + '.html')})" in page["content"]
+    assert pages.url("/site/visit.html") not in page["content"]  # navigation is not content
 
 
 def test_text_is_served_as_it_is_and_errors_come_per_url(pages: Pages) -> None:
@@ -217,3 +235,66 @@ def test_the_connection_resolver_answers_only_addresses_the_policy_allows() -> N
         asyncio.run(resolve(NetworkPolicy.from_allow_list([])))
     allowed = asyncio.run(resolve(NetworkPolicy.from_allow_list(["127.0.0.0/8", "::1"])))
     assert allowed and set(allowed) <= {"127.0.0.1", "::1"}
+
+
+def hostile_html(kib: int = 768) -> bytes:
+    """Repeated `<div><p>a b c</p></div>`: trafilatura needs ~100 s of CPU for 768 KiB of it."""
+    return ("<html><body>" + "<div><p>a b c</p></div>" * (kib * 1024 // 23) + "</body></html>").encode()
+
+
+def extract_children() -> list[int]:
+    """This process's page converters that are still alive."""
+    return [
+        pid
+        for pid in children_of(os.getpid())
+        if b"tools.web.extract_child" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Any:
+    hits: list[str] = []
+
+    async def page(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.Response(body=hostile_html(), content_type="text/html")
+
+    with LoopbackServer([("GET", "/hostile", page)]) as server:
+        yield server, hits
+
+
+def test_a_page_too_slow_to_convert_is_an_error_within_the_bound_and_its_process_is_gone(
+    pages: Pages, hostile: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(extractors, "EXTRACT_SECONDS", 3.0)
+    server, _ = hostile
+    started = time.monotonic()
+    slow, article = extract([f"{server.base_url}/hostile", pages.url("/article")])
+    elapsed = time.monotonic() - started
+    assert "longer than its 3 s limit" in slow["error"] and "browser tool" in slow["error"]
+    assert article["title"] == "Life in tide pools"  # the other page of the call is converted
+    assert elapsed < 30, elapsed  # 3 s + starting the converters; unbounded it takes ~100 s
+    assert extract_children() == []
+
+
+def test_cancelling_a_conversion_returns_at_once_and_leaves_no_process(hostile: Any) -> None:
+    server, hits = hostile
+
+    async def cancel_midway() -> float:
+        context = SandboxContext(None, ToolConfig(allow_hosts=("127.0.0.1",)))  # type: ignore[arg-type]
+        served = len(hits)
+        call = asyncio.ensure_future(web_extract({"urls": [f"{server.base_url}/hostile"]}, context))
+        while len(hits) == served or not extract_children():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)  # well into the conversion
+        started = time.monotonic()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        took = time.monotonic() - started
+        await context.aclose()
+        return took
+
+    took = asyncio.run(cancel_midway())
+    assert took < 2.0, took  # unbounded: until the conversion ends, ~100 s
+    assert extract_children() == []

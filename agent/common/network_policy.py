@@ -26,23 +26,31 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-# IPv6 forms that carry an IPv4 address a gateway may route to (NAT64, 6to4, IPv4-compatible):
-# judged by that IPv4 address, so 64:ff9b::a9fe:a9fe is the metadata address it translates to.
-_NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+# IPv6 forms that carry an IPv4 address a gateway may route to (NAT64, SIIT's IPv4-translated
+# ::ffff:0:0:0/96, 6to4, IPv4-compatible): judged by that IPv4 address, so 64:ff9b::a9fe:a9fe
+# is the metadata address it translates to. Local-use NAT64 (64:ff9b:1::/48, RFC 8215) puts
+# the IPv4 address where the operator's prefix length says (RFC 6052: bits 48-87 for a /48, ...),
+# so it cannot be read off the address: refused unless --allow_hosts names it. Teredo
+# (2001::/32) is not global, hence refused, like the rest of 2001::/23.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+_IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 _SITE_LOCAL = ipaddress.IPv6Network("fec0::/10")
 
 
 def _embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address stands for (mapped, 6to4, NAT64, IPv4-compatible)."""
+    """The IPv4 address an IPv6 address stands for (mapped, translated, 6to4, NAT64,
+    IPv4-compatible)."""
     if isinstance(address, ipaddress.IPv4Address):
         return None
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped
     if address.sixtofour is not None:
         return address.sixtofour
-    nat64 = any(address in network for network in _NAT64)
-    if nat64 or (address in _IPV4_COMPATIBLE and int(address) > 1):  # not :: nor ::1
+    if address in _NAT64 or address in _IPV4_TRANSLATED:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address in _IPV4_COMPATIBLE and int(address) > 1:  # not :: nor ::1
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 
@@ -78,6 +86,8 @@ class NetworkPolicy:
         plain = _embedded_ipv4(address) or address
         if any(plain in network for network in self.networks):
             return True
+        if address in _LOCAL_NAT64:
+            return any(address in network for network in self.networks)
         if isinstance(plain, ipaddress.IPv6Address) and plain in _SITE_LOCAL:
             return False  # deprecated, but routed privately where it is used
         return plain.is_global and not plain.is_multicast

@@ -12,12 +12,12 @@ from datetime import datetime
 from typing import Any
 
 from agent.report.sample import SAMPLE_SIZE, StratifiedSample
-from agent.report.turns import cut, readable
+from agent.report.turns import cut, name, readable
 from agent.store.jsonl import json_int
 from agent.store.statistics import has_reasoning
 
 EXAMPLES = 3  # failure messages kept per class
-Sampled = tuple[Mapping[str, Any], str | None]  # an entry and its discard reason (None: kept)
+Readable = dict[str, Any]  # an entry as the trajectory browser shows it
 
 
 def _usage_total(metadata: Mapping[str, Any]) -> int:
@@ -27,6 +27,11 @@ def _usage_total(metadata: Mapping[str, Any]) -> int:
     if "total_tokens" in usage:
         return json_int(usage.get("total_tokens"))
     return json_int(usage.get("prompt_tokens")) + json_int(usage.get("completion_tokens"))
+
+
+def _index(value: Any) -> int | str | None:
+    """A prompt index as shown: the runner writes an int; anything else is shown cut."""
+    return value if value is None or isinstance(value, int) else name(value)
 
 
 def _timestamp(value: Any) -> float | None:
@@ -52,22 +57,21 @@ class RunDigest:
         self.toolsets: Counter[str] = Counter()  # entries offered each toolset
         self.reasoning: Counter[str] = Counter()  # turns, with_reasoning, and entries per coverage
         self.turns, self.tokens, self.times = array("l"), array("q"), array("d")
-        self.sample: StratifiedSample[tuple[Mapping[str, Any], str | None]] = StratifiedSample(
-            sample_size, seed
-        )
-        self.systems: dict[str, int] = {}  # system prompt text -> id, for sampled entries only
+        self.sample: StratifiedSample[Readable] = StratifiedSample(sample_size, seed)
+        self.systems: dict[str, int] = {}  # system prompt text -> id, for entries kept in the sample
 
     def add_entry(self, entry: Mapping[str, Any], discarded: str | None = None) -> None:
         metadata = entry.get("metadata")
         metadata = metadata if isinstance(metadata, dict) else {}
-        outcome = str(metadata.get("outcome") or "unknown")
+        outcome = name(metadata.get("outcome") or "unknown")
         key = metadata.get("prompt_key")
         if isinstance(key, str):
             self.done_keys.add(key)
         if discarded is None:
             self._count(entry, metadata, outcome)
         stratum = f"discarded: {discarded}" if discarded else outcome
-        self.sample.offer(stratum, (entry, discarded))
+        # made readable (every text cut) when kept: the sample never holds a whole entry
+        self.sample.offer_lazily(stratum, lambda: self._readable(entry, discarded))
 
     def _count(self, entry: Mapping[str, Any], metadata: Mapping[str, Any], outcome: str) -> None:
         self.entries += 1
@@ -89,29 +93,29 @@ class RunDigest:
 
     def _count_tools(self, entry: Mapping[str, Any]) -> None:
         stats = entry.get("tool_stats")
-        for name, counts in stats.items() if isinstance(stats, dict) else ():
+        for tool, counts in stats.items() if isinstance(stats, dict) else ():
             if isinstance(counts, dict) and json_int(counts.get("count")):
-                row = self.tools.setdefault(str(name), Counter())
+                row = self.tools.setdefault(name(tool), Counter())
                 row["entries"] += 1
                 for field in ("count", "success", "failure"):
                     row[field] += json_int(counts.get(field))
         toolsets = entry.get("toolsets_used")
         if isinstance(toolsets, list):
-            self.toolsets.update(str(t) for t in toolsets)
+            self.toolsets.update(name(t) for t in toolsets)
 
     def add_discard(self, record: Mapping[str, Any]) -> None:
         """A record of discarded.jsonl; read after the entries, so one whose prompt has joined
         the output since (its filter turned off, `agent.batch.recovery`) is not counted again."""
         if record.get("prompt_key") in self.done_keys:
             return
-        reason = str(record.get("reason") or "unknown")
+        reason = name(record.get("reason") or "unknown")
         self.discards[reason] += 1
         entry = record.get("entry")
         if isinstance(entry, dict):
             self.add_entry(entry, discarded=reason)
 
     def add_failure(self, record: Mapping[str, Any]) -> None:
-        error_class = str(record.get("error_class") or "unknown")
+        error_class = name(record.get("error_class") or "unknown")
         self.failures[error_class] += 1
         key = record.get("prompt_key")
         if isinstance(key, str):
@@ -120,7 +124,7 @@ class RunDigest:
         if len(examples) < EXAMPLES:
             examples.append(
                 {
-                    "prompt_index": record.get("prompt_index"),
+                    "prompt_index": _index(record.get("prompt_index")),
                     "message": cut(str(record.get("message") or ""), 600),
                     "attempt": record.get("attempt"),
                 }
@@ -133,25 +137,41 @@ class RunDigest:
     def _system_id(self, text: str) -> int:
         return self.systems.setdefault(text, len(self.systems))
 
-    def drawn(self) -> list[dict[str, Any]]:
-        """The browser's sample, each entry made readable (`agent.report.turns`), numbering the
-        system prompts in `systems`."""
-        return [self._readable(entry, discarded) for entry, discarded in self.sample.drawn()]
+    def drawn(self) -> list[Readable]:
+        """The browser's sample, each entry readable (`agent.report.turns`)."""
+        return self.page_sample()[0]
 
-    def _readable(self, entry: Mapping[str, Any], discarded: str | None) -> dict[str, Any]:
+    def page_sample(self) -> tuple[list[Readable], list[str]]:
+        """The browser's sample and the system prompts it shows, numbered from 0 as its system
+        turns say (entries dropped from the sample leave theirs out)."""
+        entries = self.sample.drawn()
+        used = sorted({t["system"] for e in entries for t in e["turns"] if t["role"] == "system"})
+        number, texts = {old: new for new, old in enumerate(used)}, {i: t for t, i in self.systems.items()}
+        renumbered = [
+            {
+                **e,
+                "turns": [
+                    {**t, "system": number[t["system"]]} if t["role"] == "system" else t for t in e["turns"]
+                ],
+            }
+            for e in entries
+        ]
+        return renumbered, [texts[old] for old in used]
+
+    def _readable(self, entry: Mapping[str, Any], discarded: str | None) -> Readable:
         metadata = entry.get("metadata")
         metadata = metadata if isinstance(metadata, dict) else {}
         stats = entry.get("tool_stats")
         conversations = entry.get("conversations")
         toolsets = entry.get("toolsets_used")
         return {
-            "index": entry.get("prompt_index"),
-            "outcome": "discarded" if discarded else str(metadata.get("outcome") or "unknown"),
+            "index": _index(entry.get("prompt_index")),
+            "outcome": "discarded" if discarded else name(metadata.get("outcome") or "unknown"),
             "reason": discarded or "",
-            "toolsets": [str(t) for t in toolsets] if isinstance(toolsets, list) else [],
+            "toolsets": [name(t) for t in toolsets] if isinstance(toolsets, list) else [],
             "tools": sorted(
-                str(name)
-                for name, counts in (stats.items() if isinstance(stats, dict) else ())
+                name(tool)
+                for tool, counts in (stats.items() if isinstance(stats, dict) else ())
                 if isinstance(counts, dict) and json_int(counts.get("count"))
             ),
             "api_calls": json_int(entry.get("api_calls")),

@@ -50,8 +50,8 @@ def _browser(digest: RunDigest, shown: int) -> str:
 
 def render(stats: Mapping[str, Any], digest: RunDigest) -> str:
     """The whole page."""
-    sample = sorted(digest.drawn(), key=lambda e: (e["outcome"], e["reason"], json_int(e["index"])))
-    systems = [text for text, _ in sorted(digest.systems.items(), key=lambda item: item[1])]
+    drawn, systems = digest.page_sample()
+    sample = sorted(drawn, key=lambda e: (e["outcome"], e["reason"], json_int(e["index"])))
     nonce = secrets.token_urlsafe(18)
     policy = (
         "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "

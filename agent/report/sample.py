@@ -2,14 +2,15 @@
 outcome: one uniform reservoir per stratum, then the page's budget shared so a rare stratum
 (a few `gave_up`, one filter's discards) shows all it has up to an equal share, and the rest
 goes to the common ones. Memory and page size stay bounded whatever the run's size, and the
-draw is reproducible (seeded). Items are kept as given: the caller makes them readable only
-once drawn (a few hundred), not each time one enters a reservoir.
+draw is reproducible (seeded). An item can be made only when it is kept (`offer_lazily`): the
+report keeps its entries' readable, cut form, never a whole entry whatever its size.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -40,14 +41,19 @@ class StratifiedSample(Generic[T]):
 
     def offer(self, stratum: str, item: T) -> None:
         """Count one item of `stratum`, kept with the reservoir's odds (most are not, at scale)."""
+        self.offer_lazily(stratum, lambda: item)
+
+    def offer_lazily(self, stratum: str, make: Callable[[], T]) -> None:
+        """`offer` of the item `make()` gives, made only if it is kept: ~size x (1 + ln(seen /
+        size)) times per stratum, a few thousand for millions of entries."""
         self.seen[stratum] += 1
         reservoir = self._reservoirs.setdefault(stratum, [])
         if len(reservoir) < self.size:
-            reservoir.append(item)
+            reservoir.append(make())
             return
         slot = self._rng.randrange(self.seen[stratum])
         if slot < self.size:
-            reservoir[slot] = item
+            reservoir[slot] = make()
 
     def drawn(self) -> list[T]:
         """The sample: each stratum's share, drawn uniformly from its reservoir (the same draw

@@ -17,6 +17,7 @@ from typing import Any
 from agent.export.analysis import is_failure
 
 TEXT_CAP = 4000  # characters kept of one text: the head and the tail, the middle cut
+NAME_CAP = 200  # of a name or id (a tool's, a call's, an outcome): the model chooses some
 _THINK = re.compile(r"\A\s*<think>\n?(.*?)\n?</think>\n?", re.DOTALL)
 _CALL = re.compile(r"<tool_call>\n?(.*?)\n?</tool_call>\n?", re.DOTALL)
 _RESPONSE = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.DOTALL)
@@ -30,6 +31,11 @@ def cut(text: str, cap: int = TEXT_CAP) -> str:
         return text
     head, tail = cap * 3 // 4, cap // 4
     return f"{text[:head]}\n… [{len(text) - head - tail:,} characters cut] …\n{text[-tail:]}"
+
+
+def name(value: Any) -> str:
+    """A name or id from an entry, as the page shows it: a string cut at NAME_CAP."""
+    return cut(str(value), NAME_CAP)
 
 
 def _json(text: str) -> Any:
@@ -53,7 +59,7 @@ def split_gpt(value: str) -> Turn:
         call = _json(match.group(1))
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             return match.group(0)  # not a call our converter wrote: it stays text
-        calls.append({"name": call["name"], "args": cut(_pretty(call.get("arguments")))})
+        calls.append({"name": name(call["name"]), "args": cut(_pretty(call.get("arguments")))})
         return ""
 
     text = _CALL.sub(take, rest).strip()
@@ -72,8 +78,8 @@ def split_results(value: str) -> list[dict[str, Any]]:
         raw = content if isinstance(content, str) else json.dumps(content)
         results.append(
             {
-                "name": str(parsed.get("name")),
-                "id": str(parsed.get("tool_call_id") or ""),
+                "name": name(parsed.get("name")),
+                "id": name(parsed.get("tool_call_id") or ""),
                 "content": cut(_pretty(content)),
                 "error": is_failure(raw),
             }
@@ -101,7 +107,7 @@ def readable(conversations: Iterable[Any], system_id: Callable[[str], int]) -> l
             continue
         role, value = str(raw.get("from")), str(raw.get("value") or "")
         if role == "system":
-            turns.append({"role": "system", "system": system_id(value)})
+            turns.append({"role": "system", "system": system_id(cut(value))})
         elif role == "gpt":
             turns.append(split_gpt(value))
         elif role == "tool":
@@ -111,5 +117,5 @@ def readable(conversations: Iterable[Any], system_id: Callable[[str], int]) -> l
             if left or not results:
                 turns.append({"role": "tool", "results": left, "text": "" if results else cut(value)})
         else:
-            turns.append({"role": role, "text": cut(value)})
+            turns.append({"role": name(role), "text": cut(value)})
     return turns

@@ -35,7 +35,9 @@ LAUNCH_ARGS = (
     "--no-first-run",
     "--disable-sync",
     "--disable-quic",  # QUIC is UDP: it would not go through the policy proxy
-    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",  # nor would WebRTC's UDP
+    # nor would WebRTC's UDP (STUN, TURN, peers): Chromium reads this switch (and ignores the
+    # --force-webrtc-ip-handling-policy this used to pass: 4 STUN packets reached a canary)
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
 )
 LAUNCH_TIMEOUT_MS = 60_000
 ACTIONS_AT_ONCE = 4  # per worker: browser actions (and context openings) running together

@@ -15,6 +15,9 @@ from trafilatura.settings import use_config
 from tools.web.fetch import MAX_BYTES, Page
 
 PAGE_CHARS = 5_000  # per page, as the reference caps its pages
+TITLE_CHARS = 300
+_NOT_PAGES = ("#", "javascript:", "mailto:", "tel:", "data:")
+MAX_LEFT_OUT = 40  # content links trafilatura left out, listed after the text
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-ndjson")
 # trafilatura falls back to a bare text dump (no headings, no links) below 250 extracted
@@ -56,12 +59,41 @@ def html_to_markdown(html: bytes | str, url: str | None) -> tuple[str, str]:
         return "", html_text(html)
     if url and url.startswith(("http://", "https://")):
         tree.make_links_absolute(url, resolve_base_href=True, handle_failures="ignore")
+    links = _content_links(tree)  # before extraction, which prunes the tree it is given
     metadata = extract_metadata(tree)
     title = (metadata.title if metadata is not None else None) or ""
     text = trafilatura.extract(
         tree, output_format="markdown", include_links=True, include_tables=True, config=_CONFIG
     )
-    return title, text or html_text(html)
+    text = text or html_text(html)
+    return title, text + _left_out(links, text)
+
+
+def _content_links(tree: Any) -> list[tuple[str, str]]:
+    """(label, href) of the links in the page's main content: its <main>, <article> or
+    role=main, else its body without navigation, header, footer and asides."""
+    regions = tree.xpath("//main|//*[@role='main']|//article")
+    links: list[tuple[str, str]] = []
+    for anchor in (regions[0] if regions else tree).iter("a"):
+        if not regions and anchor.xpath("ancestor::nav|ancestor::header|ancestor::footer|ancestor::aside"):
+            continue
+        href, label = (anchor.get("href") or "").strip(), " ".join(anchor.text_content().split())
+        if label and href and not href.lower().startswith(_NOT_PAGES):
+            links.append((label[:200], href))
+    return links
+
+
+def _left_out(links: list[tuple[str, str]], text: str) -> str:
+    """The content links `text` does not hold, as a markdown list. trafilatura drops a block
+    made mostly of links as boilerplate, and a list of links is how a page says "pick one"
+    (an index, a table of contents): the model needs them to go on."""
+    missing = {href: label for label, href in reversed(links) if f"({href})" not in text}
+    if not missing:
+        return ""
+    items = [f"- [{missing.pop(href)}]({href})" for _, href in links if href in missing]
+    shown = items[:MAX_LEFT_OUT]
+    more = f"\n- … and {len(items) - len(shown)} more" if len(items) > len(shown) else ""
+    return "\n\nLinks in the page's content:\n" + "\n".join(shown) + more
 
 
 def html_text(html: bytes | str) -> str:
@@ -78,6 +110,7 @@ def html_text(html: bytes | str) -> str:
 def capped(url: str, title: str, text: str, note: str | None = None) -> dict[str, Any]:
     """The result of one page, its content cut at PAGE_CHARS (at a paragraph end if one is near)."""
     text = text.strip()
+    title = title if len(title) <= TITLE_CHARS else title[: TITLE_CHARS - 1] + "…"
     result: dict[str, Any] = {"url": url, "title": title, "content": text, "chars": len(text)}
     notes = [note] if note else []
     if len(text) > PAGE_CHARS:

@@ -17,7 +17,8 @@ from agent.sandboxes.blocking import in_thread
 from tools.web.backends import CORPUS, MAX_URLS, extract_backend, search_backend, search_unavailable
 from tools.web.corpus_documents import document_content
 from tools.web.corpus_index import CorpusError, CorpusIndex, ensure_index
-from tools.web.extract import capped, page_result
+from tools.web.extract import capped
+from tools.web.extractors import ExtractionFailed, Extractors, open_extractors
 from tools.web.fetch import FetchFailed, fetch, fetch_session
 from tools.web.search_apis import RESULTS, SEARCH_APIS
 from tools.web.search_client import SearchFailed, api_session
@@ -60,7 +61,8 @@ async def web_extract(args: Mapping[str, Any], context: ToolContext) -> dict[str
     else:
         policy = NetworkPolicy.from_allow_list(context.config.allow_hosts)
         session = await context.shared(_fetch_resource(context.config), lambda: fetch_session(policy))
-        results = await asyncio.gather(*(_fetched(session, policy, url) for url in urls))
+        extractors = await context.shared("web.extractors", open_extractors)
+        results = await asyncio.gather(*(_fetched(session, policy, extractors, url) for url in urls))
     return {"results": list(results)}
 
 
@@ -80,14 +82,19 @@ def _fetch_resource(config: ToolConfig) -> str:
     return "web.fetch:" + ",".join(config.allow_hosts)  # one session (and policy) per allow list
 
 
-async def _fetched(session: aiohttp.ClientSession, policy: NetworkPolicy, url: str) -> dict[str, Any]:
+async def _fetched(
+    session: aiohttp.ClientSession, policy: NetworkPolicy, extractors: Extractors, url: str
+) -> dict[str, Any]:
     try:
         page = await fetch(session, policy, url)
     except PolicyRefusal as refusal:
         return {"url": url, "error": str(refusal)}
     except FetchFailed as exc:
         return {"url": url, "error": f"{exc} (the browser tool may still open it)"}
-    return await in_thread(page_result, page)
+    try:
+        return await extractors.convert(page)  # in a child process, killed past its time bound
+    except ExtractionFailed as exc:
+        return {"url": url, "error": str(exc)}
 
 
 def _from_corpus(index: CorpusIndex, url: str) -> dict[str, Any]:
