@@ -19,26 +19,27 @@ if __name__ == "__main__":
     conceal()  # may re-execute this script: first, so the heavy imports are paid once
 
 import dataclasses
-import logging
 import signal
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
-from rich.logging import RichHandler
 
 from agent.batch.dataset import require_valid_rows, scan_dataset
 from agent.batch.run import BatchRun
-from agent.cli.batch_cli import build_run_config, check_ready, list_distributions_text
+from agent.cli.batch_cli import build_run_config, check_ready, list_distributions_text, ready_sandbox
 from agent.cli.command_line import run_command
 from agent.cli.export_cli import export_and_push, is_post_process, merged, post_process
 from agent.cli.flags import BATCH
-from agent.common.redaction import RedactingFilter, redact_streams
+from agent.cli.logs import configure_logging
+from agent.common.redaction import redact_streams
 from agent.config.agent_config import serving
 from agent.config.run_config import RunConfig
 
 console = Console(stderr=True)
+# Said once per run at INFO: which sandbox backend runs the prompts (and how it tracks processes),
+# loading the embedded model (and how long it took).
+INFORMATIVE = ("agent.sandboxes", "agent.embedded")
 
 
 def _say(line: str) -> None:
@@ -66,6 +67,7 @@ def run(config: RunConfig) -> int:
     if scan.error_count > len(scan.errors):
         _say(f"… and {scan.error_count - len(scan.errors)} more invalid lines")
     require_valid_rows(scan)  # after every bad line was named
+    config = ready_sandbox(config, scan)  # which sandbox images the rows need is known now
     with serving(config.agent, config.embedded_threads) as agent:  # one embedded server for all workers
         code = BatchRun(dataclasses.replace(config, agent=agent), console).run(scan)
     if merged(config.run_dir):  # what this invocation merged; an interrupted run exports nothing
@@ -77,24 +79,11 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt  # SIGTERM stops the run like Ctrl-C: sandboxes destroyed, checkpoint written
 
 
-def _log_handler() -> logging.Handler:
-    """Rich output above the live progress bar on a terminal; elsewhere plain whole lines, since
-    a RichHandler wraps each record at the console width and shreds `[B<n>:P<i>]` log lines."""
-    handler: logging.Handler
-    if console.is_terminal:
-        handler = RichHandler(console=console, show_path=False)
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
-    handler.addFilter(RedactingFilter())  # workers' records too: they are handled here
-    return handler
-
-
 def run_cli() -> None:
     """The script's entry: flags read by Fire, checked against agent.cli.flags, then `main`.
     Everything printed passes the secret redactor (`agent.common.redaction`)."""
     redact_streams()
-    logging.basicConfig(level=logging.WARNING, handlers=[_log_handler()])
+    configure_logging(console, informative=INFORMATIVE)
     signal.signal(signal.SIGTERM, _terminate)
     run_command(BATCH, main, _say)
 

@@ -192,11 +192,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     """`python run_agent.py --query=...`: flags read by Fire and checked against the flag table
     (agent.cli.flags), one QueryConfig built from them, then `answer`; never returns."""
     from agent.cli.agent_cli import run_query_command  # here: a library import loads no CLI code
-    from agent.common.redaction import RedactingFilter, redact_streams
+    from agent.cli.logs import configure_logging
+    from agent.common.redaction import redact_streams
 
     redact_streams()  # every line printed passes the secret redactor
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().handlers[0].addFilter(RedactingFilter())
+    configure_logging()  # plain lines: stdout is the answer, stderr a few warnings at most
     run_query_command(answer, argv)
 
 

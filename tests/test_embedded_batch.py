@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,12 @@ def test_three_example_prompts_through_the_real_embedded_model(tmp_path: Path) -
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    # The load is said before it starts and timed after (it was seconds of a silent 0/N bar).
+    said = [line for line in result.stderr.splitlines() if "embedded model" in line]
+    assert said[0].startswith("INFO loading the embedded model (bundled SmolLM2-135M, 1 thread(s)) …"), said
+    assert re.fullmatch(
+        r"INFO embedded model loaded in \d+\.\d s; serving it on http://127\.0\.0\.1:\d+/v1", said[1]
+    )
     run_dir = tmp_path / "out" / "embedded3"
     entries = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
     assert sorted(e["prompt_index"] for e in entries) == [0, 1, 2]

@@ -24,7 +24,13 @@ from agent.errors import ConfigError
 
 FALSE_SPELLINGS = ("false", "False", "FALSE", "0", "no", "No")
 TRUE_SPELLINGS = ("true", "True", "1", "yes", "YES")
-REQUIRED = {BATCH: ["--dataset_file=d.jsonl", "--batch_size=2", "--run_name=r"], QUERY: ["--query=q"]}
+# A query offers every toolset unless told (some are unavailable everywhere without keys: a
+# ConfigError): these tests are not about toolsets, so they offer the ones every machine has.
+QUERY_TOOLSETS = "--enabled_toolsets=terminal,file"
+REQUIRED = {
+    BATCH: ["--dataset_file=d.jsonl", "--batch_size=2", "--run_name=r"],
+    QUERY: ["--query=q", QUERY_TOOLSETS],
+}
 
 
 def read(cli: str, *argv: str) -> dict[str, Any]:
@@ -271,6 +277,6 @@ def test_a_base_url_that_is_no_http_url_is_refused_before_anything_runs(url: str
 
 
 def test_a_single_query_can_bound_its_model_calls() -> None:
-    values = read_command_line(QUERY, ["--query=hi", "--request_timeout=3"])
+    values = read_command_line(QUERY, ["--query=hi", "--request_timeout=3", QUERY_TOOLSETS])
     assert values is not None
     assert build_query_config(values).agent.request_timeout == 3.0

@@ -140,7 +140,7 @@ def test_the_single_query_cli_keeps_the_key_from_its_sandbox(tmp_path: Path, sou
             "--model=sim-model",
             f"--base_url={sim.base_url}",
         ]
-        flags += ["--save_trajectories", "--verbose", "--sandbox=local"]
+        flags += ["--save_trajectories", "--verbose", "--sandbox=local", "--enabled_toolsets=terminal,file"]
         env = _env(tmp_path) if source == "flag" else _env(tmp_path, OPENROUTER_API_KEY=KEY)
         done = _run(tmp_path, flags + ([f"--api_key={KEY}"] if source == "flag" else []), env)
         seen = tool_outputs(sim)
@@ -166,7 +166,12 @@ def test_the_single_query_cli_redacts_an_endpoint_quoting_the_key(
     with SimulatedEndpoint() as sim:
         sim.script("quoted", [turn])
         flags = [str(REPO / "run_agent.py"), "--query=quoted", "--model=sim-model"]
-        flags += [f"--base_url={sim.base_url}", "--save_trajectories", f"--api_key={KEY}"]
+        flags += [
+            f"--base_url={sim.base_url}",
+            "--save_trajectories",
+            f"--api_key={KEY}",
+            "--enabled_toolsets=file",
+        ]
         done = _run(tmp_path, flags, _env(tmp_path))
     assert shown in done.stdout + done.stderr
     if turn.fault is None:

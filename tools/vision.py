@@ -18,7 +18,7 @@ from agent.common.fetch import FetchError, fetch
 from agent.common.images import from_data_url, sniff, to_data_url
 from agent.common.network_policy import NetworkPolicy
 from agent.errors import ModelAPIError, SandboxPathError
-from agent.protocols import JSON, ChatRequest, ToolContext, Toolset, ToolSpec
+from agent.protocols import JSON, ChatRequest, ToolContext, Toolset, ToolSpec, sees_images
 
 MAX_IMAGE_BYTES = 20 * 2**20  # the largest image OpenAI's vision input accepts
 
@@ -124,4 +124,6 @@ def _checked_type(data: bytes, source: str) -> str:
     return info.mime
 
 
-TOOLSET = Toolset("vision", "Image analysis", (ToolSpec("vision_analyze", SCHEMA, vision_analyze),))
+TOOLSET = Toolset(
+    "vision", "Image analysis", (ToolSpec("vision_analyze", SCHEMA, vision_analyze, available=sees_images),)
+)

@@ -59,6 +59,7 @@ class DatasetScan:
     errors: list[LineError]  # the first MAX_KEPT_ERRORS errors
     error_count: int = 0  # all errors, kept or not
     truncated: int = 0  # valid rows left out by max_samples
+    without_image: int = 0  # valid rows (of the `valid` ones) that name no image: the run's default
 
 
 def _check_max_samples(max_samples: int | None) -> None:
@@ -66,6 +67,12 @@ def _check_max_samples(max_samples: int | None) -> None:
         return
     if isinstance(max_samples, bool) or not isinstance(max_samples, int) or max_samples < 1:
         raise ConfigError(f"--max_samples must be a positive integer, got {max_samples!r}")
+
+
+def check_readable(path: str | Path) -> None:
+    """A DatasetError unless `path` is a file this process can open (checked before anything
+    that depends on the rest of the configuration: a typo in the name is the first thing to fix)."""
+    _open(Path(path)).close()
 
 
 def _open(path: Path) -> BinaryIO:
@@ -146,6 +153,8 @@ def scan_dataset(
             if len(scan.errors) < MAX_KEPT_ERRORS:
                 scan.errors.append(record)
         elif record is not None:
+            if record.image is None and (max_samples is None or valid_total < max_samples):
+                scan.without_image += 1
             valid_total += 1
     scan.valid = valid_total if max_samples is None else min(valid_total, max_samples)
     scan.truncated = valid_total - scan.valid

@@ -4,6 +4,7 @@ run_agent.main's part: nothing under agent/ imports the top-level scripts."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -15,11 +16,14 @@ import yaml
 from agent.cli.command_line import resolve_key, run_command
 from agent.cli.flag_values import check_required
 from agent.cli.flags import QUERY
-from agent.cli.shared_config import build_agent_config
-from agent.config.agent_config import is_loopback
+from agent.cli.shared_config import build_agent_config, check_toolsets
+from agent.config.agent_config import AgentConfig, is_loopback
 from agent.config.query_config import QueryConfig
 from agent.errors import ConfigError
 from agent.sandboxes import SandboxOptions, resolve_backend
+from agent.toolbox.registry import ALL, expand_toolsets
+
+log = logging.getLogger("agent.cli")
 
 
 def config_file_saves(path: Path = Path("config.yaml")) -> bool:
@@ -42,6 +46,7 @@ def build_query_config(values: Mapping[str, Any]) -> QueryConfig:
     agent = build_agent_config(values, api_key=api_key)
     # Tools save files (image_generate's images/) in the current directory: a query has no run one.
     agent = replace(agent, tools=replace(agent.tools, artifacts_dir=str(Path.cwd())))
+    _check_toolsets(values, agent)
     return QueryConfig(
         query=values["query"],
         agent=agent,
@@ -50,7 +55,21 @@ def build_query_config(values: Mapping[str, Any]) -> QueryConfig:
         verbose=values["verbose"],
         quiet=values["quiet"],
         embedded_threads=values["embedded_threads"],
+        allow_missing_toolsets=values["allow_missing_toolsets"],
     )
+
+
+def _check_toolsets(values: Mapping[str, Any], agent: AgentConfig) -> None:
+    """The toolsets offered (--enabled_toolsets less --disabled_toolsets) under the batch
+    runner's rule; allowed to be missing, they are named once on stderr."""
+    left_out = set(expand_toolsets(agent.disabled_toolsets))
+    toolsets = [t for t in expand_toolsets(agent.enabled_toolsets or [ALL]) if t not in left_out]
+    asked = f"--enabled_toolsets={','.join(agent.enabled_toolsets) or ALL}"
+    if agent.disabled_toolsets:
+        asked += f" --disabled_toolsets={','.join(agent.disabled_toolsets)}"
+    missing = check_toolsets(asked, toolsets, agent.tools, values["allow_missing_toolsets"])
+    if missing:
+        log.warning("toolsets unavailable here, not offered: %s", ", ".join(missing))
 
 
 def _error_line(line: str) -> None:

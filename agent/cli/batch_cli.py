@@ -11,18 +11,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agent.batch.dataset import DatasetScan, check_readable
 from agent.cli.command_line import resolve_key
 from agent.cli.export_cli import build_export_options, check_publishable
 from agent.cli.flag_values import check_required
 from agent.cli.flags import BATCH
-from agent.cli.shared_config import build_agent_config, build_tool_config
+from agent.cli.shared_config import build_agent_config, build_tool_config, check_toolsets
 from agent.config.agent_config import is_embedded, is_loopback
 from agent.config.run_config import RunConfig, check_run_name
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
 from agent.sandboxes import SandboxOptions, available_backends, resolve_backend, unavailable_reason
 from agent.toolbox.distributions import format_distributions, get_distribution
-from agent.toolbox.registry import toolset_availability, toolset_backends, unavailable_toolsets
+from agent.toolbox.registry import toolset_availability, toolset_backends
 
 # RunConfig fields filled by the flag of the same name, as parsed.
 _SAME_NAME = (
@@ -75,10 +76,9 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
 
 
 def check_ready(config: RunConfig) -> None:
-    """Problems that would waste the run, found before a token is spent."""
-    reason = unavailable_reason(config.sandbox)
-    if reason is not None:
-        raise ConfigError(f"--sandbox={config.sandbox.backend} is unavailable here: {reason}")
+    """Problems that would waste the run, found before a token is spent, in the order a user
+    fixes them: the dataset named, then what this machine offers, then where the run goes."""
+    check_readable(config.dataset_file)
     needs_key = not is_embedded(config.agent.model) and not is_loopback(config.agent.base_url)
     if needs_key and not config.agent.api_key:
         raise ConfigError(
@@ -96,17 +96,23 @@ def check_ready(config: RunConfig) -> None:
     _check_toolsets(config)
 
 
+def ready_sandbox(config: RunConfig, scan: DatasetScan) -> RunConfig:
+    """`config` once its sandbox backend is known to run here, checked after the dataset scan:
+    with docker, the default image (--image) matters only when some row names no image of its
+    own, so it is checked (and recorded) only then."""
+    if config.sandbox.backend == "docker" and scan.without_image == 0:
+        config = replace(config, sandbox=replace(config.sandbox, default_image=None))
+    reason = unavailable_reason(config.sandbox)
+    if reason is not None:
+        raise ConfigError(f"--sandbox={config.sandbox.backend} is unavailable here: {reason}")
+    return config
+
+
 def _check_toolsets(config: RunConfig) -> None:
-    """A distribution whose toolsets cannot all run here would make data it is not named for:
-    one line per missing toolset and how to enable it, unless --allow_missing_toolsets."""
-    missing = unavailable_toolsets(get_distribution(config.distribution).toolsets, config.agent.tools)
-    if not missing or config.allow_missing_toolsets:
-        return
-    lines = [f"  {toolset}: {why}" for toolset, why in missing.items()]
-    raise ConfigError(
-        f"--distribution={config.distribution} needs toolsets that are unavailable here "
-        "(enable them, or pass --allow_missing_toolsets to run without them):\n" + "\n".join(lines)
-    )
+    """A distribution whose toolsets cannot all run here would make data it is not named for."""
+    toolsets = list(get_distribution(config.distribution).toolsets)
+    asked = f"--distribution={config.distribution}"
+    check_toolsets(asked, toolsets, config.agent.tools, config.allow_missing_toolsets)
 
 
 def _check_writable(run_dir: Path) -> None:

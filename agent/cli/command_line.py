@@ -12,6 +12,8 @@ table's types (agent.cli.flag_values) instead of Fire's literal guessing, which 
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -90,16 +92,42 @@ def run_command(
 ) -> NoReturn:
     """Parse the command line of `cli`, hand the values to `handle` and exit with the code it
     returns (0 after `--help`). An AgentError is one `error:` line and its exit code; Ctrl-C
-    (and SIGTERM, where the script turns it into KeyboardInterrupt) is 130."""
+    (and SIGTERM, where the script turns it into KeyboardInterrupt) is 130; a reader that
+    closed our stdout (`| head`) ends it quietly with 141, as SIGPIPE ends the standard tools."""
+    # Ctrl-C must stop the run whatever SIGINT disposition was inherited: started with `nohup …
+    # &` (or from a shell script running it in the background) SIGINT comes in ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code = _run(cli, handle, say, argv)
+        sys.stdout.flush()  # here, not at exit: a closed pipe must be seen while it can be handled
+    except BrokenPipeError:
+        _quiet_stdout()
+        sys.exit(PIPE_CLOSED)
+    sys.exit(code)
+
+
+PIPE_CLOSED = 128 + signal.SIGPIPE  # what a shell reports for a tool ended by SIGPIPE
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is still buffered does
+    not fail again (and print "Exception ignored … BrokenPipeError") on the way out."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _run(
+    cli: str, handle: Callable[[Values], int], say: Callable[[str], None], argv: Sequence[str] | None
+) -> int:
     try:
         values = read_command_line(cli, sys.argv[1:] if argv is None else argv)
         if values is None:
             print(help_page(cli))
-            sys.exit(0)
-        code = handle(values)
+            return 0
+        return handle(values)
     except AgentError as exc:
         say(f"error: {exc}")
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except KeyboardInterrupt:
-        sys.exit(130)
-    sys.exit(code)
+        return 130

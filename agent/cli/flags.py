@@ -196,8 +196,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("browser_executable", "str", _tool("browser_executable"), "Chromium for the browser tools",
          "Tools", shown="chromium on PATH"),
     Flag("allow_missing_toolsets", "bool", _run("allow_missing_toolsets"),
-         "run although the distribution needs a toolset unavailable here (its prompts lose it)",
-         "Tools", _BATCH),
+         "run although the distribution (run_agent.py: --enabled_toolsets) needs a toolset "
+         "unavailable here (it is left out)", "Tools"),
     Flag("image_api", "str", _tool("image_api"),
          "how image_generate asks: the images endpoint or an image-output chat model", "Tools",
          choices=IMAGE_APIS),

@@ -10,9 +10,10 @@ from typing import Any
 
 from agent.common.network_policy import NetworkPolicy
 from agent.common.secrets import started_secrets
-from agent.config.agent_config import AgentConfig, load_prefill, reasoning_config
+from agent.config.agent_config import AgentConfig, is_embedded, load_prefill, reasoning_config
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
+from agent.toolbox.registry import unavailable_toolsets
 from tools.web.backends import FIRECRAWL_URL_VARIABLE, corpus_files, web_keys
 
 # AgentConfig fields filled by the flag of the same name.
@@ -72,7 +73,16 @@ def build_tool_config(values: Mapping[str, Any], artifacts_dir: str | None = Non
         web_keys=web_keys(started_secrets().environ),
         web_api_url=_search_api_url(values),
         artifacts_dir=artifacts_dir,
+        images_unsupported=TEXT_ONLY if is_embedded(values["model"]) else None,
     )
+
+
+# Honest for every GGUF: the embedded server loads no vision projector and its adapter sends
+# the model the text parts of a message alone (agent.servers.embedded.prompt).
+TEXT_ONLY = (
+    "the embedded model reads text only (no image reaches it, whatever its GGUF); "
+    "use a multimodal --model on an endpoint for image tools"
+)
 
 
 def _corpus_folder(backend: str, folder: str | None) -> str | None:
@@ -102,3 +112,18 @@ def _search_api_url(values: Mapping[str, Any]) -> str | None:
         if value is not None and not value.startswith(("http://", "https://")):
             raise ConfigError(f"--{flag}={value!r}: give an http:// or https:// URL")
     return url
+
+
+def check_toolsets(asked: str, toolsets: list[str], tools: ToolConfig, allowed: bool) -> dict[str, str]:
+    """The one rule of both command lines: toolsets asked for that cannot run here stop the
+    command before any token (one line per toolset and how to enable it) unless
+    --allow_missing_toolsets; returns them (empty when all run). `asked` names the flag that
+    asked for them, as typed (`--distribution=default`, `--enabled_toolsets=all`)."""
+    missing = unavailable_toolsets(toolsets, tools)
+    if missing and not allowed:
+        lines = [f"  {toolset}: {why}" for toolset, why in missing.items()]
+        raise ConfigError(
+            f"{asked} needs toolsets that are unavailable here "
+            "(enable them, or pass --allow_missing_toolsets to run without them):\n" + "\n".join(lines)
+        )
+    return missing

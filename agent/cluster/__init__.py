@@ -16,7 +16,14 @@ from agent.config.run_config import RAY_INSTALL
 from agent.errors import ConfigError
 
 # Ray's own extras that a batch run never uses: they cost CPU and open ports or the network.
-QUIET_RAY = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
+# The driver's core worker (C++) logs at INFO by default, and its lines ([state-dump] tables,
+# reconnection chatter when a node is lost) are no operator's business: warnings and worse only.
+# (Actors' and raylets' own output stays in Ray's session log files: log_to_driver=False.)
+QUIET_RAY = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+    "RAY_BACKEND_LOG_LEVEL": "warning",
+}
 
 
 def require_ray() -> ModuleType:

@@ -4,7 +4,9 @@ and loaders that turn already-typed flag values into it (flag text is parsed in 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -14,6 +16,8 @@ from typing import Any
 
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
+
+log = logging.getLogger("agent.embedded")  # the batch runner shows its INFO lines (loading the model)
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 PROVIDER_SORTS = ("price", "throughput", "latency")
@@ -157,7 +161,11 @@ def served_endpoint(model: str, base_url: str, threads: int) -> Iterator[tuple[s
     spec = resolve_embedded(model)
     assert spec is not None  # is_embedded said so
     server = EmbeddedEndpoint(spec, EmbeddedSettings(threads=threads))
+    # Said before and after: loading takes seconds to a minute, while nothing else moves.
+    log.info("loading the embedded model (%s, %d thread(s)) …", spec.path or "bundled SmolLM2-135M", threads)
+    began = time.monotonic()  # the weights' checksum and llama.cpp's import count too
     server.start()
+    log.info("embedded model loaded in %.1f s; serving it on %s", time.monotonic() - began, server.base_url)
     try:
         yield server.base_url, server.model_id
     finally:

@@ -21,3 +21,4 @@ class QueryConfig:
     verbose: bool
     quiet: bool
     embedded_threads: int
+    allow_missing_toolsets: bool  # offer what runs here of the toolsets asked for

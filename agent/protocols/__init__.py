@@ -41,6 +41,7 @@ from agent.protocols.tools import (
     ToolSpec,
     always,
     on_sandbox,
+    sees_images,
 )
 
 __all__ = [
@@ -76,4 +77,5 @@ __all__ = [
     "Usage",
     "always",
     "on_sandbox",
+    "sees_images",
 ]

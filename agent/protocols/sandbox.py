@@ -15,7 +15,8 @@ class SandboxOptions:
     """What a run asks of its sandboxes, whatever the backend."""
 
     backend: str = "auto"  # the strongest usable here (agent.sandboxes.choice); resolved at the CLI edge
-    default_image: str = DEFAULT_IMAGE
+    # None: no prompt of the run uses it (every row names its own image), so it is not checked
+    default_image: str | None = DEFAULT_IMAGE
     network: bool = False  # containers: allow network access
     memory_mb: int = 1024
     cpus: float = 1.0

@@ -32,6 +32,7 @@ class ToolConfig:
     web_corpus_url: str | None = None  # where the corpus is served: search results link there
     allow_hosts: tuple[str, ...] = ()  # hosts/networks reachable despite the private-range policy
     vision_model: str | None = None  # None: the run's model
+    images_unsupported: str | None = None  # why the run's model reads no images; None: it may
     image_model: str | None = None  # None: the image backend's default
     image_api: str = "auto"  # IMAGE_APIS: images endpoint, image-output chat, or by endpoint
     moa_models: tuple[str, ...] = ()  # reference models of mixture_of_agents
@@ -95,6 +96,11 @@ def on_sandbox(tool: SandboxTool) -> ToolHandler:
 
 # Why a tool cannot run with these settings on this machine (None: it can).
 Availability = Callable[[ToolConfig], str | None]
+
+
+def sees_images(config: ToolConfig) -> str | None:
+    """The availability of a tool that shows the model an image."""
+    return config.images_unsupported
 
 
 def always(config: ToolConfig) -> str | None:

@@ -76,7 +76,8 @@ def strongest(root: str | None = None) -> str:
         why_not = unavailable_reason(options) or probe(backend("bwrap"), options)
         _chosen[root] = "bwrap" if why_not is None else "local"
         if why_not is None:
-            _say_once("auto", "sandbox backend: bwrap (the default, auto: the strongest usable here)")
+            chosen = "sandbox backend: bwrap (the default, auto: the strongest usable here)"
+            _say_once("auto", chosen, logging.INFO)  # information, not a warning: all is as it should be
         else:
             _say_once("auto", f"sandbox backend: local (the default, auto: bwrap is not usable: {why_not})")
             _say_local_tracking()

@@ -10,7 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-FAULT_KINDS = ("http", "hang", "drop")
+FAULT_KINDS = ("http", "hang", "drop", "trickle")
+TRICKLE_LENGTH = 1_000_000  # the body a trickle declares: it never gets near it
 _ERROR_TYPES = {
     400: ("invalid_request_error", "bad_request"),
     401: ("authentication_error", "invalid_api_key"),
@@ -25,7 +26,9 @@ class EndpointFault(Exception):
 
     kind "http": an error response in OpenAI's error shape with `status` and `headers`;
     "hang": never answer (the connection is held until the client gives up or the server
-    stops); "drop": abort the TCP connection without any response.
+    stops); "drop": abort the TCP connection without any response; "trickle": a 200 and its
+    headers at once, then one byte of body a second (a slow proxy, a stuck upstream) until the
+    client gives up or the server stops.
     """
 
     def __init__(
@@ -61,9 +64,24 @@ async def misbehave(
     """Answer `request` as `fault` says; a hang lasts until `stopping` is set."""
     if fault.kind == "http":
         return error_response(fault.status, fault.message, fault.headers)
+    if fault.kind == "trickle":
+        return await _trickle(request, stopping)
     if fault.kind == "hang" and stopping is not None:
         await stopping.wait()
     return _abort(request)
+
+
+async def _trickle(request: web.BaseRequest, stopping: asyncio.Event | None) -> web.StreamResponse:
+    response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+    response.content_length = TRICKLE_LENGTH
+    await response.prepare(request)
+    try:
+        while stopping is None or not stopping.is_set():
+            await response.write(b" ")
+            await asyncio.sleep(1.0)
+    except ConnectionError:
+        pass  # the client gave up: what a trickle is for
+    return _abort(request)  # never a complete body: the declared length is not reached
 
 
 def _abort(request: web.BaseRequest) -> web.StreamResponse:

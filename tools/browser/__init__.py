@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.protocols import Toolset, ToolSpec
+from agent.protocols import ToolConfig, Toolset, ToolSpec, sees_images
 from tools.browser import actions, page_data, vision
 from tools.browser.host import unavailable
 from tools.browser.schemas import SCHEMAS
@@ -34,7 +34,13 @@ _OWN_TURNS = {"browser_vision"}  # take a browser slot for their page work only
 def _spec(schema: dict[str, Any]) -> ToolSpec:
     name = schema["name"]
     handler = actions.browser_tool(_ACTIONS[name], takes_turn=name not in _OWN_TURNS)
-    return ToolSpec(name, schema, handler, available=unavailable)
+    return ToolSpec(
+        name, schema, handler, available=_with_images if name == "browser_vision" else unavailable
+    )
+
+
+def _with_images(config: ToolConfig) -> str | None:
+    return unavailable(config) or sees_images(config)
 
 
 TOOLSET = Toolset("browser", "Browser automation", tuple(_spec(schema) for schema in SCHEMAS))

@@ -108,8 +108,9 @@ def _check_image(client: Any, name: str) -> str | None:
         )
 
 
-def engine_unavailable_reason(default_image: str) -> str | None:
-    """Why the engine cannot run our sandboxes, with how to fix it; None when it can."""
+def engine_unavailable_reason(default_image: str | None) -> str | None:
+    """Why the engine cannot run our sandboxes, with how to fix it; None when it can. The
+    default image is checked when there is one (a run whose rows all name theirs has none)."""
     problem = _unix_socket_problem()
     if problem is not None:
         return _no_engine(problem)
@@ -119,7 +120,8 @@ def engine_unavailable_reason(default_image: str) -> str | None:
         return _no_engine(exc)
     try:
         client.ping()
-        client.images.get(default_image)
+        if default_image is not None:
+            client.images.get(default_image)
     except ImageNotFound:
         return (
             f"the default image '{default_image}' is not on the engine at {engine_address()}; "

@@ -76,12 +76,19 @@ def _workdir(spec: SandboxSpec) -> str:
     return posixpath.normpath(posixpath.join(DEFAULT_WORKDIR, spec.cwd or "."))
 
 
+def _image(spec: SandboxSpec, options: SandboxOptions) -> str:
+    image = spec.image or options.default_image
+    if image is None:  # the run found every row naming its own image: this one does not
+        raise SandboxError("the prompt names no image and this run has no default image (--image)")
+    return image
+
+
 class DockerSandbox:
     def __init__(self, client: Any, spec: SandboxSpec, options: SandboxOptions) -> None:
         self._client = client
         self._options = options
         self._plan = ContainerPlan(
-            image=spec.image or options.default_image,
+            image=_image(spec, options),
             workdir=_workdir(spec),
             sandbox_id=uuid.uuid4().hex,
             spec=spec,
