@@ -99,9 +99,15 @@ DIE_WITH_RUNNER = [
 
 
 def bwrap_argv(
-    layout: Layout, options: SandboxOptions, nproc: int, script: str, args: list[str]
+    layout: Layout,
+    options: SandboxOptions,
+    nproc: int,
+    script: str,
+    args: list[str],
+    info_fd: int | None = None,
 ) -> list[str]:
-    """`setpriv --pdeathsig KILL ... prlimit ... -- bwrap ... -- /bin/sh -c script sh args...`."""
+    """`setpriv --pdeathsig KILL ... prlimit ... -- bwrap ... -- /bin/sh -c script sh args...`;
+    with `info_fd`, bwrap writes its namespace's pid 1 there (see launch)."""
     limits = [
         *DIE_WITH_RUNNER,
         str(os.getpid()),
@@ -115,6 +121,8 @@ def bwrap_argv(
     ]
     isolation = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "0", "--gid", "0"]
     isolation += ["--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"]
+    if info_fd is not None:
+        isolation += ["--info-fd", str(info_fd)]
     mounts = [*root_mounts(layout.image_root), "--proc", "/proc", "--dev", "/dev"]
     for host_dir, sandbox_dir in layout.binds:
         mounts += ["--bind", host_dir, sandbox_dir]
