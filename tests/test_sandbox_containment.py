@@ -1,17 +1,23 @@
 """What a bwrap command leaves once its call has returned: nothing of its pid namespace
-(issue 20 item 5: after a fork bomb a process of the sandbox's user outlived the run)."""
+(issue 20 item 5: after a fork bomb a process of the sandbox's user outlived the run); and
+what a prompt may write: `disk_mb` in all (issue 20 item 5: 3,000 MB went unchecked)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 
 import pytest
 
 from agent.protocols import SandboxSpec
 from agent.sandboxes import SandboxOptions
 from agent.sandboxes.bwrap.sandbox import open_sandbox
+from agent.sandboxes.docker.lifecycle import LABEL_RUN
+from agent.sandboxes.docker.sandbox import open_sandbox as open_docker_sandbox
+from tests.fixtures.containers import Engine
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.anyio]
+pytestmark = pytest.mark.anyio
 SPEC = SandboxSpec(run_name="run-c", prompt_key="prompt-0")
 NAMESPACE = "readlink /proc/self/ns/pid; "
 # Many processes that hold no descriptor of the command's output (the old launcher waited
@@ -34,6 +40,7 @@ def _in_namespace(namespace: str) -> list[int]:
     return found
 
 
+@pytest.mark.bwrap
 @pytest.mark.parametrize(
     ("command", "timeout"),
     [
@@ -53,3 +60,47 @@ async def test_nothing_of_a_command_outlives_its_call(
             assert namespace.startswith("pid:["), result.output
             assert _in_namespace(namespace) == []
         assert (await sandbox.exec("echo alive", timeout=30)).output == "alive\n"
+
+
+WRITE_PAST = "dd if=/dev/zero of={path} bs=1M count={count} 2>&1; echo exit=$?; du -sm {path} | cut -f1"
+
+
+@pytest.mark.bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="the disk cap of bwrap sandboxes is a tmpfs: root mounts it")
+async def test_a_bwrap_sandbox_cannot_write_past_its_disk_cap(bwrap_options: SandboxOptions) -> None:
+    options = dataclasses.replace(bwrap_options, disk_mb=32)
+    async with open_sandbox(SPEC, options) as sandbox:
+        host_dir = sandbox.blocking.host_dir
+        assert host_dir is not None
+        for path in ("/workspace/big", "/tmp/big"):
+            result = await sandbox.exec(WRITE_PAST.format(path=path, count=100), timeout=60)
+            lines = result.output.splitlines()
+            assert "No space left on device" in result.output and "exit=1" in lines, result.output
+            assert int(lines[-1]) <= 32  # what was written before the cap stays, within it
+            await sandbox.exec(f"rm {path}", timeout=30)
+        usage = shutil.disk_usage(host_dir)  # the cap's filesystem, not the host's disk
+        assert usage.total <= 32 << 20
+        assert (await sandbox.exec("echo goes on > /workspace/f && cat /workspace/f", timeout=30)).output == (
+            "goes on\n"
+        )
+    assert not os.path.exists(host_dir)
+
+
+@pytest.mark.docker
+async def test_a_docker_sandbox_cannot_write_past_its_disk_cap(
+    container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
+) -> None:
+    """Where the engine cannot cap the writable layer (overlay on ext4, as here), /workspace
+    and /tmp are capped; where it can, the whole layer is."""
+    options = dataclasses.replace(docker_options, disk_mb=32)
+    spec = SandboxSpec(run_name=unique_run_name, prompt_key="disk")
+    async with open_docker_sandbox(spec, options) as sandbox:
+        for path in ("/workspace/big", "/tmp/big"):
+            result = await sandbox.exec(WRITE_PAST.format(path=path, count=100), timeout=60)
+            lines = result.output.splitlines()
+            assert "No space left on device" in result.output and "exit=1" in lines, result.output
+            assert int(lines[-1]) <= 32
+            await sandbox.exec(f"rm {path}", timeout=30)
+        result = await sandbox.exec("echo goes on > /workspace/f && cat /workspace/f && pwd", timeout=30)
+        assert result.output == "goes on\n/workspace\n"
+    assert container_engine.ours(**{LABEL_RUN: unique_run_name}) == []

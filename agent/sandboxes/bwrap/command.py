@@ -9,9 +9,11 @@ that directory; all three are per-sandbox host directories.
 
 Limits are rlimits set by `prlimit` around bwrap: address space (the memory option; it counts
 virtual memory, so runtimes that reserve large arenas need more), processes (the pids option),
-file size, open files and no core dumps. The process limit only binds a uid other than host
-root, which is one reason a root runner starts bwrap under a per-sandbox uid (inside, the
-sandbox still sees itself as root of its own user namespace).
+file size (at most the disk option), open files and no core dumps. The process limit only
+binds a uid other than host root, which is one reason a root runner starts bwrap under a
+per-sandbox uid (inside, the sandbox still sees itself as root of its own user namespace).
+Under a root runner the sandbox's directory is also a tmpfs of the disk option's size, which
+bounds all that its commands and files write (see sandbox).
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def bwrap_argv(
         "prlimit",
         f"--as={options.memory_mb * 1024 * 1024}",
         f"--nproc={nproc}",
-        f"--fsize={FILE_SIZE_LIMIT}",
+        f"--fsize={min(FILE_SIZE_LIMIT, options.disk_mb << 20)}",
         f"--nofile={OPEN_FILES_LIMIT}",
         "--core=0",
         "--",

@@ -107,7 +107,8 @@ class BwrapSandbox:
         """Make the sandbox's directory and layout (a few mkdir: done on the loop)."""
         image_root = _image_root(self._spec)
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", self._spec.run_name)[:24]
-        self._dir = make_sandbox_dir(f"{DIR_PREFIX}{slug}-", self._options.root)
+        disk_mb = self._options.disk_mb if self._uid is not None else None  # mounting takes root
+        self._dir = make_sandbox_dir(f"{DIR_PREFIX}{slug}-", self._options.root, disk_mb)
         self._layout = self._make_layout(image_root)
 
     def _make_layout(self, image_root: str | None) -> Layout:

@@ -9,18 +9,22 @@ owned by another host are never touched: their owner's liveness cannot be checke
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from docker.errors import NotFound
+from docker.errors import APIError, NotFound
 
 from agent.protocols import SandboxSpec
+from agent.sandboxes.docker.engine import short_error
 from agent.sandboxes.host.owner import FIELDS, current_owner, owner_is_dead
 
 if TYPE_CHECKING:
     from agent.protocols import SandboxOptions
 
+log = logging.getLogger(__name__)
+_layer_quota: dict[str, bool] = {}  # engine -> whether it caps a writable layer (storage_opt)
 PREFIX = "io.agent-batch-runner"
 LABEL_PROJECT = f"{PREFIX}.sandbox"  # value "1" on every container of ours
 LABEL_RUN = f"{PREFIX}.run"
@@ -89,9 +93,33 @@ def create_container(client: Any, plan: ContainerPlan, options: SandboxOptions) 
     }
     if not options.network:
         kwargs["network_mode"] = "none"
-    container = client.containers.create(plan.image, **kwargs)
+    container = _create_capped(client, plan.image, kwargs, options.disk_mb)
     container.start()
     return container
+
+
+def _create_capped(client: Any, image: str, kwargs: dict[str, Any], disk_mb: int) -> Any:
+    """Create the container with its disk capped at `disk_mb`: its whole writable layer where the
+    engine can (`storage_opt`: overlay on xfs with pquota, btrfs, zfs), else /workspace and
+    /tmp, each a tmpfs of that size (counted in the container's memory limit). What is written
+    past the cap fails with ENOSPC."""
+    engine = str(client.api.base_url)
+    if _layer_quota.get(engine, True):
+        try:
+            return client.containers.create(image, storage_opt={"size": f"{disk_mb}m"}, **kwargs)
+        except APIError as exc:
+            if "storage-opt" not in str(exc) and "storage opt" not in str(exc).lower():
+                raise
+            _layer_quota[engine] = False
+            log.warning(
+                "the engine at %s cannot cap a container's writable layer (%s): each prompt's "
+                "/workspace and /tmp are tmpfs of --sandbox_disk_mb=%d instead",
+                engine,
+                short_error(exc),
+                disk_mb,
+            )
+    tmpfs = {"/workspace": f"size={disk_mb}m,mode=0755", "/tmp": f"size={disk_mb}m,mode=1777"}
+    return client.containers.create(image, tmpfs=tmpfs, **kwargs)
 
 
 def remove_sandbox(client: Any, sandbox_id: str, container_id: str | None = None) -> None:

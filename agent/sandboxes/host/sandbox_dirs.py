@@ -14,15 +14,24 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 
+from agent.sandboxes.host.mounts import detach_under, mount_tmpfs
 from agent.sandboxes.host.owner import current_owner, owner_is_dead
 
 OWNER_FILE = "owner.json"  # beside workspace/ and tmp/, out of the sandbox's sight
 
 
-def make_sandbox_dir(prefix: str, root: str | None) -> str:
+def make_sandbox_dir(prefix: str, root: str | None, disk_mb: int | None = None) -> str:
+    """A fresh directory under `root`; with `disk_mb`, a tmpfs of that size (root only), so
+    that what the sandbox writes past it fails with ENOSPC and never fills the host's disk."""
     directory = tempfile.mkdtemp(prefix=prefix, dir=root)
-    with open(os.path.join(directory, OWNER_FILE), "w", encoding="utf-8") as handle:
-        json.dump(current_owner(), handle)
+    try:
+        if disk_mb is not None:
+            mount_tmpfs(directory, disk_mb)
+        with open(os.path.join(directory, OWNER_FILE), "w", encoding="utf-8") as handle:
+            json.dump(current_owner(), handle)
+    except BaseException:
+        remove_tree(directory)
+        raise
     return directory
 
 
@@ -39,6 +48,7 @@ def remove_tree(path: str) -> None:
             shutil.rmtree(failed, onerror=retry)
 
     if os.path.lexists(path):
+        detach_under(path)  # its disk cap (a tmpfs), and anything a command mounted inside
         shutil.rmtree(path, onerror=retry)
 
 
