@@ -99,27 +99,31 @@ def create_container(client: Any, plan: ContainerPlan, options: SandboxOptions) 
 
 
 def _create_capped(client: Any, image: str, kwargs: dict[str, Any], disk_mb: int) -> Any:
-    """Create the container with its disk capped at `disk_mb`: its whole writable layer where the
-    engine can (`storage_opt`: overlay on xfs with pquota, btrfs, zfs), else /workspace and
-    /tmp, each a tmpfs of that size (counted in the container's memory limit). What is written
-    past the cap fails with ENOSPC."""
+    """Create the container with its writable layer capped at `disk_mb` where the engine can
+    (`storage_opt` size: overlay on xfs with pquota, btrfs, zfs): past it a write fails with
+    ENOSPC. Elsewhere (overlay on ext4) it is not capped, said once per engine: tmpfs mounts
+    would be, but a restart (how a fork bomb or a cancelled command is stopped) empties them."""
     engine = str(client.api.base_url)
     if _layer_quota.get(engine, True):
         try:
-            return client.containers.create(image, storage_opt={"size": f"{disk_mb}m"}, **kwargs)
+            container = client.containers.create(image, storage_opt={"size": f"{disk_mb}m"}, **kwargs)
+            _layer_quota[engine] = True
+            return container
         except APIError as exc:
             if "storage-opt" not in str(exc) and "storage opt" not in str(exc).lower():
                 raise
             _layer_quota[engine] = False
             log.warning(
-                "the engine at %s cannot cap a container's writable layer (%s): each prompt's "
-                "/workspace and /tmp are tmpfs of --sandbox_disk_mb=%d instead",
+                "the engine at %s cannot cap a container's disk (%s): --sandbox_disk_mb does not hold there",
                 engine,
                 short_error(exc),
-                disk_mb,
             )
-    tmpfs = {"/workspace": f"size={disk_mb}m,mode=0755", "/tmp": f"size={disk_mb}m,mode=1777"}
-    return client.containers.create(image, tmpfs=tmpfs, **kwargs)
+    return client.containers.create(image, **kwargs)
+
+
+def disk_capped(client: Any) -> bool | None:
+    """Whether the engine caps our containers' disk (None: no container made yet)."""
+    return _layer_quota.get(str(client.api.base_url))
 
 
 def remove_sandbox(client: Any, sandbox_id: str, container_id: str | None = None) -> None:
