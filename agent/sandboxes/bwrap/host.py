@@ -37,7 +37,8 @@ def _probe(options: SandboxOptions) -> str | None:
     layout = Layout(image_root=None, binds=(), workdir="/")
     uid = sandbox_uid("000000")
     nproc = options.pids_limit + (0 if uid is not None else tasks_of(os.getuid()))
-    outcome = run_process(bwrap_argv(layout, options, nproc, "exit 0", []), timeout=30, limit=65536, user=uid)
+    argv = bwrap_argv(layout, options, nproc, "exit 0", [], user=uid)
+    outcome = run_process(argv, timeout=30, limit=65536)
     if outcome.exit_code == 0:
         return None
     detail = outcome.stderr.decode(errors="replace").strip() or f"exit code {outcome.exit_code}"

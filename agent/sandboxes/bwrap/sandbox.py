@@ -139,9 +139,9 @@ class BwrapSandbox:
         """Run `script` in fresh namespaces from the loop, without a thread (see `launch`)."""
         if self._layout is None or self._dir is None:
             raise SandboxError("the sandbox is not open")
-        layout, options, nproc = self._layout, self._options, self._nproc()
+        layout, options, nproc, uid = self._layout, self._options, self._nproc(), self._uid
         return await self._launches.run(
-            lambda info_fd: bwrap_argv(layout, options, nproc, script, args, info_fd), self._uid, timeout
+            lambda info_fd: bwrap_argv(layout, options, nproc, script, args, info_fd, uid), timeout
         )
 
     def _nproc(self) -> int:
@@ -151,11 +151,9 @@ class BwrapSandbox:
         """`launch` for the file work done in threads: blocking, stdout and stderr apart."""
         if self._layout is None or self._dir is None:
             raise SandboxError("the sandbox is not open")
-        argv = bwrap_argv(self._layout, self._options, self._nproc(), script, args)
+        argv = bwrap_argv(self._layout, self._options, self._nproc(), script, args, user=self._uid)
         limit = 2 * shell_scripts.MAX_READ + 2 if script == shell_scripts.READ else shell_scripts.OUTPUT_LIMIT
-        return run_process(
-            argv, timeout=timeout, limit=limit, stdin=stdin, user=self._uid, running=self._running
-        )
+        return run_process(argv, timeout=timeout, limit=limit, stdin=stdin, running=self._running)
 
     def interrupt(self) -> None:
         """Kill the file work running now in threads (commands run on the loop: a cancelled
