@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import subprocess
+import time
 
 import pytest
 
@@ -16,6 +18,7 @@ from agent.sandboxes.bwrap.sandbox import open_sandbox
 from agent.sandboxes.docker.engine import engine_client
 from agent.sandboxes.docker.lifecycle import LABEL_RUN, disk_capped
 from agent.sandboxes.docker.sandbox import open_sandbox as open_docker_sandbox
+from agent.sandboxes.host.sandbox_dirs import kill_processes_using, make_sandbox_dir, remove_tree
 from tests.fixtures.containers import Engine
 
 pytestmark = pytest.mark.anyio
@@ -109,3 +112,39 @@ async def test_a_docker_sandbox_cannot_write_past_its_disk_cap(
         result = await sandbox.exec("echo goes on > /workspace/f && cat /workspace/f", timeout=30)
         assert result.output == "goes on\n"
     assert container_engine.ours(**{LABEL_RUN: unique_run_name}) == []
+
+
+@pytest.mark.bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="the disk cap of bwrap sandboxes is a tmpfs: root mounts it")
+def test_reaping_a_capped_sandbox_kills_only_its_own_processes(bwrap_root: str) -> None:
+    """The cap's mount is in the host's mount table: the host's processes, and a copy of that
+    table in another namespace, show it at its own path; only a sandbox binds it elsewhere."""
+    directory = make_sandbox_dir("bwrap-reap-", bwrap_root, 8)
+    os.makedirs(os.path.join(directory, "workspace"))
+    bystanders = [
+        subprocess.Popen(["sleep", "300"]),
+        subprocess.Popen(["unshare", "--mount", "--propagation=private", "sleep", "300"]),
+    ]
+    sandboxed = subprocess.Popen(
+        [
+            "bwrap",
+            "--dev-bind",
+            "/",
+            "/",
+            "--bind",
+            os.path.join(directory, "workspace"),
+            "/mnt",
+            "sleep",
+            "300",
+        ]
+    )
+    try:
+        time.sleep(1)  # bwrap and unshare have set up their namespaces
+        kill_processes_using(directory)
+        assert sandboxed.wait(timeout=10) in (-9, 137)  # killed (or its child, which bwrap reports)
+        assert [proc.poll() for proc in bystanders] == [None, None]
+    finally:
+        for proc in [*bystanders, sandboxed]:
+            proc.kill()
+            proc.wait()
+        remove_tree(directory)
