@@ -4,10 +4,12 @@ bwrap_command). Starts take milliseconds and need no daemon.
 
 A prompt's sandbox is a host directory holding its `/workspace` and `/tmp` (and its cwd when
 that lies outside both); files persist across the prompt's commands, processes do not: when a
-command ends its pid namespace ends with it. A timeout kills the whole namespace. Leaving the
-block deletes the directory. Sandboxes die with a runner killed by SIGKILL (parent
-death signals); `reap_stale` deletes what such a runner left, first killing any process that
-still uses it (bwrap cannot close the race of its parent dying while it sets itself up).
+command ends its pid namespace ends with it, before its call returns (see `launch`). A timeout
+kills the whole namespace. Leaving the block deletes the directory. Under a root runner the
+directory is a tmpfs of `disk_mb`: a write past it fails with ENOSPC. Sandboxes die with a
+runner killed by SIGKILL (parent death signals); `reap_stale` deletes what such a runner left,
+first killing any process that still uses it (bwrap cannot close the race of its parent dying
+while it sets itself up).
 
 A dataset row's image is used when it names an unpacked root filesystem directory (an
 absolute path); otherwise (e.g. a registry name) the host's `/usr` is the root.
