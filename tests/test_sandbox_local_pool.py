@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 from agent.errors import SandboxError
 from agent.protocols import SandboxSpec
-from agent.sandboxes import SandboxOptions, sandbox_pool, sandbox_session
+from agent.sandboxes import SandboxOptions, blocking, sandbox_pool, sandbox_session
 from agent.sandboxes.blocking import opened_in_thread
 from agent.sandboxes.local.sandbox import LocalSandbox, open_pool
 
@@ -180,17 +179,20 @@ def test_an_adopting_process_finds_strays_among_its_children_and_reaps_only_orph
 
 _ON_THE_LOOP = """
 import asyncio, json, os, sys
-from concurrent.futures import ThreadPoolExecutor
 from agent.protocols import SandboxSpec
-from agent.sandboxes import SandboxOptions, sandbox_session
+from agent.sandboxes import SandboxOptions, blocking, sandbox_session
 from agent.sandboxes.host import orphans
 from agent.sandboxes.local.sandbox import open_pool
 
-class Counting(ThreadPoolExecutor):
+class Counting:  # every thread the sandboxes start (blocking.in_thread: one per call)
     handed = 0
-    def submit(self, *args, **kwargs):
+    def __init__(self, start):
+        self.start = start
+    def __call__(self, func):
         Counting.handed += 1
-        return super().submit(*args, **kwargs)
+        return self.start(func)
+
+blocking.own_thread = Counting(blocking.own_thread)
 
 assert orphans.adopt_orphans()
 PROMPTS = {
@@ -202,7 +204,6 @@ PROMPTS = {
 
 async def main():
     seen = {}
-    asyncio.get_running_loop().set_default_executor(Counting())
     async with open_pool(SandboxOptions(root=sys.argv[1]), "loop") as factory:
         for name, script in PROMPTS.items():
             before = Counting.handed
@@ -234,23 +235,25 @@ def test_sandboxes_open_and_close_on_the_event_loop_and_only_heavy_closes_take_a
     assert list(tmp_path.iterdir()) == []
 
 
-class _CountingExecutor(ThreadPoolExecutor):
-    def __init__(self) -> None:
-        super().__init__()
+class _Counting:
+    """Counts the threads the sandboxes start (`blocking.in_thread`: one per call)."""
+
+    def __init__(self, start: Callable[[Callable[[], Any]], Any]) -> None:
+        self.start = start
         self.handed = 0
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+    def __call__(self, func: Callable[[], Any]) -> Any:
         self.handed += 1
-        return super().submit(fn, *args, **kwargs)
+        return self.start(func)
 
 
 def test_a_sandbox_closed_from_the_loop_outside_an_adopting_process_is_cleaned_in_a_thread(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    executor = _CountingExecutor()
+    executor = _Counting(blocking.own_thread)
+    monkeypatch.setattr(blocking, "own_thread", executor)
 
     async def prompt() -> tuple[str, int]:
-        asyncio.get_running_loop().set_default_executor(executor)
         async with open_pool(SandboxOptions(root=str(tmp_path)), "pool-run") as factory:
             async with sandbox_session(factory, SPEC) as sandbox:
                 assert isinstance(sandbox, LocalSandbox)

@@ -61,6 +61,7 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
         backend=resolve_backend(values["sandbox"]),
         default_image=values["image"],
         network=values["sandbox_network"],
+        disk_mb=values["sandbox_disk_mb"],
     )
     run_name = check_run_name(values["run_name"])
     artifacts = Path(values["output_dir"], run_name).absolute()  # tools save files (images) there

@@ -176,6 +176,9 @@ FLAGS: tuple[Flag, ...] = (
          "Sandbox", _BATCH),
     Flag("sandbox_network", "bool", _default(SandboxOptions, "network"), "allow network inside containers",
          "Sandbox", _BATCH),
+    Flag("sandbox_disk_mb", "int", _default(SandboxOptions, "disk_mb"),
+         "MB a prompt may write into its sandbox (bwrap under root, docker; not local)", "Sandbox", _BATCH,
+         minimum=1),
     # Tools
     Flag("web_backend", "str", _tool("web_backend"),
          "web_search backend (auto: the corpus if --web_corpus, else the first API with a key)", "Tools",

@@ -21,6 +21,7 @@ class SandboxOptions:
     memory_mb: int = 1024
     cpus: float = 1.0
     pids_limit: int = 256
+    disk_mb: int = 1024  # what a prompt may write in its sandbox (bwrap under root, docker)
     command_timeout: float = 180.0  # default per-command timeout of the terminal tool
     root: str | None = None  # local/bwrap: where per-prompt directories are made (default: tmp)
 

@@ -1,5 +1,6 @@
 """The `bwrap` backend: every command in fresh namespaces on a read-only root (see `sandbox`,
-and `command` for the bubblewrap command line). Its blocking work runs in threads."""
+and `command` for the bubblewrap command line). Commands run on the event loop (`launch`),
+file work in threads."""
 
 from __future__ import annotations
 

@@ -4,10 +4,12 @@ bwrap_command). Starts take milliseconds and need no daemon.
 
 A prompt's sandbox is a host directory holding its `/workspace` and `/tmp` (and its cwd when
 that lies outside both); files persist across the prompt's commands, processes do not: when a
-command ends its pid namespace ends with it. A timeout kills the whole namespace. Leaving the
-block deletes the directory. Sandboxes die with a runner killed by SIGKILL (parent
-death signals); `reap_stale` deletes what such a runner left, first killing any process that
-still uses it (bwrap cannot close the race of its parent dying while it sets itself up).
+command ends its pid namespace ends with it, before its call returns (see `launch`). A timeout
+kills the whole namespace. Leaving the block deletes the directory. Under a root runner the
+directory is a tmpfs of `disk_mb`: a write past it fails with ENOSPC. Sandboxes die with a
+runner killed by SIGKILL (parent death signals); `reap_stale` deletes what such a runner left,
+first killing any process that still uses it (bwrap cannot close the race of its parent dying
+while it sets itself up).
 
 A dataset row's image is used when it names an unpacked root filesystem directory (an
 absolute path); otherwise (e.g. a registry name) the host's `/usr` is the root.
@@ -21,86 +23,48 @@ read-only root raises SandboxPathError.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import posixpath
 import re
-import shutil
-import tempfile
 import uuid
-from contextlib import AbstractAsyncContextManager
-from types import TracebackType
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from agent.errors import SandboxError, SandboxPathError
 from agent.protocols import ExecResult, SandboxOptions, SandboxSpec
 from agent.sandboxes import shell_scripts
-from agent.sandboxes.blocking import ThreadedSandbox, opened_in_thread
+from agent.sandboxes.blocking import ThreadedSandbox, in_thread, to_the_end
 from agent.sandboxes.bwrap import host_files
 from agent.sandboxes.bwrap.command import Layout, bwrap_argv, root_mounts
-from agent.sandboxes.host.sandbox_dirs import make_sandbox_dir, reap_dirs, remove_tree
+
+__all__ = ["BwrapSandbox", "BwrapThreaded", "open_sandbox", "reap_stale", "unavailable_reason"]
+from agent.sandboxes.bwrap.host import DIR_PREFIX, reap_stale, sandbox_uid, tasks_of, unavailable_reason
+from agent.sandboxes.bwrap.launch import Launches
+from agent.sandboxes.host.sandbox_dirs import make_sandbox_dir, remove_tree
 from agent.sandboxes.host.sandbox_process import ProcessOutcome, kill_running, run_process
 
-DIR_PREFIX = "bwrap-"
-SANDBOX_UID_BASE = 2_000_000_000  # a root runner gives each sandbox its own uid above this
 WRITABLE = ("/workspace", "/tmp")
-_probe_verdicts: dict[int, str | None] = {}
 
 
-def _sandbox_uid(sandbox_id: str) -> int | None:
-    return SANDBOX_UID_BASE + int(sandbox_id[:6], 16) if os.geteuid() == 0 else None
+def open_sandbox(spec: SandboxSpec, options: SandboxOptions) -> AbstractAsyncContextManager[BwrapThreaded]:
+    """The prompt's sandbox, used from the event loop: commands run on the loop (`launch`),
+    file work in threads; entering it makes its directory, leaving it ends every command of
+    it and deletes it (to the end, however the block is left)."""
+    return _opened(BwrapSandbox(spec, options))
 
 
-def unavailable_reason(options: SandboxOptions) -> str | None:
-    for tool, package in (("bwrap", "bubblewrap"), ("prlimit", "util-linux"), ("setpriv", "util-linux")):
-        if shutil.which(tool) is None:
-            return (
-                f"`{tool}` is not installed; install the `{package}` package (e.g. apt-get install {package})"
-            )
-    pid = os.getpid()
-    if pid not in _probe_verdicts:
-        _probe_verdicts[pid] = _probe(options)
-    return _probe_verdicts[pid]
-
-
-def _probe(options: SandboxOptions) -> str | None:
-    layout = Layout(image_root=None, binds=(), workdir="/")
-    uid = _sandbox_uid("000000")
-    nproc = options.pids_limit + (0 if uid is not None else _tasks_of(os.getuid()))
-    outcome = run_process(bwrap_argv(layout, options, nproc, "exit 0", []), timeout=30, limit=65536, user=uid)
-    if outcome.exit_code == 0:
-        return None
-    detail = outcome.stderr.decode(errors="replace").strip() or f"exit code {outcome.exit_code}"
-    return (
-        f"bwrap cannot create a sandbox here ({detail}); it needs unprivileged user namespaces "
-        "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04+ also "
-        "kernel.apparmor_restrict_unprivileged_userns=0)"
-    )
-
-
-def _tasks_of(uid: int) -> int:
-    """How many processes `uid` runs now (the process limit counts them all for non-root)."""
-    count = 0
-    for entry in os.scandir("/proc"):
-        try:
-            if entry.name.isdigit() and entry.stat().st_uid == uid:
-                count += 1
-        except OSError:
-            continue  # exited while we looked
-    return count
-
-
-def reap_stale(root: str | None = None) -> list[str]:
-    """Deletes sandbox directories under `root` (default: the temp dir) whose owner process
-    is dead: a runner killed with SIGKILL leaves them behind (its bwrap processes die with
-    it). Returns the paths removed."""
-    return reap_dirs(root or tempfile.gettempdir(), DIR_PREFIX)
-
-
-def open_sandbox(
-    spec: SandboxSpec, options: SandboxOptions
-) -> AbstractAsyncContextManager[ThreadedSandbox[BwrapSandbox]]:
-    """The prompt's sandbox, used from the event loop (its blocking work runs in threads);
-    entering it makes its directory, leaving it deletes it."""
-    return opened_in_thread(BwrapSandbox(spec, options))
+@asynccontextmanager
+async def _opened(sandbox: BwrapSandbox) -> AsyncIterator[BwrapThreaded]:
+    try:
+        sandbox.prepare()
+        outcome = await sandbox.launch("exit 0", [], timeout=30)
+        if outcome.exit_code != 0:
+            detail = outcome.stdout.decode(errors="replace").strip()
+            raise SandboxError(f"bwrap could not start the sandbox: {detail}")
+        yield BwrapThreaded(sandbox)
+    finally:
+        await to_the_end(asyncio.ensure_future(sandbox.aclose()))
 
 
 def _image_root(spec: SandboxSpec) -> str | None:
@@ -112,17 +76,25 @@ def _image_root(spec: SandboxSpec) -> str | None:
     return os.path.realpath(image)
 
 
+class BwrapThreaded(ThreadedSandbox["BwrapSandbox"]):
+    """The sandbox as the loop uses it: commands on the loop, file work in threads."""
+
+    async def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
+        return await self.blocking.aexec(command, timeout=timeout, cwd=cwd)
+
+
 class BwrapSandbox:
     def __init__(self, spec: SandboxSpec, options: SandboxOptions) -> None:
         self._spec = spec
         self._options = options
         self._id = uuid.uuid4().hex
-        self._uid = _sandbox_uid(self._id)
+        self._uid = sandbox_uid(self._id)
         self._workdir = posixpath.normpath(posixpath.join("/workspace", spec.cwd or "."))
         self._dir: str | None = None
         self._binds: tuple[tuple[str, str], ...] = ()
         self._layout: Layout | None = None
-        self._running: set[int] = set()  # process groups of the launches running now
+        self._running: set[int] = set()  # process groups of the file work running in threads
+        self._launches = Launches(shell_scripts.OUTPUT_LIMIT)  # the commands running now, on the loop
 
     @property
     def workdir(self) -> str:
@@ -133,25 +105,13 @@ class BwrapSandbox:
         """The host directory holding this sandbox's writable places (None when closed)."""
         return self._dir
 
-    def __enter__(self) -> BwrapSandbox:
+    def prepare(self) -> None:
+        """Make the sandbox's directory and layout (a few mkdir: done on the loop)."""
         image_root = _image_root(self._spec)
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", self._spec.run_name)[:24]
-        self._dir = make_sandbox_dir(f"{DIR_PREFIX}{slug}-", self._options.root)
-        try:
-            self._layout = self._make_layout(image_root)
-            outcome = self._launch("exit 0", [], timeout=30)
-            if outcome.exit_code != 0:
-                detail = outcome.stderr.decode(errors="replace").strip()
-                raise SandboxError(f"bwrap could not start the sandbox: {detail}")
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+        disk_mb = self._options.disk_mb if self._uid is not None else None  # mounting takes root
+        self._dir = make_sandbox_dir(f"{DIR_PREFIX}{slug}-", self._options.root, disk_mb)
+        self._layout = self._make_layout(image_root)
 
     def _make_layout(self, image_root: str | None) -> Layout:
         assert self._dir is not None
@@ -169,32 +129,49 @@ class BwrapSandbox:
         self._makedirs(self._host_path(self._workdir) or "")
         return Layout(image_root=image_root, binds=self._binds, workdir=self._workdir)
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
+        """End every command of the sandbox (their namespaces gone), then delete its directory."""
+        kill_running(self._running)  # file work of threads, if any still runs
+        await self._launches.close()
         directory, self._dir = self._dir, None
         if directory is not None:
-            remove_tree(directory)
+            await in_thread(remove_tree, directory)
 
-    def _launch(self, script: str, args: list[str], *, timeout: float, stdin: bytes = b"") -> ProcessOutcome:
+    async def launch(self, script: str, args: list[str], *, timeout: float) -> ProcessOutcome:
+        """Run `script` in fresh namespaces from the loop, without a thread (see `launch`)."""
         if self._layout is None or self._dir is None:
             raise SandboxError("the sandbox is not open")
-        nproc = self._options.pids_limit + (0 if self._uid is not None else _tasks_of(os.getuid()))
-        argv = bwrap_argv(self._layout, self._options, nproc, script, args)
-        limit = 2 * shell_scripts.MAX_READ + 2 if script == shell_scripts.READ else shell_scripts.OUTPUT_LIMIT
-        return run_process(
-            argv, timeout=timeout, limit=limit, stdin=stdin, user=self._uid, running=self._running
+        layout, options, nproc, uid = self._layout, self._options, self._nproc(), self._uid
+        return await self._launches.run(
+            lambda info_fd: bwrap_argv(layout, options, nproc, script, args, info_fd, uid), timeout
         )
 
+    def _nproc(self) -> int:
+        return self._options.pids_limit + (0 if self._uid is not None else tasks_of(os.getuid()))
+
+    def _launch(self, script: str, args: list[str], *, timeout: float, stdin: bytes = b"") -> ProcessOutcome:
+        """`launch` for the file work done in threads: blocking, stdout and stderr apart."""
+        if self._layout is None or self._dir is None:
+            raise SandboxError("the sandbox is not open")
+        argv = bwrap_argv(self._layout, self._options, self._nproc(), script, args, user=self._uid)
+        limit = 2 * shell_scripts.MAX_READ + 2 if script == shell_scripts.READ else shell_scripts.OUTPUT_LIMIT
+        return run_process(argv, timeout=timeout, limit=limit, stdin=stdin, running=self._running)
+
     def interrupt(self) -> None:
-        """Kill every command running now (each launch's whole namespace dies with it)."""
+        """Kill the file work running now in threads (commands run on the loop: a cancelled
+        command kills its own namespace)."""
         kill_running(self._running)
 
     def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
+        """A command from a thread (the loop uses `aexec`)."""
         target = self._resolve(cwd) if cwd else self._workdir
         outcome = self._launch(shell_scripts.COMMAND, [command, target], timeout=timeout)
-        output = (outcome.stderr + outcome.stdout).decode("utf-8", errors="replace")
-        if outcome.timed_out:
-            return ExecResult(output, 124, timed_out=True)
-        return ExecResult(output, outcome.exit_code)
+        return _exec_result(outcome, (outcome.stderr + outcome.stdout).decode("utf-8", errors="replace"))
+
+    async def aexec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
+        target = self._resolve(cwd) if cwd else self._workdir
+        outcome = await self.launch(shell_scripts.COMMAND, [command, target], timeout=timeout)
+        return _exec_result(outcome, outcome.stdout.decode("utf-8", errors="replace"))
 
     def _resolve(self, path: str) -> str:
         if not path or "\0" in path:
@@ -255,6 +232,12 @@ class BwrapSandbox:
     def _chown(self, path: str) -> None:
         if self._uid is not None:
             os.chown(path, self._uid, self._uid)
+
+
+def _exec_result(outcome: ProcessOutcome, output: str) -> ExecResult:
+    if outcome.timed_out:
+        return ExecResult(output, 124, timed_out=True)
+    return ExecResult(output, outcome.exit_code)
 
 
 def _inside(path: str, places: tuple[str, ...]) -> bool:

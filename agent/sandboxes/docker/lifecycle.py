@@ -9,18 +9,22 @@ owned by another host are never touched: their owner's liveness cannot be checke
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from docker.errors import NotFound
+from docker.errors import APIError, NotFound
 
 from agent.protocols import SandboxSpec
+from agent.sandboxes.docker.engine import short_error
 from agent.sandboxes.host.owner import FIELDS, current_owner, owner_is_dead
 
 if TYPE_CHECKING:
     from agent.protocols import SandboxOptions
 
+log = logging.getLogger(__name__)
+_layer_quota: dict[str, bool] = {}  # engine -> whether it caps a writable layer (storage_opt)
 PREFIX = "io.agent-batch-runner"
 LABEL_PROJECT = f"{PREFIX}.sandbox"  # value "1" on every container of ours
 LABEL_RUN = f"{PREFIX}.run"
@@ -89,9 +93,37 @@ def create_container(client: Any, plan: ContainerPlan, options: SandboxOptions) 
     }
     if not options.network:
         kwargs["network_mode"] = "none"
-    container = client.containers.create(plan.image, **kwargs)
+    container = _create_capped(client, plan.image, kwargs, options.disk_mb)
     container.start()
     return container
+
+
+def _create_capped(client: Any, image: str, kwargs: dict[str, Any], disk_mb: int) -> Any:
+    """Create the container with its writable layer capped at `disk_mb` where the engine can
+    (`storage_opt` size: overlay on xfs with pquota, btrfs, zfs): past it a write fails with
+    ENOSPC. Elsewhere (overlay on ext4) it is not capped, said once per engine: tmpfs mounts
+    would be, but a restart (how a fork bomb or a cancelled command is stopped) empties them."""
+    engine = str(client.api.base_url)
+    if _layer_quota.get(engine, True):
+        try:
+            container = client.containers.create(image, storage_opt={"size": f"{disk_mb}m"}, **kwargs)
+            _layer_quota[engine] = True
+            return container
+        except APIError as exc:
+            if "storage-opt" not in str(exc) and "storage opt" not in str(exc).lower():
+                raise
+            _layer_quota[engine] = False
+            log.warning(
+                "the engine at %s cannot cap a container's disk (%s): --sandbox_disk_mb does not hold there",
+                engine,
+                short_error(exc),
+            )
+    return client.containers.create(image, **kwargs)
+
+
+def disk_capped(client: Any) -> bool | None:
+    """Whether the engine caps our containers' disk (None: no container made yet)."""
+    return _layer_quota.get(str(client.api.base_url))
 
 
 def remove_sandbox(client: Any, sandbox_id: str, container_id: str | None = None) -> None:

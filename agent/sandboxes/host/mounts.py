@@ -23,6 +23,7 @@ from functools import cache
 from agent.errors import SandboxError
 
 MNT_DETACH = 2
+MS_NOSUID, MS_NODEV = 2, 4
 UMOUNT_NOFOLLOW = 8
 ROUNDS = 8  # mounts stacked on one point come off one per umount2
 
@@ -76,6 +77,14 @@ def detach_under(path: str) -> list[str]:
                 detached.append(point)
         found = mounts_under(path, fresh=True)
     raise SandboxError(f"cannot unmount {found[0]} (mounted inside a sandbox): its sandbox is left in place")
+
+
+def mount_tmpfs(path: str, megabytes: int) -> None:
+    """A tmpfs of `megabytes` on `path` (root only): what is written past it fails with ENOSPC."""
+    options = f"size={megabytes}m,mode=0755".encode()
+    if _libc().mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        code = ctypes.get_errno()
+        raise SandboxError(f"cannot mount a {megabytes} MB tmpfs on {path}: {os.strerror(code)}")
 
 
 def _umount(point: str) -> bool:

@@ -14,15 +14,24 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 
+from agent.sandboxes.host.mounts import detach_under, mount_tmpfs
 from agent.sandboxes.host.owner import current_owner, owner_is_dead
 
 OWNER_FILE = "owner.json"  # beside workspace/ and tmp/, out of the sandbox's sight
 
 
-def make_sandbox_dir(prefix: str, root: str | None) -> str:
+def make_sandbox_dir(prefix: str, root: str | None, disk_mb: int | None = None) -> str:
+    """A fresh directory under `root`; with `disk_mb`, a tmpfs of that size (root only), so
+    that what the sandbox writes past it fails with ENOSPC and never fills the host's disk."""
     directory = tempfile.mkdtemp(prefix=prefix, dir=root)
-    with open(os.path.join(directory, OWNER_FILE), "w", encoding="utf-8") as handle:
-        json.dump(current_owner(), handle)
+    try:
+        if disk_mb is not None:
+            mount_tmpfs(directory, disk_mb)
+        with open(os.path.join(directory, OWNER_FILE), "w", encoding="utf-8") as handle:
+            json.dump(current_owner(), handle)
+    except BaseException:
+        remove_tree(directory)
+        raise
     return directory
 
 
@@ -39,6 +48,7 @@ def remove_tree(path: str) -> None:
             shutil.rmtree(failed, onerror=retry)
 
     if os.path.lexists(path):
+        detach_under(path)  # its disk cap (a tmpfs), and anything a command mounted inside
         shutil.rmtree(path, onerror=retry)
 
 
@@ -61,11 +71,22 @@ def reap_dirs(root: str, prefix: str) -> list[str]:
 
 
 def kill_processes_using(directory: str, rounds: int = 10) -> None:
-    """SIGKILLs every process with a mount from `directory` (a sandbox that outlived its
-    runner: bwrap cannot close the race of its parent dying while it starts)."""
-    needle = f"/{os.path.basename(directory)}/".encode()
+    """SIGKILLs every process of a sandbox of `directory` (one that outlived its runner: bwrap
+    cannot close the race of its parent dying while it starts): a process in a mount namespace
+    of its own that has a place of the sandbox mounted elsewhere (/workspace, /tmp)."""
+    device = None
+    if os.path.ismount(directory):  # its disk cap: the binds show the tmpfs, not the path
+        info = os.stat(directory).st_dev
+        device = f"{os.major(info)}:{os.minor(info)}"
+    own = _mount_namespace("self")
     for _ in range(rounds):
-        found = [pid for pid in _pids() if needle in _mountinfo(pid)]
+        # Never a process of our own mount namespace: every process of the host shares it, and
+        # it shows the disk cap's mount too (at the directory itself).
+        found = [
+            pid
+            for pid in _pids()
+            if _mount_namespace(str(pid)) not in (own, None) and _uses(_mountinfo(pid), directory, device)
+        ]
         if not found:
             return
         for pid in found:
@@ -74,9 +95,28 @@ def kill_processes_using(directory: str, rounds: int = 10) -> None:
         time.sleep(0.05)  # SIGKILL is delivered asynchronously
 
 
+def _uses(mountinfo: bytes, directory: str, device: str | None) -> bool:
+    """Whether a mount table binds a place of `directory` somewhere else than where it lies."""
+    path, name = os.fsencode(directory), b"/" + os.fsencode(os.path.basename(directory)) + b"/"
+    for line in mountinfo.splitlines():
+        fields = line.split(b" ")
+        if len(fields) < 5 or fields[4] == path or fields[4].startswith(path + b"/"):
+            continue  # the place where it lies: any copy of the host's mount table shows it
+        if (device is not None and fields[2] == device.encode()) or name in fields[3]:
+            return True
+    return False
+
+
 def _pids() -> list[int]:
     own = os.getpid()
     return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != own]
+
+
+def _mount_namespace(pid: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:  # gone, or not ours to inspect
+        return None
 
 
 def _mountinfo(pid: int) -> bytes:
