@@ -111,7 +111,13 @@ class Worker:
     ) -> None:
         self.id, self.config, self.jobs, self.events = worker_id, config, jobs, events
         self.limiter = AdaptiveLimiter(
-            config.inflight_per_worker, rpm=config.rpm, tpm=config.tpm, hub=hub, member=f"worker-{worker_id}"
+            config.inflight_per_worker,
+            rpm=config.rpm,
+            tpm=config.tpm,
+            hub=hub,
+            member=f"worker-{worker_id}",
+            max_cost=config.max_cost,
+            prices=config.prices,
         )
         self.stopping = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
