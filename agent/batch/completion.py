@@ -74,7 +74,8 @@ class Completion:
         why = because.get(self.stopped_by or "", "")
         counts = " and ".join(parts)
         higher = " and a higher --max_cost" if self.stopped_by == "max_cost" else ""
-        return f"Not done: {counts} of {self.valid} prompts{why}. Next: rerun with --resume{higher} to run them."
+        next_step = f"--resume{higher}"
+        return f"Not done: {counts} of {self.valid} prompts{why}. Next: rerun with {next_step} to run them."
 
     def as_dict(self) -> dict[str, Any]:
         """The `completion` section of statistics.json."""

@@ -32,7 +32,6 @@ Times cross as seconds from now, never as clock readings: nodes' clocks differ.
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -83,7 +82,12 @@ class LimitHub:
     """The run's one rate limit; `exchange` is its only operation (callers serialize it)."""
 
     def __init__(
-        self, maximum: int, *, rpm: float | None = None, tpm: float | None = None, max_cost: float | None = None
+        self,
+        maximum: int,
+        *,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        max_cost: float | None = None,
     ) -> None:
         self.maximum = max(1, maximum)
         self.limit = float(self.maximum)

@@ -34,7 +34,8 @@ class TokenWindow:
             self.total += tokens
         if calls:
             mean = tokens / calls
-            self.per_call = mean if self.per_call is None else self.per_call + MEAN_WEIGHT * (mean - self.per_call)
+            last = mean if self.per_call is None else self.per_call
+            self.per_call = last + MEAN_WEIGHT * (mean - last)
 
     def _expire(self, now: float) -> None:
         while self.entries and self.entries[0][0] < now - WINDOW:
@@ -58,6 +59,6 @@ class TokenWindow:
         excess = self.total + (outstanding + 1) * self.per_call - self.tpm
         for at, tokens in self.entries:
             excess -= tokens
-            if excess <= 0 or (at, tokens) == self.entries[-1] and not outstanding:
+            if excess <= 0 or ((at, tokens) == self.entries[-1] and not outstanding):
                 return at + WINDOW - now  # (the last: an empty window lets one call through)
         return 0.0  # the reservations alone fill it: their answers free it
