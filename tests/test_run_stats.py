@@ -81,6 +81,17 @@ def test_tool_statistics_sum_entries_sorted_by_count_then_name() -> None:
     assert tools["idle"]["success_rate"] == 0.0 and tools["idle"]["failure_rate"] == 0.0
 
 
+def test_non_zero_exits_are_summed_apart_for_the_tools_that_count_them() -> None:
+    stats = RunStatistics()
+    for exited in (1, 0):
+        run = entry(EMPTY_THINK, tools={"terminal": (2, 2, 0), "web": (1, 1, 0)})
+        run["tool_stats"]["terminal"]["nonzero_exit"] = exited
+        stats.add_entry(run)
+    tools = document(stats)["tool_statistics"]
+    assert tools["terminal"]["nonzero_exit"] == 1 and tools["terminal"]["success"] == 4
+    assert "nonzero_exit" not in tools["web"]
+
+
 def test_rates_are_over_answered_calls_and_zero_when_none_answered() -> None:
     stats = RunStatistics()
     stats.add_entry(entry(EMPTY_THINK, tools={"slow": (4, 1, 0), "lost": (2, 0, 0)}))

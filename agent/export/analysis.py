@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from agent.llm import reasoning
 
 __all__ = [
+    "EXIT_CODE_TOOLS",
     "FLAWS",
     "RENAMED_CALL_IDS",
     "SEPARATED",
@@ -31,6 +32,7 @@ __all__ = [
     "TurnText",
     "analyse",
     "count_tools",
+    "exited_nonzero",
     "is_failure",
     "parse_arguments",
     "reasoning_stats",
@@ -49,6 +51,8 @@ FLAWS = (DUPLICATE_CALL_ID, TOOL_NOT_OFFERED, INVALID_ARGUMENTS, LEAKED_TOOL_CAL
 RENAMED_CALL_IDS = "_renamed_call_ids"
 # Set by the loop on the assistant messages it keeps: reasoning and content are separated.
 SEPARATED = "_reasoning_separated"
+# The tools whose results carry a command's exit code: their stats also count `nonzero_exit`.
+EXIT_CODE_TOOLS = frozenset({"terminal"})
 _LEAK = re.compile(r"<tool_call>", re.IGNORECASE)
 
 
@@ -203,17 +207,48 @@ def tool_names(tool_schemas: Iterable[Mapping[str, Any]]) -> set[str]:
     return {str(fn.get("name")) for fn in functions}
 
 
+def _result_value(content: Any) -> Any:
+    """A tool result's JSON value, or None when it is not JSON (plain text)."""
+    if not isinstance(content, str):
+        return None
+    try:
+        return json.loads(content)
+    except ValueError:
+        return None
+
+
 def is_failure(content: Any) -> bool:
     """Whether a tool result's content reports a failure (see `agent.export.tool_stats`)."""
     if not isinstance(content, str):
         return content is None
     if not content.strip():
         return True
-    try:
-        value = json.loads(content)
-    except ValueError:
+    value = _result_value(content)
+    if not isinstance(value, dict):
         return False
-    return isinstance(value, dict) and (value.get("error") is not None or value.get("success") is False)
+    if value.get("error") is not None or value.get("success") is False:
+        return True
+    items = value.get("results")  # a result per item (web_extract: per URL), each with its error
+    return (
+        isinstance(items, list)
+        and bool(items)
+        and all(isinstance(item, dict) and item.get("error") is not None for item in items)
+    )
+
+
+def exited_nonzero(content: Any) -> bool:
+    """Whether a command ran and exited non-zero (`exit_code`, no `error`): not a failure of the
+    tool (grep finding nothing exits 1), counted apart as `nonzero_exit`."""
+    value = _result_value(content)
+    if not isinstance(value, dict) or value.get("error") is not None:
+        return False
+    code = value.get("exit_code")
+    return type(code) is int and code != 0
+
+
+def _zero(name: str) -> ToolCounts:
+    counts = {"count": 0, "success": 0, "failure": 0}
+    return counts | {"nonzero_exit": 0} if name in EXIT_CODE_TOOLS else counts
 
 
 def count_tools(
@@ -223,11 +258,15 @@ def count_tools(
     the tool name of every call and `(tool name, result content)` of every answered call.
 
     Every tool of `all_tools` is present (zeros when unused), plus any other name the model
-    called, so rows share one schema when loaded as a dataset."""
-    stats = {name: {"count": 0, "success": 0, "failure": 0} for name in all_tools}
+    called, so rows share one schema when loaded as a dataset; the tools of `EXIT_CODE_TOOLS`
+    also count `nonzero_exit`, the successes whose command exited non-zero."""
+    stats = {name: _zero(name) for name in all_tools}
     for name in names:
-        stats.setdefault(name, {"count": 0, "success": 0, "failure": 0})["count"] += 1
+        stats.setdefault(name, _zero(name))["count"] += 1
     for name, content in answered:
-        stats[name]["failure" if is_failure(content) else "success"] += 1
+        failed = is_failure(content)
+        stats[name]["failure" if failed else "success"] += 1
+        if not failed and name in EXIT_CODE_TOOLS and exited_nonzero(content):
+            stats[name]["nonzero_exit"] += 1
     ordered = {name: stats[name] for name in sorted(stats)}
     return ordered, {name: counts["failure"] for name, counts in ordered.items()}

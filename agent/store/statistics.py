@@ -159,6 +159,9 @@ class RunStatistics:
                     value = counts.get(key)
                     if type(value) is int and value:
                         row[key] += value
+                exited = counts.get("nonzero_exit")  # a tool that runs commands (terminal) has it
+                if type(exited) is int:
+                    row["nonzero_exit"] += exited
 
     def _add_turns(self, conversations: Iterable[Any]) -> None:
         """Assistant turns, those with reasoning, and whether the entry has any."""
@@ -224,6 +227,7 @@ class RunStatistics:
                 "failure": c["failure"],
                 "success_rate": _percent(c["success"], c["success"] + c["failure"]),
                 "failure_rate": _percent(c["failure"], c["success"] + c["failure"]),
+                **({"nonzero_exit": c["nonzero_exit"]} if "nonzero_exit" in c else {}),
             }
             for tool, c in rows
         }
