@@ -102,7 +102,9 @@ def test_rates_are_over_answered_calls_and_zero_when_none_answered() -> None:
 
 def test_reasoning_statistics_count_gpt_turns_and_entries() -> None:
     stats = RunStatistics()
-    stats.add_entry(entry("<think>a</think>x", EMPTY_THINK + "y", "<think>b</think>z"))
+    forced = entry("<think>a</think>x", EMPTY_THINK + "y", "<think>b</think>z")
+    forced["metadata"]["reasoning_forced_turns"] = 1  # the endpoint's grammar wrote one of them
+    stats.add_entry(forced)
     stats.add_entry(entry(EMPTY_THINK + "only"))
     assert document(stats)["reasoning_statistics"] == {
         "total_assistant_turns": 4,
@@ -110,6 +112,8 @@ def test_reasoning_statistics_count_gpt_turns_and_entries() -> None:
         "turns_without_reasoning": 2,
         "coverage_percent": 50.0,
         "entries_with_reasoning": 1,
+        "turns_with_forced_reasoning": 1,
+        "model_written_coverage_percent": 25.0,
     }
 
 

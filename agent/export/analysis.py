@@ -23,6 +23,7 @@ from agent.llm import reasoning
 __all__ = [
     "EXIT_CODE_TOOLS",
     "FLAWS",
+    "FORCED_REASONING",
     "RENAMED_CALL_IDS",
     "SEPARATED",
     "Analysis",
@@ -51,6 +52,9 @@ FLAWS = (DUPLICATE_CALL_ID, TOOL_NOT_OFFERED, INVALID_ARGUMENTS, LEAKED_TOOL_CAL
 RENAMED_CALL_IDS = "_renamed_call_ids"
 # Set by the loop on the assistant messages it keeps: reasoning and content are separated.
 SEPARATED = "_reasoning_separated"
+# Set by the loop on an assistant message whose reasoning the endpoint's output grammar forced
+# (the embedded server's: every turn must carry one, a tool turn's opens with its template).
+FORCED_REASONING = "_reasoning_forced"
 # The tools whose results carry a command's exit code: their stats also count `nonzero_exit`.
 EXIT_CODE_TOOLS = frozenset({"terminal"})
 _LEAK = re.compile(r"<tool_call>", re.IGNORECASE)
@@ -68,6 +72,7 @@ class TurnText:
 class ReasoningStats:
     assistant_turns: int
     turns_with_reasoning: int
+    turns_with_forced_reasoning: int = 0  # of those, forced by the endpoint's output grammar
 
     @property
     def turns_without_reasoning(self) -> int:
@@ -150,8 +155,9 @@ def analyse(
             walk.open = []
     stats, errors = count_tools(walk.names, walk.answered, all_tools)
     with_reasoning = sum(1 for turn in walk.turns.values() if turn.reasoning)
+    forced = sum(1 for i, turn in walk.turns.items() if turn.reasoning and messages[i].get(FORCED_REASONING))
     flaws = tuple(flaw for flaw in FLAWS if flaw in walk.flaws)
-    return Analysis(walk.turns, stats, errors, ReasoningStats(len(walk.turns), with_reasoning), flaws)
+    return Analysis(walk.turns, stats, errors, ReasoningStats(len(walk.turns), with_reasoning, forced), flaws)
 
 
 def reasoning_stats(messages: Sequence[Mapping[str, Any]]) -> ReasoningStats:
