@@ -274,7 +274,9 @@ def test_summary_names_heavy_filters_recovered_discards_and_the_budget() -> None
     text = rendered(document(RunStatistics(), extra=extra))
     assert "the no_reasoning filter discarded 9 of 10 entries (90%); --keep_no_reasoning keeps them" in text
     assert "Moved from discarded.jsonl into the output (filter off): no_reasoning 4" in text
-    assert "--max_cost=$1.500000 reached: no new prompt was started" in text
+    assert (
+        "--max_cost=$1.500000 reached: no model call started after it (cut prompts failed as budget)" in text
+    )
     assert "Not started: 12 prompts (dataset indices 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 …)" in text
 
 
