@@ -38,7 +38,7 @@ class RunLockedError(AgentError):
 
 class ModelAPIError(AgentError):
     """`error_class` is one of: auth, bad_request, not_found, rate_limit, server_error,
-    timeout, connection, invalid_response."""
+    timeout, connection, invalid_response; budget (--max_cost reached: no call starts)."""
 
     def __init__(self, error_class: str, message: str, *, status: int | None = None, attempts: int = 1):
         super().__init__(message)

@@ -110,13 +110,15 @@ def test_without_prices_the_entries_keep_their_bytes(tmp_path: Path) -> None:
     assert read_json(cli.run_dir("plain") / "statistics.json")["cost"]["this_invocation_usd"] is None
 
 
-def provider(call_cost: float, delay: float = 0.0) -> EndpointServer:
+def provider(call_cost: float, delay: float = 0.0, tool_turns: int = 1) -> EndpointServer:
     """An endpoint whose every reply says what it cost (`usage.cost`) and that 10 prompt
-    tokens came from the cache: a terminal call first, then the answer (each after `delay` s)."""
+    tokens came from the cache: `tool_turns` terminal calls first, then the answer (each after
+    `delay` s)."""
 
     async def respond(body: dict[str, Any]) -> dict[str, Any]:
         await asyncio.sleep(delay)
-        answered = any(m.get("role") == "assistant" for m in body.get("messages") or [])
+        turns = sum(m.get("role") == "assistant" for m in body.get("messages") or [])
+        answered = turns >= tool_turns
         call = (("terminal", json.dumps({"command": "echo hi"})),)
         turn = (
             Turn(content="Done.", reasoning="Think.")
@@ -158,11 +160,9 @@ def test_the_providers_cost_wins_over_the_price_table(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("count", [20, 6])  # more jobs than the queue holds, and fewer
 def test_max_cost_stops_new_prompts_exits_1_and_resume_finishes(tmp_path: Path, count: int) -> None:
-    # $0.002 a prompt, a $0.005 budget: the third answered prompt reaches it; no new prompt
-    # starts after that (the one already in flight finishes), and --resume runs the rest.
-    # Calls take 0.1 s, as a real endpoint's take longer: the parent hears of each answer
-    # before the worker is done with the next prompt (an instant endpoint lets a worker take
-    # a few more prompts in the time the parent needs to stop feeding).
+    # $0.001 a call, two calls a prompt, a $0.005 budget: the fifth call (the first of the
+    # third prompt) reaches it; no model call starts after that, so the third prompt fails as
+    # `budget`, no new prompt starts, and --resume runs the rest.
     cli, prompts = BatchCLI(tmp_path), PROMPTS[:count]
     with provider(0.001, delay=0.1) as server:
         flags = provider_flags(tmp_path, server, "budget", prompts)
@@ -172,14 +172,44 @@ def test_max_cost_stops_new_prompts_exits_1_and_resume_finishes(tmp_path: Path, 
         run_dir = cli.run_dir("budget")
         stats = read_json(run_dir / "statistics.json")
         assert stats["budget"]["reached"] is True and stats["budget"]["max_cost_usd"] == 0.005
-        done = stats["completion"]["in_output"]
-        assert 3 <= done <= 5 and stats["completion"]["not_started"] == count - done
-        assert stats["cost"]["this_invocation_usd"] == pytest.approx(0.002 * done)
+        assert stats["completion"]["in_output"] == 2 and stats["completion"]["failed"] == 1
+        assert stats["completion"]["not_started"] == count - 3
+        assert stats["cost"]["this_invocation_usd"] == pytest.approx(0.005)
         last = stopped.stderr.rstrip().splitlines()[-1]
-        assert last.endswith("(--max_cost reached). Next: rerun with --resume to run them."), stopped
-        assert read_jsonl(run_dir / "failures.jsonl") == []
+        assert last.endswith(
+            "(--max_cost reached). Next: rerun with --resume and a higher --max_cost to run them."
+        ), stopped
+        assert [f["error_class"] for f in read_jsonl(run_dir / "failures.jsonl")] == ["budget"]
 
         resumed = cli.run(*flags, "--resume")
         assert resumed.returncode == 0, resumed
     assert batch_prompts(run_dir) == Counter(prompts)
+    assert trajectory_prompts(run_dir) == Counter(prompts)
+
+
+def test_max_cost_counts_every_model_call_and_resume_completes_the_cut_prompts(tmp_path: Path) -> None:
+    """Six calls a prompt at $0.001 each, four calls in flight over two workers, $0.01 budget.
+    The bound: every call starts on a permit the hub grants only while the answered calls it
+    has counted cost less than the budget, so the calls that end after it was reached are
+    those holding permits then, no more than the in-flight limit: spend <= budget +
+    max_inflight x (one call's cost) = $0.014. Before, a prompt in flight ran all its calls:
+    $0.036 spent, exit 0 once they were done."""
+    cli, prompts, budget, inflight = BatchCLI(tmp_path), PROMPTS[:12], 0.01, 4
+    with provider(0.001, delay=0.05, tool_turns=5) as server:
+        flags = provider_flags(tmp_path, server, "per_call", prompts)
+        flags += ("--num_workers=2", f"--max_inflight={inflight}", "--max_turns=10")
+        stopped = cli.run(*flags, f"--max_cost={budget}")
+        assert stopped.returncode == 1, stopped
+        run_dir = cli.run_dir("per_call")
+        stats = read_json(run_dir / "statistics.json")
+        spent = stats["cost"]["this_invocation_usd"]
+        assert budget <= spent <= budget + inflight * 0.001 + 1e-9, spent
+        cut = read_jsonl(run_dir / "failures.jsonl")
+        assert cut and {f["error_class"] for f in cut} == {"budget"}, cut
+        assert "--max_cost reached" in stopped.stderr and "a higher --max_cost" in stopped.stderr
+        assert stats["completion"]["in_output"] + len(cut) + stats["completion"]["not_started"] == 12
+
+        resumed = cli.run(*flags, "--resume", "--max_cost=1")
+        assert resumed.returncode == 0, resumed
+    assert batch_prompts(run_dir) == Counter(prompts)  # each prompt once, cut ones included
     assert trajectory_prompts(run_dir) == Counter(prompts)

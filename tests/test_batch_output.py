@@ -109,8 +109,10 @@ def test_entries_have_exactly_the_spec_fields(finished: FinishedRun) -> None:
             assert metadata[key] == value
         assert set(entry["tool_stats"]) == set(TOOL_TO_TOOLSET_MAP)
         assert set(entry["tool_error_counts"]) == set(TOOL_TO_TOOLSET_MAP)
-        for counts in entry["tool_stats"].values():
-            assert set(counts) == {"count", "success", "failure"}
+        for name, counts in entry["tool_stats"].items():  # terminal also counts non-zero exits
+            assert set(counts) == {"count", "success", "failure"} | (
+                {"nonzero_exit"} if name == "terminal" else set()
+            )
         assert entry["api_calls"] >= 1
         assert entry["toolsets_used"]
     assert entries[TRUNCATED]["partial"] is True and entries[TRUNCATED]["completed"] is False

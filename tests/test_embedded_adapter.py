@@ -293,6 +293,7 @@ def test_tool_call_output_becomes_tool_calls_with_reasoning() -> None:
     )
     message = parse_turn(text, {"terminal"}, first_call=3)
     assert message["content"] is None and message["reasoning"] == "I will use terminal to count."
+    assert message["reasoning_forced"] is True  # the grammar wrote its opening words
     (call,) = message["tool_calls"]
     assert call["id"] == "call_3" and call["type"] == "function"
     assert call["function"]["name"] == "terminal"
@@ -301,7 +302,12 @@ def test_tool_call_output_becomes_tool_calls_with_reasoning() -> None:
 
 def test_answer_output_becomes_content_with_reasoning() -> None:
     message = parse_turn('{"reasoning": "It said 3.", "answer": "3 lines."}', {"terminal"}, 1)
-    assert message == {"role": "assistant", "content": "3 lines.", "reasoning": "It said 3."}
+    assert message == {
+        "role": "assistant",
+        "content": "3 lines.",
+        "reasoning": "It said 3.",
+        "reasoning_forced": True,
+    }
 
 
 @pytest.mark.parametrize(
@@ -314,9 +320,9 @@ def test_answer_output_becomes_content_with_reasoning() -> None:
         '{"reasoning": "x", "tool": "terminal", "arguments": "ls"}',
     ],
 )
-def test_malformed_output_becomes_a_final_answer_with_the_raw_text(text: str) -> None:
+def test_malformed_output_is_no_answer_not_the_raw_text(text: str) -> None:
     message = parse_turn(text, {"terminal"}, 1)
-    assert message["content"] == text and "tool_calls" not in message
+    assert message["content"] == "" and "tool_calls" not in message
 
 
 def test_response_numbers_calls_after_earlier_ones_and_takes_usage_from_llama() -> None:
@@ -351,5 +357,5 @@ def test_response_for_cut_output_keeps_finish_reason_length() -> None:
     llama = {"choices": [{"finish_reason": "length", "message": {"content": '{"reasoning": "I will'}}]}
     response = build_response(body(QUESTION, offered=tools(TERMINAL)), llama)
     (choice,) = response["choices"]
-    assert choice["finish_reason"] == "length" and choice["message"]["content"] == '{"reasoning": "I will'
+    assert choice["finish_reason"] == "length" and choice["message"]["content"] == ""  # no raw JSON answer
     assert response["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}

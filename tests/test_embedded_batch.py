@@ -97,4 +97,8 @@ def test_three_example_prompts_through_the_real_embedded_model(tmp_path: Path) -
         if t["from"] == "gpt"
     )
     stats = json.loads((run_dir / "statistics.json").read_text())
-    assert stats["reasoning_statistics"]["turns_with_reasoning"] >= 3
+    reasoning = stats["reasoning_statistics"]
+    assert reasoning["turns_with_reasoning"] >= 3
+    # All of it forced by the output grammar, and counted so: none the model chose to write.
+    assert reasoning["turns_with_forced_reasoning"] == reasoning["turns_with_reasoning"]
+    assert reasoning["model_written_coverage_percent"] == 0.0

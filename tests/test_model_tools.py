@@ -300,7 +300,7 @@ async def test_real_results_are_classified_by_tool_stats(local_sandbox: Sandbox)
         content = await dispatch(name, json.dumps(args), SandboxContext(local_sandbox), allowed)
         messages.append({"role": "tool", "tool_call_id": str(i), "content": content})
     stats, _ = tool_stats(messages, TOOL_TO_TOOLSET_MAP)
-    assert stats["terminal"] == {"count": 1, "success": 1, "failure": 0}
+    assert stats["terminal"] == {"count": 1, "success": 1, "failure": 0, "nonzero_exit": 1}  # apart
     assert stats["read_file"] == {"count": 1, "success": 0, "failure": 1}
     assert stats["patch"] == {"count": 1, "success": 0, "failure": 1}
     assert set(stats) == set(TOOL_TO_TOOLSET_MAP)

@@ -214,20 +214,26 @@ def test_rpm_paces_the_starts_of_calls() -> None:
     run(go)
 
 
-def test_tpm_waits_once_the_minute_budget_is_spent() -> None:
+def test_tpm_reserves_tokens_for_the_calls_in_flight() -> None:
+    # Counting answers alone let every call in flight start before the first answer came.
     async def go() -> None:
         limiter = AdaptiveLimiter(10, tpm=100)
-        async with limiter.slot() as ticket:
-            ticket.succeeded(60)
-        await asyncio.wait_for(once(limiter, "ok"), 5)  # 60 + 10 < 100: still within budget
-        async with limiter.slot() as ticket:
-            ticket.succeeded(40)  # 110 spent in this minute
-        blocked = asyncio.create_task(once(limiter, "ok"))
-        await ticks()
-        assert not blocked.done() and limiter.stats.calls == 3
-        blocked.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await blocked
+        async with limiter.slot() as first:
+            second = asyncio.create_task(once(limiter, "ok"))  # answers with 10 tokens
+            await ticks()
+            assert not second.done()  # nothing measured yet: one call at a time
+            first.succeeded(20)
+        await asyncio.wait_for(second, 5)
+        # 30 answered, 15 a call (the moving mean of 20 and 10): room for four more, together
+        async with AsyncExitStack() as stack:
+            for _ in range(4):
+                await asyncio.wait_for(stack.enter_async_context(limiter.slot()), 5)
+            fifth = asyncio.create_task(once(limiter, "ok"))
+            await ticks()
+            assert not fifth.done() and limiter.stats.calls == 6
+            fifth.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await fifth
 
     run(go)
 

@@ -81,6 +81,17 @@ def test_tool_statistics_sum_entries_sorted_by_count_then_name() -> None:
     assert tools["idle"]["success_rate"] == 0.0 and tools["idle"]["failure_rate"] == 0.0
 
 
+def test_non_zero_exits_are_summed_apart_for_the_tools_that_count_them() -> None:
+    stats = RunStatistics()
+    for exited in (1, 0):
+        run = entry(EMPTY_THINK, tools={"terminal": (2, 2, 0), "web": (1, 1, 0)})
+        run["tool_stats"]["terminal"]["nonzero_exit"] = exited
+        stats.add_entry(run)
+    tools = document(stats)["tool_statistics"]
+    assert tools["terminal"]["nonzero_exit"] == 1 and tools["terminal"]["success"] == 4
+    assert "nonzero_exit" not in tools["web"]
+
+
 def test_rates_are_over_answered_calls_and_zero_when_none_answered() -> None:
     stats = RunStatistics()
     stats.add_entry(entry(EMPTY_THINK, tools={"slow": (4, 1, 0), "lost": (2, 0, 0)}))
@@ -91,7 +102,9 @@ def test_rates_are_over_answered_calls_and_zero_when_none_answered() -> None:
 
 def test_reasoning_statistics_count_gpt_turns_and_entries() -> None:
     stats = RunStatistics()
-    stats.add_entry(entry("<think>a</think>x", EMPTY_THINK + "y", "<think>b</think>z"))
+    forced = entry("<think>a</think>x", EMPTY_THINK + "y", "<think>b</think>z")
+    forced["metadata"]["reasoning_forced_turns"] = 1  # the endpoint's grammar wrote one of them
+    stats.add_entry(forced)
     stats.add_entry(entry(EMPTY_THINK + "only"))
     assert document(stats)["reasoning_statistics"] == {
         "total_assistant_turns": 4,
@@ -99,6 +112,8 @@ def test_reasoning_statistics_count_gpt_turns_and_entries() -> None:
         "turns_without_reasoning": 2,
         "coverage_percent": 50.0,
         "entries_with_reasoning": 1,
+        "turns_with_forced_reasoning": 1,
+        "model_written_coverage_percent": 25.0,
     }
 
 
@@ -259,7 +274,9 @@ def test_summary_names_heavy_filters_recovered_discards_and_the_budget() -> None
     text = rendered(document(RunStatistics(), extra=extra))
     assert "the no_reasoning filter discarded 9 of 10 entries (90%); --keep_no_reasoning keeps them" in text
     assert "Moved from discarded.jsonl into the output (filter off): no_reasoning 4" in text
-    assert "--max_cost=$1.500000 reached: no new prompt was started" in text
+    assert (
+        "--max_cost=$1.500000 reached: no model call started after it (cut prompts failed as budget)" in text
+    )
     assert "Not started: 12 prompts (dataset indices 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 …)" in text
 
 

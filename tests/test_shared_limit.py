@@ -7,14 +7,16 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
+import time
 from pathlib import Path
 
 import pytest
 
 from agent.llm import shared_limit
 from agent.llm.shared_limit import HORIZON, STALE, LimitHub, Report
+from agent.servers.simulated.replies import usage_of
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_batch_support import BatchCLI, write_dataset
+from tests.test_batch_support import BatchCLI, kill_started, wait_until, write_dataset
 
 
 def test_a_burst_seen_by_one_member_cuts_and_pauses_everyone_once() -> None:
@@ -53,10 +55,15 @@ def test_start_permits_follow_one_pace_across_members() -> None:
     assert all(later - earlier == pytest.approx(0.1, abs=0.01) for earlier, later in itertools.pairwise(a))
 
 
-def test_tokens_of_every_member_count_against_one_tpm() -> None:
+def test_tokens_of_every_member_and_their_calls_in_flight_count_against_one_tpm() -> None:
     hub = LimitHub(8, tpm=1000)
-    assert hub.exchange(Report("a", demand=1, tokens=600)).tpm_wait == 0
-    assert hub.exchange(Report("b", demand=1, tokens=600)).tpm_wait > 59
+    first = hub.exchange(Report("a", demand=2, want_starts=2, successes=1, tokens=300))
+    assert len(first.starts) == 2  # 300 a call, 300 answered: room for two calls
+    held = hub.exchange(Report("b", demand=1, want_starts=1))
+    assert held.starts == ()  # a's two calls in flight hold 600
+    answered = hub.exchange(Report("a", demand=0, successes=2, tokens=600, released=2))
+    assert answered.tpm_wait > 59  # 900 answered: the next call fits once the first 300 leave
+    assert hub.exchange(Report("b", demand=1, want_starts=1)).starts == ()
 
 
 def test_rpm_is_one_budget_for_all_workers_at_the_endpoint(tmp_path: Path) -> None:
@@ -91,3 +98,29 @@ def test_a_member_that_stopped_reporting_holds_no_share(monkeypatch: pytest.Monk
     assert hub.exchange(Report("alive", demand=60)).share == 30
     now[0] += STALE + 1
     assert hub.exchange(Report("alive", demand=60)).share == 60
+
+
+def test_tpm_alone_holds_at_the_endpoint(tmp_path: Path) -> None:
+    """`--tpm` without `--rpm`: the tokens the endpoint answers in the first seconds stay within
+    the minute's budget, give or take one call (a call's tokens are known after it starts).
+    Before, a call started whenever a slot was free: 40 calls in flight went out at once."""
+    answer = Turn("done", "thinking")
+    prompts = [f"Budgeted prompt {i}" for i in range(40)]
+    with SimulatedEndpoint() as endpoint:
+        for prompt in prompts:
+            endpoint.script(prompt, [answer])
+        dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        cli = BatchCLI(tmp_path, endpoint)
+        cli.start(
+            f"--dataset_file={dataset}", "--batch_size=40", "--run_name=tpm", "--num_workers=2",
+            "--max_inflight=40", "--tpm=6000", "--distribution=terminal_only",
+        )  # fmt: skip
+        try:
+            wait_until(lambda: len(endpoint.requests) >= 2, "calls after the first answer")
+            time.sleep(3)  # for any call the budget would still let through
+            window = list(endpoint.requests)
+        finally:
+            kill_started()
+    assert window[-1].received_at - window[0].received_at < 50  # all within one minute's budget
+    tokens = [usage_of(request.body, answer)["total_tokens"] for request in window]
+    assert sum(tokens) <= 6000 + max(tokens), tokens

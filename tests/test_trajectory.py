@@ -382,7 +382,7 @@ def test_one_analysis_feeds_the_conversion_and_the_statistics() -> None:
     assert rendered.analysis.reasoning == ReasoningStats(assistant_turns=2, turns_with_reasoning=1)
     assert rendered.analysis.tool_stats == {
         "read_file": {"count": 0, "success": 0, "failure": 0},
-        "terminal": {"count": 1, "success": 0, "failure": 1},
+        "terminal": {"count": 1, "success": 0, "failure": 1, "nonzero_exit": 0},
     }
 
 
@@ -457,5 +457,5 @@ def test_repeated_ids_pair_results_with_calls_in_order() -> None:
     assert (first["name"], first["content"]) == ("terminal", "from terminal")
     assert (second["name"], second["content"]) == ("read_file", {"error": "from read_file"})
     stats = analyse(messages).tool_stats
-    assert stats["terminal"] == {"count": 1, "success": 1, "failure": 0}
+    assert stats["terminal"] == {"count": 1, "success": 1, "failure": 0, "nonzero_exit": 0}
     assert stats["read_file"] == {"count": 2, "success": 1, "failure": 1}

@@ -107,7 +107,7 @@ def test_a_finished_conversation_becomes_its_entry_line() -> None:
             "total_tokens": 14,
         }
     )
-    assert entry["tool_stats"]["terminal"] == {"count": 1, "success": 0, "failure": 1}
+    assert entry["tool_stats"]["terminal"] == {"count": 1, "success": 0, "failure": 1, "nonzero_exit": 0}
     assert set(entry["tool_stats"]) == set(TOOL_TO_TOOLSET_MAP)
     assert entry["tool_error_counts"]["terminal"] == 1
 
@@ -241,7 +241,7 @@ def test_a_repeated_call_id_is_discarded_unless_kept_and_then_each_call_has_its_
     kept = answer(job(), done, keep_no_reasoning=False, keep_malformed=True)
     assert isinstance(kept, Finished) and kept.completed
     entry = json.loads(kept.line)
-    assert entry["tool_stats"]["terminal"] == {"count": 2, "success": 2, "failure": 0}
+    assert entry["tool_stats"]["terminal"] == {"count": 2, "success": 2, "failure": 0, "nonzero_exit": 0}
     responses = entry["conversations"][3]["value"]
     assert responses.index("one") < responses.index("two")
     assert '"tool_call_id": "same"' in responses and '"tool_call_id": "same~2"' in responses

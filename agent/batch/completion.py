@@ -73,7 +73,9 @@ class Completion:
         because = {"max_cost": " (--max_cost reached)", "worker_lost": " (a worker died)"}
         why = because.get(self.stopped_by or "", "")
         counts = " and ".join(parts)
-        return f"Not done: {counts} of {self.valid} prompts{why}. Next: rerun with --resume to run them."
+        higher = " and a higher --max_cost" if self.stopped_by == "max_cost" else ""
+        next_step = f"--resume{higher}"
+        return f"Not done: {counts} of {self.valid} prompts{why}. Next: rerun with {next_step} to run them."
 
     def as_dict(self) -> dict[str, Any]:
         """The `completion` section of statistics.json."""

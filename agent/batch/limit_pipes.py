@@ -16,8 +16,9 @@ from agent.llm.shared_limit import Grant, LimitHub, Report
 
 
 def hub_of(config: RunConfig) -> LimitHub:
-    """The one limit of a run: its in-flight limit, rpm and tpm, whatever the process count."""
-    return LimitHub(config.max_inflight, rpm=config.rpm, tpm=config.tpm)
+    """The one limit of a run: its in-flight limit, rpm, tpm and cost budget, whatever the
+    process count."""
+    return LimitHub(config.max_inflight, rpm=config.rpm, tpm=config.tpm, max_cost=config.max_cost)
 
 
 class HubServer:

@@ -83,6 +83,8 @@ def build_entry(
         "tool_stats": rendered.analysis.tool_stats,
         "tool_error_counts": rendered.analysis.tool_errors,
     }
+    if forced := rendered.analysis.reasoning.turns_with_forced_reasoning:  # only then: bytes kept
+        entry["metadata"]["reasoning_forced_turns"] = forced
     return entry, rendered.analysis
 
 

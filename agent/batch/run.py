@@ -206,19 +206,16 @@ class BatchRun:
                 self.stats.add_limiter(event.stats)
             case LimiterPulse() if self.monitor is not None:
                 self.monitor.pulse(event)
-        self._check_budget()
+        self._check_budget(isinstance(event, Failed) and event.error_class == "budget")
 
-    def _check_budget(self) -> None:
-        """At --max_cost, start no new prompt (those in flight finish and are paid for)."""
+    def _check_budget(self, cut: bool) -> None:
+        """At --max_cost, start no new prompt: the hub (`agent.llm.shared_limit`) already starts
+        no model call, so the prompts in flight fail as `budget` (`cut`), for --resume."""
         budget = self.config.max_cost
-        if budget is None or self.scheduler is None or self.stats.cost_usd < budget:
+        if budget is None or self.scheduler is None or (self.stats.cost_usd < budget and not cut):
             return
         if self.scheduler.tally.stopped_by is None:
-            log.warning(
-                "--max_cost=%g reached ($%.6f spent): no new prompt starts; in-flight ones finish",
-                budget,
-                self.stats.cost_usd,
-            )
+            log.warning("--max_cost=%g reached: no model call starts; cut prompts fail as budget", budget)
             self.scheduler.stop_feeding("max_cost")
 
     def _record_failure(self, event: Failed) -> None:

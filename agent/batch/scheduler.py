@@ -7,9 +7,10 @@ in groups and rewrites the checkpoint. A worker says which job it starts (`Start
 prompt running on a worker that died without answering is recorded as one `worker_lost`
 failure, retried on resume; a prompt only waiting in the queue is not a failure, just not
 started. `stop_feeding` (the cost budget) ends scheduling: queued jobs are taken back and
-in-flight ones finish. A stopped worker is continued (`agent.batch.stopped`). The run's one
-rate limit (in-flight, rpm, tpm, Retry-After pauses) is held here and served to the workers
-over pipes (`agent.batch.limit_pipes`), not split among them.
+in-flight ones finish (past --max_cost the hub starts no model call: they fail as `budget`).
+A stopped worker is continued (`agent.batch.stopped`). The run's one rate limit (in-flight,
+rpm, tpm, Retry-After pauses, --max_cost) is held here and served to the workers over pipes
+(`agent.batch.limit_pipes`), not split among them.
 """
 
 from __future__ import annotations

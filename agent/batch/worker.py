@@ -111,7 +111,13 @@ class Worker:
     ) -> None:
         self.id, self.config, self.jobs, self.events = worker_id, config, jobs, events
         self.limiter = AdaptiveLimiter(
-            config.inflight_per_worker, rpm=config.rpm, tpm=config.tpm, hub=hub, member=f"worker-{worker_id}"
+            config.inflight_per_worker,
+            rpm=config.rpm,
+            tpm=config.tpm,
+            hub=hub,
+            member=f"worker-{worker_id}",
+            max_cost=config.max_cost,
+            prices=config.prices,
         )
         self.stopping = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
@@ -152,8 +158,11 @@ class Worker:
         while True:
             await slots.acquire()  # cancelled conversations free their slots on SIGTERM
             job = await self.jobs.next(self.stopping)
-            if job is not None and self.stopping.is_set():  # got as SIGTERM came: not started
-                self.events.put(Cancelled(job.key))
+            if job is not None and (self.stopping.is_set() or self.limiter.budget_spent is not None):
+                self.events.put(Cancelled(job.key))  # got as SIGTERM came, or past --max_cost: not started
+                if not self.stopping.is_set():
+                    slots.release()  # the parent stops feeding; take what is queued until the end mark
+                    continue
             if job is None or self.stopping.is_set():
                 break
             self.events.put(Started(job.key, self.id))

@@ -101,6 +101,8 @@ def export_and_push(run_dir: Path, options: ExportOptions, say: Say) -> None:
     report = export_run(run_dir, options.export, inline=options.inline_reasoning)
     for name, path in report.files.items():
         say(f"Exported {report.entries} entries ({name}): {path}")
+    if replaced := report.replaced_line():  # once: the Hub's files replace the same ones
+        say(replaced)
     if options.push_to_hub is None:
         return
     hub = export_run(

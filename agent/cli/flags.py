@@ -227,7 +227,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("price_cached", "float", _run("price_cached"), "USD per million cached prompt tokens",
          "Workers and budgets", _BATCH, shown="--price_input"),
     Flag("max_cost", "float", _run("max_cost"),
-         "USD this invocation may spend: then no new prompt starts (in-flight ones finish)",
+         "USD this invocation may spend, counted per model call: then no call starts, exit 1",
          "Workers and budgets", _BATCH, shown="none"),
     # Export and the Hub
     Flag("export", "list", _export("export"),

@@ -121,8 +121,8 @@ class WorkerActor:
 class HubActor:
     """The run's `LimitHub`, one for the whole cluster (an actor runs one call at a time)."""
 
-    def __init__(self, maximum: int, rpm: float | None, tpm: float | None) -> None:
-        self.hub = LimitHub(maximum, rpm=rpm, tpm=tpm)
+    def __init__(self, maximum: int, rpm: float | None, tpm: float | None, max_cost: float | None) -> None:
+        self.hub = LimitHub(maximum, rpm=rpm, tpm=tpm, max_cost=max_cost)
 
     def exchange(self, report: Report) -> Grant:
         return self.hub.exchange(report)

@@ -123,7 +123,7 @@ class RayScheduler:
         beside_driver = NodeAffinitySchedulingStrategy(here, soft=True)
         hub = self.ray.remote(HubActor).options(num_cpus=0, scheduling_strategy=beside_driver)
         cfg = self.config
-        self.hub = hub.remote(cfg.max_inflight, cfg.rpm, cfg.tpm)
+        self.hub = hub.remote(cfg.max_inflight, cfg.rpm, cfg.tpm, cfg.max_cost)
         self.worker_class = self.ray.remote(WorkerActor)
         starts = [self._add_member() for _ in range(cfg.num_workers)]
         try:

@@ -35,6 +35,21 @@ def encodable_json(value: Any) -> Any:
     return value
 
 
+def unencodable(value: Any) -> int:
+    """How many characters of a JSON value's strings (keys included) UTF-8 cannot carry."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return len(_SURROGATE.findall(value))
+        return 0
+    if isinstance(value, list):
+        return sum(unencodable(item) for item in value)
+    if isinstance(value, dict):
+        return sum(unencodable(str(k)) + unencodable(v) for k, v in value.items())
+    return 0
+
+
 def may_hold_surrogates(raw: bytes) -> bool:
     """Whether JSON bytes can decode to a lone surrogate: a `\\uD800`-`\\uDFFF` escape, or
     a surrogate encoded as bytes (ED A0-BF xx), which `json.loads` of bytes lets through.

@@ -21,7 +21,9 @@ from typing import Any, NamedTuple
 from agent.llm import reasoning
 
 __all__ = [
+    "EXIT_CODE_TOOLS",
     "FLAWS",
+    "FORCED_REASONING",
     "RENAMED_CALL_IDS",
     "SEPARATED",
     "Analysis",
@@ -31,6 +33,7 @@ __all__ = [
     "TurnText",
     "analyse",
     "count_tools",
+    "exited_nonzero",
     "is_failure",
     "parse_arguments",
     "reasoning_stats",
@@ -49,6 +52,11 @@ FLAWS = (DUPLICATE_CALL_ID, TOOL_NOT_OFFERED, INVALID_ARGUMENTS, LEAKED_TOOL_CAL
 RENAMED_CALL_IDS = "_renamed_call_ids"
 # Set by the loop on the assistant messages it keeps: reasoning and content are separated.
 SEPARATED = "_reasoning_separated"
+# Set by the loop on an assistant message whose reasoning the endpoint's output grammar forced
+# (the embedded server's: every turn must carry one, a tool turn's opens with its template).
+FORCED_REASONING = "_reasoning_forced"
+# The tools whose results carry a command's exit code: their stats also count `nonzero_exit`.
+EXIT_CODE_TOOLS = frozenset({"terminal"})
 _LEAK = re.compile(r"<tool_call>", re.IGNORECASE)
 
 
@@ -64,6 +72,7 @@ class TurnText:
 class ReasoningStats:
     assistant_turns: int
     turns_with_reasoning: int
+    turns_with_forced_reasoning: int = 0  # of those, forced by the endpoint's output grammar
 
     @property
     def turns_without_reasoning(self) -> int:
@@ -146,8 +155,9 @@ def analyse(
             walk.open = []
     stats, errors = count_tools(walk.names, walk.answered, all_tools)
     with_reasoning = sum(1 for turn in walk.turns.values() if turn.reasoning)
+    forced = sum(1 for i, turn in walk.turns.items() if turn.reasoning and messages[i].get(FORCED_REASONING))
     flaws = tuple(flaw for flaw in FLAWS if flaw in walk.flaws)
-    return Analysis(walk.turns, stats, errors, ReasoningStats(len(walk.turns), with_reasoning), flaws)
+    return Analysis(walk.turns, stats, errors, ReasoningStats(len(walk.turns), with_reasoning, forced), flaws)
 
 
 def reasoning_stats(messages: Sequence[Mapping[str, Any]]) -> ReasoningStats:
@@ -203,17 +213,48 @@ def tool_names(tool_schemas: Iterable[Mapping[str, Any]]) -> set[str]:
     return {str(fn.get("name")) for fn in functions}
 
 
+def _result_value(content: Any) -> Any:
+    """A tool result's JSON value, or None when it is not JSON (plain text)."""
+    if not isinstance(content, str):
+        return None
+    try:
+        return json.loads(content)
+    except ValueError:
+        return None
+
+
 def is_failure(content: Any) -> bool:
     """Whether a tool result's content reports a failure (see `agent.export.tool_stats`)."""
     if not isinstance(content, str):
         return content is None
     if not content.strip():
         return True
-    try:
-        value = json.loads(content)
-    except ValueError:
+    value = _result_value(content)
+    if not isinstance(value, dict):
         return False
-    return isinstance(value, dict) and (value.get("error") is not None or value.get("success") is False)
+    if value.get("error") is not None or value.get("success") is False:
+        return True
+    items = value.get("results")  # a result per item (web_extract: per URL), each with its error
+    return (
+        isinstance(items, list)
+        and bool(items)
+        and all(isinstance(item, dict) and item.get("error") is not None for item in items)
+    )
+
+
+def exited_nonzero(content: Any) -> bool:
+    """Whether a command ran and exited non-zero (`exit_code`, no `error`): not a failure of the
+    tool (grep finding nothing exits 1), counted apart as `nonzero_exit`."""
+    value = _result_value(content)
+    if not isinstance(value, dict) or value.get("error") is not None:
+        return False
+    code = value.get("exit_code")
+    return type(code) is int and code != 0
+
+
+def _zero(name: str) -> ToolCounts:
+    counts = {"count": 0, "success": 0, "failure": 0}
+    return counts | {"nonzero_exit": 0} if name in EXIT_CODE_TOOLS else counts
 
 
 def count_tools(
@@ -223,11 +264,15 @@ def count_tools(
     the tool name of every call and `(tool name, result content)` of every answered call.
 
     Every tool of `all_tools` is present (zeros when unused), plus any other name the model
-    called, so rows share one schema when loaded as a dataset."""
-    stats = {name: {"count": 0, "success": 0, "failure": 0} for name in all_tools}
+    called, so rows share one schema when loaded as a dataset; the tools of `EXIT_CODE_TOOLS`
+    also count `nonzero_exit`, the successes whose command exited non-zero."""
+    stats = {name: _zero(name) for name in all_tools}
     for name in names:
-        stats.setdefault(name, {"count": 0, "success": 0, "failure": 0})["count"] += 1
+        stats.setdefault(name, _zero(name))["count"] += 1
     for name, content in answered:
-        stats[name]["failure" if is_failure(content) else "success"] += 1
+        failed = is_failure(content)
+        stats[name]["failure" if failed else "success"] += 1
+        if not failed and name in EXIT_CODE_TOOLS and exited_nonzero(content):
+            stats[name]["nonzero_exit"] += 1
     ordered = {name: stats[name] for name in sorted(stats)}
     return ordered, {name: counts["failure"] for name, counts in ordered.items()}

@@ -4,7 +4,7 @@
 have one: the dataset row's own metadata (any keys, any types), `tool_stats` keyed by tool
 name, `usage` whose cost and cached tokens appear only when there are any. So an export row
 flattens an entry into fixed columns: our metadata fields each their own column, `usage` a
-struct with every counter, `tool_stats` a list of `{name, count, success, failure}` (a tool's
+struct with every counter, `tool_stats` a list of `{name, count, success, failure, nonzero_exit}` (a tool's
 `tool_error_counts` is its `failure`), and the dataset row's own metadata one JSON string
 (`metadata`), whose keys differ from dataset to dataset. The schema is declared once, here.
 """
@@ -31,6 +31,7 @@ TOOL_STATS = pa.list_(
             pa.field("count", pa.int64()),
             pa.field("success", pa.int64()),
             pa.field("failure", pa.int64()),
+            pa.field("nonzero_exit", pa.int64()),  # null for a tool that runs no command
         ]
     )
 )
@@ -89,7 +90,11 @@ def _tool_stats(stats: Any) -> list[dict[str, Any]]:
     if not isinstance(stats, Mapping):
         return []
     return [
-        {"name": str(name), **{k: _int(c.get(k)) or 0 for k in ("count", "success", "failure")}}
+        {
+            "name": str(name),
+            **{k: _int(c.get(k)) or 0 for k in ("count", "success", "failure")},
+            "nonzero_exit": _int(c.get("nonzero_exit")),
+        }
         for name, c in stats.items()
         if isinstance(c, Mapping)
     ]

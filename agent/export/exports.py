@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from agent.common.unicode_text import encodable_json, unencodable
 from agent.config.export_config import EXPORT_FORMATS
 from agent.export.columns import ENTRY_SCHEMA, OPENAI_SCHEMA, entry_columns
 from agent.export.openai_messages import from_sharegpt, tools_json
@@ -33,9 +34,14 @@ ROW_GROUP = 1000  # entries per Parquet row group: what one export holds in memo
 
 
 class RowWriter(Protocol):
-    def write(self, entry: Mapping[str, Any]) -> None: ...
+    def write(self, entry: Mapping[str, Any], suspect: bool = False) -> int:
+        """Write the entry's row; when `suspect` (its line may hold a lone surrogate), first
+        replace each character UTF-8 cannot carry with U+FFFD: how many were."""
 
     def close(self) -> None: ...
+
+    def discard(self) -> None:
+        """The export failed: release what the writer holds, write nothing more."""
 
 
 @dataclass(frozen=True)
@@ -68,17 +74,30 @@ def openai_row(entry: Mapping[str, Any], inline: bool) -> dict[str, Any]:
 Row = Callable[[Mapping[str, Any], bool], dict[str, Any]]
 
 
+def _encodable(row: dict[str, Any], suspect: bool) -> tuple[dict[str, Any], int]:
+    """The row with what UTF-8 cannot carry replaced, and how many characters were. A row, not
+    its entry: a tool call's arguments are JSON inside a turn's text, so `\\ud800` there
+    becomes a lone surrogate only when the row parses them."""
+    count = unencodable(row) if suspect else 0
+    return (encodable_json(row), count) if count else (row, 0)
+
+
 class _Lines:
     """One JSON line per entry."""
 
     def __init__(self, handle: BinaryIO, inline: bool, row: Row) -> None:
         self.handle, self.inline, self.row = handle, inline, row
 
-    def write(self, entry: Mapping[str, Any]) -> None:
-        line = json.dumps(self.row(entry, self.inline), ensure_ascii=False, allow_nan=False)
+    def write(self, entry: Mapping[str, Any], suspect: bool = False) -> int:
+        row, replaced = _encodable(self.row(entry, self.inline), suspect)
+        line = json.dumps(row, ensure_ascii=False, allow_nan=False)
         self.handle.write((line + "\n").encode())
+        return replaced
 
     def close(self) -> None:
+        return None
+
+    def discard(self) -> None:
         return None
 
 
@@ -90,10 +109,12 @@ class _Parquet:
         self.inline, self.row, self.schema = inline, row, schema
         self.rows: list[dict[str, Any]] = []
 
-    def write(self, entry: Mapping[str, Any]) -> None:
-        self.rows.append(self.row(entry, self.inline))
+    def write(self, entry: Mapping[str, Any], suspect: bool = False) -> int:
+        row, replaced = _encodable(self.row(entry, self.inline), suspect)
+        self.rows.append(row)
         if len(self.rows) >= ROW_GROUP:
             self.flush()
+        return replaced
 
     def flush(self) -> None:
         if self.rows:
@@ -103,6 +124,10 @@ class _Parquet:
     def close(self) -> None:
         self.flush()
         self.writer.close()
+
+    def discard(self) -> None:
+        self.rows = []  # the row group that failed, or that nobody will read
+        self.writer.close()  # to the temp file, which the failed export removes
 
 
 def _lines(row: Row) -> Callable[[BinaryIO, bool], RowWriter]:

@@ -4,16 +4,22 @@ Each file is written whole or not at all (`agent.store.durable.atomic_write`: a 
 fsynced, renamed over the old one), so a failed or interrupted export leaves the previous
 export, and the run's own files, as they were. Memory stays bounded: one entry at a time,
 plus one Parquet row group (`agent.export.exports.ROW_GROUP`).
+
+Exports load any run: an entry can hold a lone surrogate (a `\ud800` escape in a tool call's
+arguments is valid JSON), which no UTF-8 file can carry; each such character is replaced with
+U+FFFD in that entry's rows (`agent.export.exports`) and counted (`ExportReport.replaced`); the
+run's files keep it. Only lines that may hold one (`may_hold_surrogates`) are searched.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.common.unicode_text import may_hold_surrogates
 from agent.errors import ConfigError
 from agent.export.exports import EXPORT_DIR, EXPORTS, ExportFormat, RowWriter
 from agent.store.durable import atomic_write
@@ -28,6 +34,19 @@ class ExportReport:
     entries: int
     files: dict[str, Path]  # format name → the file written
     seconds: float
+    replaced: int = 0  # characters UTF-8 cannot carry (lone surrogates), replaced with U+FFFD
+    replaced_entries: int = 0  # the entries that held them
+
+    def replaced_line(self) -> str | None:
+        """One line for the operator when characters were replaced, else None."""
+        if not self.replaced:
+            return None
+        chars = "character" if self.replaced == 1 else "characters"
+        entries = "entry" if self.replaced_entries == 1 else "entries"
+        return (
+            f"{self.replaced} {chars} that UTF-8 cannot carry (lone surrogates) in {self.replaced_entries} "
+            f"{entries} written as U+FFFD in the exports; trajectories.jsonl keeps them as escapes"
+        )
 
 
 def export_files(
@@ -60,16 +79,38 @@ def export_run(
     with ExitStack() as stack:
         writers: list[RowWriter] = []
         for name, path in files.items():
-            writers.append(formats[name].opens(stack.enter_context(atomic_write(path)), inline))
-        entries = _feed(source, writers)
-        for writer in writers:
+            writer = formats[name].opens(stack.enter_context(atomic_write(path)), inline)
+            stack.push(_closing(writer))  # before its file is renamed into place, or discarded
+            writers.append(writer)
+        fed = _feed(source, writers)
+    return ExportReport(fed.entries, files, time.monotonic() - started, fed.replaced, fed.replaced_entries)
+
+
+def _closing(writer: RowWriter) -> Callable[..., bool]:
+    """Close `writer` when the export succeeded; else discard what it holds, so a failed
+    export leaves no writer for the collector to close (pyarrow's `ParquetWriter.__del__`
+    then wrote to the closed file and printed an "Exception ignored" traceback)."""
+
+    def exit_(exc_type: type[BaseException] | None, *_: object) -> bool:
+        if exc_type is None:
             writer.close()
-    return ExportReport(entries, files, time.monotonic() - started)
+        else:
+            writer.discard()
+        return False
+
+    return exit_
 
 
-def _feed(source: Path, writers: list[RowWriter]) -> int:
-    """Hand every entry of `source` to every writer; the number of entries."""
-    entries = 0
+@dataclass
+class _Fed:
+    entries: int = 0
+    replaced: int = 0
+    replaced_entries: int = 0
+
+
+def _feed(source: Path, writers: list[RowWriter]) -> _Fed:
+    """Hand every entry of `source` to every writer, made encodable; what was fed."""
+    fed = _Fed()
     with source.open("rb") as handle:
         for number, raw in enumerate(handle, 1):
             line = raw.rstrip(b"\r\n")
@@ -78,10 +119,12 @@ def _feed(source: Path, writers: list[RowWriter]) -> int:
             entry = parse_object(line)
             if entry is None:
                 raise ConfigError(f"{source}:{number}: not a JSON object; the export was not written")
+            suspect = may_hold_surrogates(line)
             try:
-                for writer in writers:
-                    writer.write(entry)
+                replaced = max(writer.write(entry, suspect) for writer in writers)  # the same text in each
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"{source}:{number}: cannot export this entry: {exc}") from None
-            entries += 1
-    return entries
+            fed.replaced += replaced
+            fed.replaced_entries += replaced > 0
+            fed.entries += 1
+    return fed

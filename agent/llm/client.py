@@ -202,7 +202,7 @@ class OpenAIChatModel:
             except (openai.APIError, httpx2.HTTPError) as exc:
                 ticket.failed(classify(exc)[0], retry_after(exc))
                 raise
-            ticket.succeeded(reply.usage.total_tokens)
+            ticket.answered(reply.usage)
             return reply
 
     async def _retrying(self, send: Callable[[], Awaitable[bytes]], parse: Callable[[bytes], R]) -> R:

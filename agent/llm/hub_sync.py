@@ -38,6 +38,8 @@ class HubSync:
         self.limiter, self.link, self.member = limiter, link, member
         self.successes = 0
         self.tokens = 0
+        self.cost = 0.0
+        self.released = 0
         self._burst: tuple[int, float | None] | None = None
         self._need = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -49,9 +51,14 @@ class HubSync:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="limit-hub-sync")
         self._need.set()
 
-    def succeeded(self, tokens: int) -> None:
+    def succeeded(self, tokens: int, cost: float = 0.0) -> None:
         self.successes += 1
         self.tokens += tokens
+        self.cost += cost
+
+    def release(self, permits: int = 1) -> None:
+        """Start permits given back: their calls ended, or they will not be used."""
+        self.released += permits
 
     def burst(self, generation: int, retry_after: float | None) -> None:
         self._burst = (generation, retry_after)
@@ -73,23 +80,28 @@ class HubSync:
             want_starts=limiter.permits_wanted,
             successes=self.successes,
             tokens=self.tokens,
+            cost=self.cost,
+            released=self.released,
             burst_generation=burst[0] if burst else None,
             retry_after=burst[1] if burst else None,
         )
-        self.successes = self.tokens = 0
+        self.successes = self.tokens = self.released = 0
+        self.cost = 0.0
         return report
 
     def _restore(self, report: Report) -> None:
         """An exchange that failed: what it reported is reported with the next one."""
         self.successes += report.successes
         self.tokens += report.tokens
+        self.cost += report.cost
+        self.released += report.released
         if report.burst_generation is not None and self._burst is None:
             self._burst = (report.burst_generation, report.retry_after)
 
     async def _run(self) -> None:
         failing = False
         while True:
-            active = self.limiter.inflight or self.limiter.waiting or self.successes
+            active = self.limiter.inflight or self.limiter.waiting or self.successes or self.released
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._need.wait(), PERIOD if active else None)
             self._need.clear()

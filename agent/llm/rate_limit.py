@@ -11,11 +11,14 @@ throttling, AIMD would otherwise collapse to its minimum; each throttled call st
 own Retry-After before its retry (the client's backoff).
 Successes grow the limit back by about one slot per window. Server errors and timeouts are
 retried by the client with backoff but never collapse the limit. Optional requests-per-minute
-and tokens-per-minute budgets pace calls on top.
+and tokens-per-minute budgets pace calls on top (tokens reserved per call in flight:
+`agent.llm.spend`).
 
 With a hub (`agent.llm.shared_limit`) the limiter is one member of a run-wide limit: its limit
-is its share of the hub's, start permits for the rpm pace and the tpm budget come from the hub,
-and a burst it detects cuts everyone's (`agent.llm.hub_sync` makes the exchanges).
+is its share of the hub's; with rpm, tpm or a cost budget every call starts on a permit from
+the hub (its pace, its token window, `--max_cost`), and once the hub says the budget is spent
+a call waiting to start fails as `budget`; a burst it detects cuts everyone's
+(`agent.llm.hub_sync` makes the exchanges).
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 
+from agent.errors import ModelAPIError
 from agent.llm.hub_sync import HubSync
 from agent.llm.shared_limit import Grant, LimitLink
+from agent.llm.spend import TokenWindow
+from agent.protocols.model import Prices, Usage
 
 DECREASE = 0.5
 BURST_WEIGHT = 0.1  # weight of the latest call in the moving share of 429s (memory ~10 calls)
@@ -44,9 +50,13 @@ class Ticket:
     done: bool = False
     limited: bool = False  # answered 429
 
-    def succeeded(self, tokens: int = 0) -> None:
+    def succeeded(self, tokens: int = 0, cost: float | None = None) -> None:
         self.done = True
-        self.limiter._on_success(tokens)
+        self.limiter._on_success(tokens, cost)
+
+    def answered(self, usage: Usage) -> None:
+        """Succeeded, with the reply's usage: its tokens, and its cost at the run's prices."""
+        self.succeeded(usage.total_tokens, usage.priced(self.limiter.prices).cost_usd)
 
     def failed(self, error_class: str, retry_after: float | None) -> None:
         self.done = True
@@ -77,7 +87,11 @@ class AdaptiveLimiter:
         tpm: float | None = None,
         hub: LimitLink | None = None,
         member: str = "",
+        max_cost: float | None = None,
+        prices: Prices | None = None,
     ) -> None:
+        """`max_cost` (USD, counted by the hub: only with one) and `prices` (what an answer
+        costs when the endpoint does not say) make every call start on the hub's permit."""
         self.maximum = max(1, maximum)
         self.minimum = max(1, min(minimum, self.maximum))
         self.limit = float(initial or self.maximum)
@@ -90,14 +104,18 @@ class AdaptiveLimiter:
         self.stats = LimiterStats()
         self._start = time.monotonic()
         self._next_start = 0.0
-        self._tokens: deque[tuple[float, int]] = deque()
+        self.prices = prices
+        self.window = TokenWindow(tpm) if tpm and hub is None else None
         # The calls sent last, in order: enough to reach back past every call in flight.
         self._sent: deque[Ticket] = deque(maxlen=self.maximum + SENT_WINDOW)
         self._changed = asyncio.Event()
         self.waiting = 0  # calls waiting for a slot
         self.sync = HubSync(self, hub, member) if hub is not None else None
-        self._permits: deque[float] = deque()  # start times granted by the hub (rpm)
+        self.permitted = hub is not None and bool(rpm or tpm or max_cost is not None)
+        self.budgeted = max_cost is not None
+        self._permits: deque[float] = deque()  # start times granted by the hub
         self._tpm_until = 0.0  # the hub's tokens-per-minute budget is spent until then
+        self.budget_spent: float | None = None  # set when the hub says --max_cost is reached
         self._note()
 
     def _note(self) -> None:
@@ -119,29 +137,27 @@ class AdaptiveLimiter:
             return self._shared_wait(now)
         if self.rpm and now < self._next_start:
             return self._next_start - now
-        if self.tpm:
-            while self._tokens and self._tokens[0][0] < now - 60:
-                self._tokens.popleft()
-            if sum(t for _, t in self._tokens) >= self.tpm:
-                return self._tokens[0][0] + 60 - now
+        if self.window is not None and not self.window.allowance(now, self.inflight):
+            return self.window.wait(now, self.inflight) or float("inf")  # else answers free it
         return 0.0 if self.inflight < int(self.limit) else float("inf")
 
     def _shared_wait(self, now: float) -> float:
-        """`_wait_seconds` under a hub: its tpm verdict, our share, its start permits."""
+        """`_wait_seconds` under a hub: our share, its start permits, its tpm verdict."""
         assert self.sync is not None
-        if now < self._tpm_until:
-            return self._tpm_until - now
         if self.inflight >= int(self.limit):
             self.sync.need()  # our share may grow: others may need less than they hold
             return float("inf")
-        if not self.rpm:
+        if not self.permitted:
             return 0.0
         while self._permits and self._permits[0] < now - 1.0:
             self._permits.popleft()  # its caller gave up long ago: spent, not hoarded
-        if not self._permits:
-            self.sync.need()
-            return float("inf")
-        return max(0.0, self._permits[0] - now)
+            self.sync.release()
+        if self._permits:  # granted within the token window: the wait below is for the next ones
+            return max(0.0, self._permits[0] - now)
+        if now < self._tpm_until:  # no room in the token window before then: no use asking
+            return self._tpm_until - now
+        self.sync.need()
+        return float("inf")
 
     def apply(self, grant: Grant) -> None:
         """A hub's answer: our share of its limit, its pause, tpm verdict and start permits."""
@@ -151,20 +167,34 @@ class AdaptiveLimiter:
         self.paused_until = max(self.paused_until, now + grant.pause)
         self._tpm_until = now + grant.tpm_wait
         self._permits.extend(now + start for start in grant.starts)
+        if grant.budget_reached and self.sync is not None:
+            self.budget_spent = grant.spent
+            self.sync.release(len(self._permits))  # granted before it was reached: unused
+            self._permits.clear()
         self._note()
         self._wake()
 
     @property
     def permits_wanted(self) -> int:
-        return max(0, self.waiting - len(self._permits)) if self.rpm else 0
+        """Permits for the calls that wait and could start now (not those a full share holds)."""
+        if not self.permitted:
+            return 0
+        startable = min(self.waiting, max(0, int(self.limit) - self.inflight))
+        return max(0, startable - len(self._permits))
 
     async def _wait_turn(self) -> None:
-        while (wait := self._wait_seconds(time.monotonic())) > 0:
+        while (wait := self._wait_seconds(time.monotonic())) > 0 and self.budget_spent is None:
             changed = self._changed
             timeout = None if wait == float("inf") else wait
             with suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), timeout)
-        if self.sync is not None and self.rpm:
+        if self.budget_spent is not None:
+            raise ModelAPIError(
+                "budget",
+                f"--max_cost reached (${self.budget_spent:.6f} spent by the run's model calls): "
+                "no model call starts after it",
+            )
+        if self.permitted:
             self._permits.popleft()
 
     @asynccontextmanager
@@ -185,18 +215,22 @@ class AdaptiveLimiter:
             yield ticket
         finally:
             self.inflight -= 1
+            if self.sync is not None and self.permitted:
+                self.sync.release()
             self._wake()
 
     def _observe(self, limited: bool) -> None:
         self.limited_share += BURST_WEIGHT * (float(limited) - self.limited_share)
 
-    def _on_success(self, tokens: int) -> None:
+    def _on_success(self, tokens: int, cost: float | None) -> None:
         self._observe(False)
-        if self.sync is not None:  # the hub counts tokens and grows the limit
-            self.sync.succeeded(tokens)
+        if self.sync is not None:  # the hub counts tokens and cost, and grows the limit
+            self.sync.succeeded(tokens, cost or 0.0)
+            if self.budgeted:  # at once: the budget is counted as answers arrive
+                self.sync.need()
             return
-        if self.tpm and tokens:
-            self._tokens.append((time.monotonic(), tokens))
+        if self.window is not None:
+            self.window.record(time.monotonic(), tokens, 1)
         if self.limit < self.maximum:
             self.limit = min(self.maximum, self.limit + 1.0 / max(self.limit, 1.0))
             if int(self.limit) != int(self.limit - 1.0 / max(self.limit, 1.0)):

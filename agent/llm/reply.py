@@ -111,4 +111,7 @@ def parse_reply(raw: bytes) -> ModelReply:
         finish_reason=finish if isinstance(finish, str) and finish else "stop",
         usage=read_usage(usage if isinstance(usage, dict) else {}),
         reasoning_details=message.get("reasoning_details") or None,
+        # Not OpenAI's: our embedded server says its grammar forced the reasoning (its words or
+        # its presence), so coverage statistics can tell it from reasoning the model chose.
+        reasoning_forced=message.get("reasoning_forced") is True,
     )

@@ -12,7 +12,14 @@ process keeps after a burst, and how long the tokens-per-minute budget is spent 
   60/rpm after the last, to whoever asks; a process gets only those due within `HORIZON`,
   so no process hoards the budget while another waits (split per process, `--rpm=60` over
   two workers gave one busy worker 30 rpm).
-- **tpm**: the tokens of every process, counted in one 60 s window.
+- **tpm**: the tokens of every process, counted in one 60 s window; a call in flight reserves
+  a call's mean tokens until its answer (`agent.llm.spend`), so the calls in flight cannot
+  overrun it before the first answer. Calls start on permits, as for rpm.
+- **max_cost**: the USD every process's answered calls cost, summed as they are reported
+  (a process reports each answer at once); once it reaches the budget the hub grants no start
+  permit and says so, and every process fails its waiting calls as `budget`. What a run spends
+  is then at most the budget plus the calls holding permits when it was reached (in flight, or
+  answered and not yet reported), and no more of them than the in-flight limit.
 - **adaptive in-flight limit**: one AIMD limit; a burst seen by any process halves it (once
   per generation: the other processes' 429s from the same burst carry the old generation)
   and pauses every process for the server's Retry-After; successes from all grow it back.
@@ -25,9 +32,10 @@ Times cross as seconds from now, never as clock readings: nodes' clocks differ.
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
+
+from agent.llm.spend import TokenWindow
 
 DECREASE = 0.5
 HORIZON = 0.5  # seconds ahead for which start permits are granted at once
@@ -43,6 +51,8 @@ class Report:
     want_starts: int = 0  # start permits wanted (rpm), beyond those held
     successes: int = 0
     tokens: int = 0
+    cost: float = 0.0  # USD of the answered calls
+    released: int = 0  # start permits given back: their calls ended, or they went unused
     burst_generation: int | None = None  # the generation under which it saw a 429 burst
     retry_after: float | None = None
 
@@ -57,6 +67,8 @@ class Grant:
     tpm_wait: float = 0.0  # the tokens-per-minute budget is spent for this long
     generation: int = 0
     limit: float = 0.0  # the global in-flight limit now
+    spent: float = 0.0  # USD the run's answered calls cost (counted when max_cost is set)
+    budget_reached: bool = False  # max_cost is spent: start no call
 
 
 class LimitLink(Protocol):
@@ -69,18 +81,30 @@ class LimitLink(Protocol):
 class LimitHub:
     """The run's one rate limit; `exchange` is its only operation (callers serialize it)."""
 
-    def __init__(self, maximum: int, *, rpm: float | None = None, tpm: float | None = None) -> None:
+    def __init__(
+        self,
+        maximum: int,
+        *,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        max_cost: float | None = None,
+    ) -> None:
         self.maximum = max(1, maximum)
         self.limit = float(self.maximum)
-        self.rpm, self.tpm = rpm, tpm
+        self.rpm, self.max_cost = rpm, max_cost
+        self.window = TokenWindow(tpm) if tpm else None
         self.generation = 0
         self.paused_until = 0.0
         self.next_start = 0.0
         self.demand: dict[str, int] = {}
         self.seen: dict[str, float] = {}  # member -> when it last reported
-        self.tokens: deque[tuple[float, int]] = deque()
-        self.token_sum = 0
+        self.held: dict[str, int] = {}  # member -> start permits granted and not given back
+        self.spent = 0.0
         self.cuts = 0
+
+    @property
+    def budget_reached(self) -> bool:
+        return self.max_cost is not None and self.spent >= self.max_cost
 
     def exchange(self, report: Report) -> Grant:
         now = time.monotonic()
@@ -90,11 +114,13 @@ class LimitHub:
         self._account(report, now)
         return Grant(
             share=self._share(report.member),
-            starts=self._starts(report.want_starts, now),
+            starts=self._grant_starts(report, now),
             pause=max(0.0, self.paused_until - now),
             tpm_wait=self._tpm_wait(now),
             generation=self.generation,
             limit=self.limit,
+            spent=self.spent,
+            budget_reached=self.budget_reached,
         )
 
     def _account(self, report: Report, now: float) -> None:
@@ -108,14 +134,16 @@ class LimitHub:
             if self.limit >= self.maximum:
                 break
             self.limit = min(float(self.maximum), self.limit + 1.0 / self.limit)
-        if self.tpm and report.tokens:
-            self.tokens.append((now, report.tokens))
-            self.token_sum += report.tokens
+        if self.window is not None:
+            self.window.record(now, report.tokens, report.successes)
+        self.spent += report.cost
+        self.held[report.member] = max(0, self.held.get(report.member, 0) - report.released)
 
     def _forget_silent(self, now: float) -> None:
         """A member that stopped reporting (its process or node is gone) holds no share."""
         for member in [m for m, at in self.seen.items() if at < now - STALE]:
             del self.seen[member], self.demand[member]
+            self.held.pop(member, None)
 
     def _share(self, member: str) -> int:
         """Max-min fair split of the limit by demand; what nobody asks for is split evenly, so a
@@ -132,9 +160,24 @@ class LimitHub:
         spare = left // max(1, len(demands))
         return max(1, shares.get(member, 0) + spare)
 
-    def _starts(self, wanted: int, now: float) -> tuple[float, ...]:
-        if not self.rpm or wanted <= 0:
+    def _grant_starts(self, report: Report, now: float) -> tuple[float, ...]:
+        """Start permits for `report.member`: none once the budget is spent, no more than the
+        token window has room for, paced by rpm."""
+        wanted = report.want_starts
+        if self.budget_reached:
             return ()
+        if self.window is not None:
+            wanted = min(wanted, self.window.allowance(now, sum(self.held.values())))
+        starts = self._starts(wanted, now)
+        if starts:
+            self.held[report.member] = self.held.get(report.member, 0) + len(starts)
+        return starts
+
+    def _starts(self, wanted: int, now: float) -> tuple[float, ...]:
+        if wanted <= 0:
+            return ()
+        if not self.rpm:
+            return (0.0,) * wanted
         interval = 60.0 / self.rpm
         starts: list[float] = []
         while len(starts) < wanted:
@@ -146,8 +189,6 @@ class LimitHub:
         return tuple(starts)
 
     def _tpm_wait(self, now: float) -> float:
-        if not self.tpm:
+        if self.window is None:
             return 0.0
-        while self.tokens and self.tokens[0][0] < now - 60:
-            self.token_sum -= self.tokens.popleft()[1]
-        return self.tokens[0][0] + 60 - now if self.token_sum >= self.tpm else 0.0
+        return self.window.wait(now, sum(self.held.values()))

@@ -23,7 +23,7 @@ from typing import Any
 
 from agent.config.agent_config import AgentConfig
 from agent.errors import ModelAPIError
-from agent.export.analysis import RENAMED_CALL_IDS, SEPARATED
+from agent.export.analysis import FORCED_REASONING, RENAMED_CALL_IDS, SEPARATED
 from agent.llm.request import build_request
 from agent.loop.conversation import ConversationResult, Outcome, Prompt
 from agent.protocols import ChatModel, ModelReply, SandboxFactory, ToolCall, Usage
@@ -78,6 +78,8 @@ def assistant_message(
         message[RENAMED_CALL_IDS] = renamed
     if reply.reasoning_details:
         message["reasoning_details"] = reply.reasoning_details
+    if reply.reasoning_forced and reply.reasoning:
+        message[FORCED_REASONING] = True
     if reply.finish_reason == "length":
         message["truncated"] = True
     return message

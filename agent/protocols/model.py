@@ -97,6 +97,7 @@ class ModelReply:
     finish_reason: str
     usage: Usage
     reasoning_details: list[Any] | None = None
+    reasoning_forced: bool = False  # the endpoint's output grammar made the model write it
 
 
 class ChatModel(Protocol):

@@ -22,6 +22,7 @@ from typing import Any
 
 from agent.store.jsonl import json_int
 from agent.store.summary_view import render_statistics
+from agent.store.tool_counts import add_tool_stats, percent, tool_statistics
 
 __all__ = ["HISTORY_POINTS", "RunStatistics", "has_reasoning", "merge_histories", "render_statistics"]
 
@@ -58,10 +59,6 @@ class Spend:
 
     def known(self) -> float | None:
         return round(self.usd, 6) if self.costed else None
-
-
-def _percent(part: int, whole: int) -> float:
-    return round(100.0 * part / whole, 2) if whole else 0.0
 
 
 def has_reasoning(value: str) -> bool:
@@ -119,7 +116,7 @@ class RunStatistics:
         mappings), and `type(v) is int` is `json_int` without the bools, zero counts skipped."""
         stats = entry.get("tool_stats")
         if isinstance(stats, dict):
-            self._add_tool_stats(stats)
+            add_tool_stats(self._tools, stats)
         self._add_turns(entry.get("conversations") or ())
         entries = self._entries
         entries["entries"] += 1
@@ -128,6 +125,7 @@ class RunStatistics:
         entries["api_calls"] += json_int(entry.get("api_calls"))
         metadata = entry.get("metadata")
         metadata = metadata if isinstance(metadata, dict) else {}
+        self._turns["forced"] += json_int(metadata.get("reasoning_forced_turns"))
         self._outcomes[str(metadata.get("outcome") or "unknown")] += 1
         self._add_toolsets(entry.get("toolsets_used"), metadata.get("toolsets_unavailable"))
         _add_tokens(self._tokens, metadata.get("usage"))
@@ -147,18 +145,6 @@ class RunStatistics:
             "unavailable": dict(sorted(self._lost.items())),
             "prompts_missing_toolsets": self._entries["missing_toolsets"],
         }
-
-    def _add_tool_stats(self, stats: dict[Any, Any]) -> None:
-        tools = self._tools
-        for tool, counts in stats.items():
-            row = tools.get(tool)
-            if row is None:
-                row = tools[str(tool)] = Counter()
-            if isinstance(counts, dict):
-                for key in ("count", "success", "failure"):
-                    value = counts.get(key)
-                    if type(value) is int and value:
-                        row[key] += value
 
     def _add_turns(self, conversations: Iterable[Any]) -> None:
         """Assistant turns, those with reasoning, and whether the entry has any."""
@@ -215,27 +201,17 @@ class RunStatistics:
         worker replaces its earlier snapshot instead of adding to it."""
         self._limiters[worker if worker is not None else ("anonymous", len(self._limiters))] = worker_stats
 
-    def _tool_statistics(self) -> dict[str, dict[str, int | float]]:
-        rows = sorted(self._tools.items(), key=lambda item: (-item[1]["count"], item[0]))
-        return {
-            tool: {
-                "count": c["count"],
-                "success": c["success"],
-                "failure": c["failure"],
-                "success_rate": _percent(c["success"], c["success"] + c["failure"]),
-                "failure_rate": _percent(c["failure"], c["success"] + c["failure"]),
-            }
-            for tool, c in rows
-        }
-
     def _reasoning_statistics(self) -> dict[str, int | float]:
         turns, with_reasoning = self._turns["turns"], self._turns["with_reasoning"]
         return {
             "total_assistant_turns": turns,
             "turns_with_reasoning": with_reasoning,
             "turns_without_reasoning": turns - with_reasoning,
-            "coverage_percent": _percent(with_reasoning, turns),
+            "coverage_percent": percent(with_reasoning, turns),
             "entries_with_reasoning": self._turns["entries"],
+            # The endpoint's grammar forced some (the embedded model's): not the model's choice.
+            "turns_with_forced_reasoning": self._turns["forced"],
+            "model_written_coverage_percent": percent(with_reasoning - self._turns["forced"], turns),
         }
 
     def _rate_limiting(self) -> dict[str, Any]:
@@ -282,7 +258,7 @@ class RunStatistics:
             "model": model,
             "completed_at": datetime.now().astimezone().isoformat(),
             "duration_seconds": round(duration_seconds, 2),
-            "tool_statistics": self._tool_statistics(),
+            "tool_statistics": tool_statistics(self._tools),
             "reasoning_statistics": self._reasoning_statistics(),
             "discarded_no_reasoning": self._discards["no_reasoning"],
             "discarded": dict(sorted(self._discards.items())),

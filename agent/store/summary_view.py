@@ -75,7 +75,11 @@ def _cost_line(stats: Mapping[str, Any]) -> str:
     if cost.get("this_invocation_usd") is None:
         line += " (no usage.cost from the endpoint; --price_input/--price_output price the tokens)"
     if budget.get("max_cost_usd") is not None:
-        reached = "reached: no new prompt was started" if budget.get("reached") else "not reached"
+        reached = (
+            "reached: no model call started after it (cut prompts failed as budget)"
+            if budget.get("reached")
+            else "not reached"
+        )
         line += f" · --max_cost={_usd(budget['max_cost_usd'])} {reached}"
     return line
 

@@ -184,18 +184,25 @@ def _prior_call_count(messages: list[dict[str, Any]]) -> int:
 
 
 def parse_turn(text: str, tool_names: set[str], first_call: int) -> dict[str, Any]:
-    """The assistant message for the model's output. Output that is not one of the two
-    shapes becomes a final answer with the raw text: a malformed turn must never crash."""
+    """The assistant message for the model's output. Output that is not one of the two shapes
+    (a turn cut at max_tokens mid-JSON) has no answer: empty content, never the raw JSON as
+    if the model had answered with it; a malformed turn must never crash.
+
+    The grammar made the model write its reasoning (every turn must carry one, and a tool
+    turn's opens with "I will use the <tool> tool to"), so a message with reasoning says so in
+    `reasoning_forced` (not an OpenAI field): statistics count it apart from reasoning a model
+    writes of its own accord."""
     try:
         turn = json.loads(text)
     except ValueError:
         turn = None
+    message: dict[str, Any] = {"role": "assistant", "content": ""}
     if not isinstance(turn, dict):
-        return {"role": "assistant", "content": text}
+        return message
     reasoning = turn.get("reasoning")
-    message: dict[str, Any] = {"role": "assistant", "content": text}
     if isinstance(reasoning, str) and reasoning.strip():
         message["reasoning"] = reasoning.strip()
+        message["reasoning_forced"] = True
     if turn.get("tool") in tool_names and isinstance(turn.get("arguments"), dict):
         message["content"] = None
         message["tool_calls"] = [

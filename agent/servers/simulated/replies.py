@@ -179,11 +179,11 @@ def build_completion(body: Mapping[str, Any], turn: Turn, default_model: str) ->
         "created": int(time.time()),
         "model": body.get("model") or default_model,
         "choices": [choice],
-        "usage": _usage(body, turn),
+        "usage": usage_of(body, turn),
     }
 
 
-def _usage(body: Mapping[str, Any], turn: Turn) -> dict[str, Any]:
+def usage_of(body: Mapping[str, Any], turn: Turn) -> dict[str, Any]:
     """Rough token counts (4 characters a token), never zero."""
     prompt_chars = len(json.dumps(body.get("messages") or [])) + len(json.dumps(body.get("tools") or []))
     reasoning_chars = len(turn.reasoning or "")
