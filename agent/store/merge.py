@@ -1,9 +1,12 @@
 """The merged output of a run: `trajectories.jsonl` rewritten from every batch file.
 
-First line per prompt key wins; entries calling tools the registry does not know are dropped;
-tombstones are never merged; a line that is not UTF-8, not JSON, not an object or has no key
-is counted and skipped (the reference aborted its whole merge on a non-object line). Kept lines
-are copied byte for byte as read.
+First line per prompt key wins; tombstones are never merged, nor the result lines of a key in
+`exclude` (those a tombstone withdrew: their entry is in discarded.jsonl); a line that is not
+UTF-8, not JSON, not an object or has no key is counted and skipped (the reference aborted its
+whole merge on a non-object line). Kept lines are copied byte for byte as read, but for an entry
+calling a tool the registry does not know: the reference dropped it, which lost a prompt the run
+called done; it is kept, labelled `tool_not_offered` in `metadata.discard_reasons` (the filter
+that discards it when the run does not keep malformed entries).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.store.durable import atomic_write
-from agent.store.jsonl import read_lines
+from agent.store.jsonl import encode_line, read_lines
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import TRAJECTORIES_FILE, batch_files
 
@@ -25,10 +28,20 @@ class MergeReport:
     files: int = 0
     written: int = 0
     duplicates: int = 0
-    corrupted: int = 0
+    labelled: int = 0  # entries calling unknown tools, written with the label they lacked
     invalid_lines: int = 0
     unknown_tools: dict[str, int] = field(default_factory=dict)  # tool name -> entries calling it
     tombstones: int = 0
+    withdrawn: int = 0  # result lines of keys a tombstone moved to discarded.jsonl
+    # the keys written: the caller checks every prompt it calls done is among them
+    kept_keys: set[str] = field(default_factory=set, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `merge` section of statistics.json (counts, no keys)."""
+        return {k: v for k, v in vars(self).items() if k != "kept_keys"}
+
+
+UNKNOWN_TOOL_REASON = "tool_not_offered"  # a tool the registry does not know was offered to no one
 
 
 def unknown_tools(entry: dict[str, Any], valid_tools: Collection[str]) -> list[str]:
@@ -42,12 +55,14 @@ def merge_run(
     valid_tools: Collection[str],
     on_entry: Callable[[dict[str, Any]], None] | None = None,
     output: str = TRAJECTORIES_FILE,
+    exclude: Collection[str] = (),
 ) -> MergeReport:
-    """Rewrite `output` atomically from every batch file: first line per prompt key, entries
-    calling unknown tools dropped. Each kept line is copied as read, newline-terminated."""
+    """Rewrite `output` atomically from every batch file: first line per prompt key, keys in
+    `exclude` left out. Each kept line is copied as read (an entry calling unknown tools gains
+    its label first), newline-terminated."""
     report = MergeReport()
     resolver = KeyResolver()
-    seen: set[str] = set()
+    seen = report.kept_keys
     unknown: Counter[str] = Counter()
     files = batch_files(directory)
     report.files = len(files)
@@ -59,13 +74,14 @@ def merge_run(
                     report.invalid_lines += 1
                 elif is_tombstone(entry):
                     report.tombstones += 1
+                elif key in exclude:
+                    report.withdrawn += 1
                 elif key in seen:
                     report.duplicates += 1
-                elif bad := unknown_tools(entry, valid_tools):
-                    seen.add(key)
-                    report.corrupted += 1
-                    unknown.update(bad)
                 else:
+                    if bad := unknown_tools(entry, valid_tools):
+                        unknown.update(bad)
+                        line, entry = _labelled(line, entry, report)
                     seen.add(key)
                     out.write(line + b"\n")
                     report.written += 1
@@ -73,3 +89,16 @@ def merge_run(
                         on_entry(entry)
     report.unknown_tools = dict(unknown)
     return report
+
+
+def _labelled(line: bytes, entry: dict[str, Any], report: MergeReport) -> tuple[bytes, dict[str, Any]]:
+    """The entry with `tool_not_offered` in its `metadata.discard_reasons` (as it was if there)."""
+    metadata = entry.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    reasons = metadata.get("discard_reasons")
+    reasons = list(reasons) if isinstance(reasons, list) else []
+    if UNKNOWN_TOOL_REASON in reasons:
+        return line, entry
+    report.labelled += 1
+    entry = {**entry, "metadata": {**metadata, "discard_reasons": [*reasons, UNKNOWN_TOOL_REASON]}}
+    return encode_line(entry).rstrip(b"\n"), entry
