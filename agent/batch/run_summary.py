@@ -29,7 +29,9 @@ def run_summary(cfg: RunConfig, scan: DatasetScan, duration: float) -> dict[str,
         "dataset": {
             "file": scan.path,
             "lines": scan.total_lines,
-            "valid": scan.valid,
+            "valid": scan.valid + scan.truncated,  # valid rows of the file
+            "used": scan.valid,  # those this run used (all but what --max_samples left out)
+            "max_samples": cfg.max_samples,
             "invalid": scan.error_count,
         },
     }

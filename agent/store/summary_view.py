@@ -87,8 +87,9 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
         f"Prompts processed this run: {_n(run.get('processed'))} (✓ {_n(run.get('completed'))} completed, "
         f"◐ {_n(run.get('partial'))} partial, ⌫ {_n(run.get('discarded'))} discarded, "
         f"✗ {_n(run.get('failed'))} failed) · {run.get('prompts_per_second', 0.0):.2f} prompts/s",
+        *_whole_run(stats.get("whole_run") or {}),
         _merged_line(stats, merged),
-        f"Duration: {_duration(float(stats.get('duration_seconds') or 0.0))}",
+        f"Duration: {_duration(float(run.get('duration_seconds', stats.get('duration_seconds')) or 0.0))}",
         f"Tokens this run: {_token_line(tokens.get('this_invocation') or {})}",
         *(
             []
@@ -97,16 +98,44 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
         ),
         _cost_line(stats),
         f"Model: {stats.get('model')} · distribution: {stats.get('distribution')} · "
-        f"{_n(stats.get('total_prompts'))} prompts, {_n(stats.get('total_batches'))} batches of "
+        f"{_plural(stats.get('total_prompts'), 'prompt')}, {_plural(stats.get('total_batches'), 'batch')} of "
         f"{_n(stats.get('batch_size'))} this run",
     ]
     lines += _lost_toolsets(stats.get("toolsets") or {})
-    for label in ("dataset", "merge"):
-        if any(json_int(value) for value in (stats.get(label) or {}).values()):
-            lines.append(f"{label.capitalize()}: {_counts_line(stats[label])}")
+    lines += _dataset_line(stats.get("dataset") or {})
+    if any(json_int(value) for value in (stats.get("merge") or {}).values()):
+        lines.append(f"Merge: {_counts_line(stats['merge'])}")
     return Panel(
         Text("\n".join(lines)), title=Text(f"Run statistics — {stats.get('run_name')}"), expand=False
     )
+
+
+def _plural(count: Any, noun: str) -> str:
+    return f"{_n(count)} {noun}{'' if json_int(count) == 1 else ('es' if noun.endswith('h') else 's')}"
+
+
+def _whole_run(total: Mapping[str, Any]) -> list[str]:
+    """The whole run's figures, when more than one invocation wrote this run directory."""
+    if json_int(total.get("invocations")) < 2:
+        return []
+    tokens = (total.get("tokens") or {}).get("total")
+    return [
+        f"Whole run ({_n(total.get('invocations'))} invocations): {_n(total.get('processed'))} prompts "
+        f"processed (✓ {_n(total.get('completed'))} completed, ◐ {_n(total.get('partial'))} partial, "
+        f"⌫ {_n(total.get('discarded'))} discarded, ✗ {_n(total.get('failed'))} failed) · "
+        f"{_n(total.get('api_calls'))} model calls · {_n(tokens)} tokens · {_usd(total.get('cost_usd'))} · "
+        f"{_duration(float(total.get('duration_seconds') or 0.0))} running"
+    ]
+
+
+def _dataset_line(dataset: Mapping[str, Any]) -> list[str]:
+    """The dataset's counts; under --max_samples, how many of its valid rows this run used."""
+    if not any(json_int(value) for value in dataset.values()):
+        return []
+    line = f"Dataset: lines {_n(dataset.get('lines'))} · valid {_n(dataset.get('valid'))}"
+    if dataset.get("max_samples") is not None:
+        line += f" · used {_n(dataset.get('used'))} (--max_samples={_n(dataset['max_samples'])})"
+    return [line + f" · invalid {_n(dataset.get('invalid'))}"]
 
 
 def _lost_toolsets(toolsets: Mapping[str, Any]) -> list[str]:
@@ -142,13 +171,20 @@ def _tool_table(tools: Mapping[str, Mapping[str, Any]]) -> Table | Text:
 
 def _reasoning(stats: Mapping[str, Any]) -> Text:
     r = stats.get("reasoning_statistics") or {}
-    return Text(
+    discarded = r.get("discarded_entries") or {}
+    line = (
         f"Reasoning coverage: {r.get('coverage_percent', 0.0):.2f}% of "
-        f"{_n(r.get('total_assistant_turns'))} assistant turns "
+        f"{_n(r.get('total_assistant_turns'))} assistant turns in the output "
         f"({_n(r.get('turns_with_reasoning'))} with reasoning, "
         f"{_n(r.get('turns_without_reasoning'))} without); "
         f"{_n(r.get('entries_with_reasoning'))} entries have reasoning"
     )
+    if json_int(discarded.get("assistant_turns")):
+        line += (
+            f"\n  discarded entries (not in the output): {_n(discarded.get('assistant_turns'))} assistant "
+            f"turns, {_n(discarded.get('turns_with_reasoning'))} with reasoning"
+        )
+    return Text(line)
 
 
 def _problems(stats: Mapping[str, Any]) -> Text:
@@ -163,6 +199,13 @@ def _problems(stats: Mapping[str, Any]) -> Text:
         named = ", ".join(str(i) for i in done.get("not_started_indices") or [])
         more = " …" if json_int(done["not_started"]) > len(done.get("not_started_indices") or []) else ""
         lines.append(f"Not started: {_n(done['not_started'])} prompts (dataset indices {named}{more})")
+    for key, label in (
+        ("interrupted_in_flight", "Interrupted in flight"),
+        ("missing_from_output", "Missing"),
+    ):
+        if json_int(done.get(key)):
+            named = ", ".join(str(i) for i in done.get(f"{key}_indices") or [])
+            lines.append(f"{label}: {_n(done[key])} prompts (dataset indices {named})")
     return Text("\n".join(lines))
 
 
@@ -195,6 +238,8 @@ def _rate_limiting(stats: Mapping[str, Any]) -> Text:
     )
     if limits:
         line += f" · in-flight limit {min(limits):g}–{max(limits):g}, final {limits[-1]:g}"
+    if r.get("partial"):
+        line += "\n  partial: a worker died before reporting its counters (those above leave out its calls)"
     return Text(line)
 
 
