@@ -93,12 +93,14 @@ def test_reasoning_statistics_count_gpt_turns_and_entries() -> None:
     stats = RunStatistics()
     stats.add_entry(entry("<think>a</think>x", EMPTY_THINK + "y", "<think>b</think>z"))
     stats.add_entry(entry(EMPTY_THINK + "only"))
+    stats.add_discarded_entry(entry("<think>c</think>q", "w"))  # counted apart, not in the coverage
     assert document(stats)["reasoning_statistics"] == {
         "total_assistant_turns": 4,
         "turns_with_reasoning": 2,
         "turns_without_reasoning": 2,
         "coverage_percent": 50.0,
         "entries_with_reasoning": 1,
+        "discarded_entries": {"assistant_turns": 2, "turns_with_reasoning": 1},
     }
 
 
