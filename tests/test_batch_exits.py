@@ -130,9 +130,11 @@ def test_ctrl_c_summary_says_what_is_on_disk_and_the_next_step(tmp_path: Path) -
     flat = " ".join(err.replace("│", " ").split())  # the summary panel wraps at the console width
     assert "Trajectories in merged file: 0" not in flat and "tools available" not in flat
     assert "not rewritten (interrupted); on disk: 2 results in the batch files and 0 discards of 4" in flat
-    assert "Tokens in merged file" not in flat and "Not started: 2 prompts (dataset indices 1, 3)" in flat
+    assert "Tokens in merged file" not in flat and "Not started" not in flat
+    assert "Interrupted in flight: 2 prompts (dataset indices 1, 3)" in flat  # running, cancelled
     last = err.rstrip().splitlines()[-1]
-    assert last.startswith("Interrupted: 2 of 4 prompts are done and on disk") and "--resume" in last
+    assert last.startswith("Interrupted: 2 of 4 prompts are done and on disk (2 interrupted in flight, 0 not")
+    assert "--resume" in last
     stats = read_json(run_dir / "statistics.json")
     assert stats["merged"] is False and stats["completion"]["interrupted"] is True
     assert not (run_dir / "trajectories.jsonl").exists()

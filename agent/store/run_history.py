@@ -110,6 +110,8 @@ def with_history(doc: dict[str, Any], previous: Any, *, ran: bool) -> dict[str, 
         "duration_seconds": doc["duration_seconds"],
     }
     doc["duration_seconds"] = total["duration_seconds"]
+    doc["tokens"] = {**_mapping(doc.get("tokens")), "whole_run": total["tokens"]}
+    doc["cost"] = {**_mapping(doc.get("cost")), "whole_run_usd": total["cost_usd"]}
     limiting = dict(_mapping(doc.get("rate_limiting")))
     history = _shifted(
         _mapping(before.get("rate_limiting")).get("limit_history"), limiting.get("limit_history"), offset
