@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from agent.config.run_config import KEPT_BY, RunConfig
 from agent.protocols import RunStore, StoredKeys
+from agent.protocols.store import MergeSummary
 from agent.store.index import discard_reasons
 from agent.store.jsonl import read_lines
 from agent.store.keys import KeyResolver, is_tombstone, record_key
 from agent.store.layout import DISCARDED_FILE, batch_files
+from agent.store.merge import UNKNOWN_TOOL_REASON
+from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
 log = logging.getLogger("agent.batch.run")
 
@@ -81,6 +84,27 @@ def withdraw_kept(config: RunConfig, store: RunStore, stored: StoredKeys) -> Cou
             stored.tombstoned.add(key)
             withdrawn[reason] += 1
     return withdrawn
+
+
+def merge_output(
+    config: RunConfig, store: RunStore, on_entry: Callable[[dict[str, Any]], None], withdrawn: Collection[str]
+) -> tuple[MergeSummary, Counter[str]]:
+    """Merge trajectories.jsonl, the `withdrawn` keys left out; an entry calling a tool the
+    registry does not know is kept (labelled) when the run keeps malformed entries, else moved
+    to discarded.jsonl: never dropped without a record. Returns the merge and the moves."""
+    keep = config.keeps(UNKNOWN_TOOL_REASON)
+    merged = store.merge(set(TOOL_TO_TOOLSET_MAP), on_entry, exclude=withdrawn, keep_unknown=keep)
+    return merged, withdraw_unkept(config, store, merged.unkept)
+
+
+def withdraw_unkept(
+    config: RunConfig, store: RunStore, unkept: list[tuple[str, dict[str, Any]]]
+) -> Counter[str]:
+    """Move the entries the merge did not keep (calling tools the registry does not know, the
+    run not keeping malformed entries) to discarded.jsonl; returns how many per reason."""
+    for key, entry in unkept:
+        _withdraw(store, key, UNKNOWN_TOOL_REASON, entry, config.batch_size)
+    return Counter({UNKNOWN_TOOL_REASON: len(unkept)} if unkept else {})
 
 
 def _withdraw(store: RunStore, key: str, reason: str, entry: dict[str, Any], batch_size: int) -> None:

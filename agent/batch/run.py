@@ -37,7 +37,7 @@ from agent.batch.events import (
 from agent.batch.jobs import Job
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
-from agent.batch.recovery import current_discards, reapply_filters
+from agent.batch.recovery import current_discards, merge_output, reapply_filters
 from agent.batch.run_summary import checkpoint, filters_and_budget, run_summary
 from agent.batch.scheduler import Scheduler, Tally
 from agent.config.run_config import RunConfig
@@ -52,7 +52,6 @@ from agent.store.statistics import RunStatistics, render_statistics
 from agent.store.summary_view import render_next_steps
 from agent.store.timeline import Timeline
 from agent.toolbox.distributions import sample_toolsets_from_distribution
-from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
 if TYPE_CHECKING:
     from agent.cluster.scheduler import RayScheduler
@@ -269,9 +268,10 @@ class BatchRun:
         report = RunReport(self.config.run_dir)
         merged_keys = None
         if tally is None or not tally.interrupted:
-            merged = self.store.merge(
-                set(TOOL_TO_TOOLSET_MAP), on_entry=self._on_merged(report), exclude=self.tombstoned
+            merged, withdrawn = merge_output(
+                self.config, self.store, self._on_merged(report), self.tombstoned
             )
+            self.withdrawn += withdrawn
             summary["merge"] = merged.as_dict()
             merged_keys = merged.kept_keys
             for entry in current_discards(self.config.run_dir, merged_keys):

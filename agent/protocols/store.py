@@ -34,6 +34,9 @@ class MergeSummary(Protocol):
     @property
     def kept_keys(self) -> set[str]: ...
 
+    @property
+    def unkept(self) -> list[tuple[str, dict[str, Any]]]: ...  # (key, entry) to move to discards
+
     def as_dict(self) -> dict[str, Any]: ...
 
 
@@ -66,6 +69,7 @@ class RunStore(Protocol):
         on_entry: Callable[[dict[str, Any]], None] | None = None,
         output: str = ...,
         exclude: Collection[str] = (),
-    ) -> MergeSummary: ...  # `exclude`: keys whose result lines are not merged (withdrawn)
+        keep_unknown: bool = True,
+    ) -> MergeSummary: ...  # `exclude`: keys not merged (withdrawn); `keep_unknown`: see merge_run
 
     def read_json(self, name: str) -> Any | None: ...  # None when missing or corrupt

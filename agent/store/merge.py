@@ -5,8 +5,9 @@ First line per prompt key wins; tombstones are never merged, nor the result line
 UTF-8, not JSON, not an object or has no key is counted and skipped (the reference aborted its
 whole merge on a non-object line). Kept lines are copied byte for byte as read, but for an entry
 calling a tool the registry does not know: the reference dropped it, which lost a prompt the run
-called done; it is kept, labelled `tool_not_offered` in `metadata.discard_reasons` (the filter
-that discards it when the run does not keep malformed entries).
+called done. It is labelled `tool_not_offered` in `metadata.discard_reasons` (the filter that
+discards such an entry) and kept when `keep_unknown` (the run keeps malformed entries), else
+handed back in `unkept` for the caller to move to discarded.jsonl.
 """
 
 from __future__ import annotations
@@ -30,15 +31,17 @@ class MergeReport:
     duplicates: int = 0
     labelled: int = 0  # entries calling unknown tools, written with the label they lacked
     invalid_lines: int = 0
-    unknown_tools: dict[str, int] = field(default_factory=dict)  # tool name -> entries calling it
+    unknown_tools: Counter[str] = field(default_factory=Counter)  # tool name -> entries calling it
     tombstones: int = 0
     withdrawn: int = 0  # result lines of keys a tombstone moved to discarded.jsonl
+    not_kept: int = 0  # entries calling unknown tools, not written (`unkept`)
     # the keys written: the caller checks every prompt it calls done is among them
     kept_keys: set[str] = field(default_factory=set, repr=False)
+    unkept: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)  # (key, entry)
 
     def as_dict(self) -> dict[str, Any]:
-        """The `merge` section of statistics.json (counts, no keys)."""
-        return {k: v for k, v in vars(self).items() if k != "kept_keys"}
+        """The `merge` section of statistics.json (counts, no keys or entries)."""
+        return {k: v for k, v in vars(self).items() if k not in ("kept_keys", "unkept")}
 
 
 UNKNOWN_TOOL_REASON = "tool_not_offered"  # a tool the registry does not know was offered to no one
@@ -56,14 +59,14 @@ def merge_run(
     on_entry: Callable[[dict[str, Any]], None] | None = None,
     output: str = TRAJECTORIES_FILE,
     exclude: Collection[str] = (),
+    keep_unknown: bool = True,
 ) -> MergeReport:
     """Rewrite `output` atomically from every batch file: first line per prompt key, keys in
     `exclude` left out. Each kept line is copied as read (an entry calling unknown tools gains
-    its label first), newline-terminated."""
+    its label first, and is only kept with `keep_unknown`), newline-terminated."""
     report = MergeReport()
     resolver = KeyResolver()
     seen = report.kept_keys
-    unknown: Counter[str] = Counter()
     files = batch_files(directory)
     report.files = len(files)
     with atomic_write(directory / output) as out:
@@ -80,15 +83,24 @@ def merge_run(
                     report.duplicates += 1
                 else:
                     if bad := unknown_tools(entry, valid_tools):
-                        unknown.update(bad)
+                        report.unknown_tools.update(bad)
                         line, entry = _labelled(line, entry, report)
+                        if not _keeps(key, entry, keep_unknown, report):
+                            continue
                     seen.add(key)
                     out.write(line + b"\n")
                     report.written += 1
                     if on_entry is not None:
                         on_entry(entry)
-    report.unknown_tools = dict(unknown)
     return report
+
+
+def _keeps(key: str, entry: dict[str, Any], keep_unknown: bool, report: MergeReport) -> bool:
+    """Whether an entry calling unknown tools is written; if not, the caller gets it back."""
+    if not keep_unknown:
+        report.not_kept += 1
+        report.unkept.append((key, entry))
+    return keep_unknown
 
 
 def _labelled(line: bytes, entry: dict[str, Any], report: MergeReport) -> tuple[bytes, dict[str, Any]]:
