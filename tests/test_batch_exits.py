@@ -112,6 +112,10 @@ def test_a_dead_busy_worker_loses_only_the_prompt_it_was_running(tmp_path: Path)
         assert completion["failed"] + stopped + completion["in_output"] == 8
         err = (tmp_path / "runner.err").read_text()
         assert "Failed this run: worker_lost 1" in err
+        # the dead worker's limiter counters never arrived: the endpoint figures say they are partial
+        assert read_json(run_dir / "statistics.json")["rate_limiting"]["partial"] is True
+        flat = " ".join(err.replace("│", " ").split())
+        assert "partial: a worker died before reporting its counters" in flat
         assert err.rstrip().splitlines()[-1].endswith("Next: rerun with --resume to run them.")
 
 

@@ -179,3 +179,35 @@ def test_an_interrupted_run_and_its_resume_add_up_to_the_data(tmp_path: Path) ->
     assert stats["duration_seconds"] == pytest.approx(
         sum(i["duration_seconds"] for i in stats["invocations"])
     )
+
+
+def test_the_summary_and_report_say_what_the_data_holds(tmp_path: Path) -> None:
+    """Under --max_samples, the dataset line says how many rows were used; one batch is "1 batch";
+    a run whose filter discarded everything still counts the turns it made (as discarded)."""
+    prompts = [f"Numbers {i}" for i in range(12)]
+    with SimulatedEndpoint() as endpoint:
+        for prompt in prompts:
+            endpoint.script(prompt, tool_then_answer(reasoning=False))
+        write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        cli = BatchCLI(tmp_path, endpoint)
+        done = cli.run("--dataset_file=d.jsonl", "--batch_size=10", "--run_name=n", "--max_samples=3")
+    assert done.returncode == 0, done
+    run_dir = cli.run_dir("n")
+    stats = read_json(run_dir / "statistics.json")
+    assert stats["dataset"] | {"file": None} == {
+        "file": None, "lines": 12, "valid": 12, "used": 3, "max_samples": 3, "invalid": 0
+    }  # fmt: skip
+    discarded = [d["entry"] for d in read_jsonl(run_dir / "discarded.jsonl")]
+    turns = sum(1 for e in discarded for t in e["conversations"] if t["from"] == "gpt")
+    assert len(discarded) == 3 and turns == 6
+    reasoning = stats["reasoning_statistics"]
+    assert reasoning["total_assistant_turns"] == 0  # the output is empty
+    assert reasoning["discarded_entries"] == {"assistant_turns": turns, "turns_with_reasoning": 0}
+    err = " ".join(done.stderr.replace("│", " ").split())
+    assert "3 prompts, 1 batch of 10 this run" in err and "1 batches" not in err
+    assert "Dataset: lines 12 · valid 12 · used 3 (--max_samples=3) · invalid 0" in err
+    assert "discarded entries (not in the output): 6 assistant turns, 0 with reasoning" in err
+    rows = summary_rows((run_dir / "report.html").read_text())
+    assert rows["Reasoning coverage"] == (
+        "0.0% of 0 assistant turns in the output (discarded entries: 6 turns, 0 with reasoning)"
+    )

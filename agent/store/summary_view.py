@@ -239,7 +239,11 @@ def _rate_limiting(stats: Mapping[str, Any]) -> Text:
     if limits:
         line += f" · in-flight limit {min(limits):g}–{max(limits):g}, final {limits[-1]:g}"
     if r.get("partial"):
-        line += "\n  partial: a worker died before reporting its counters (those above leave out its calls)"
+        calls = (stats.get("whole_run") or {}).get("api_calls")
+        line += (
+            "\n  partial: a worker died before reporting its counters (those above leave out its calls); "
+            f"the prompts that finished made {_n(calls)} model calls"
+        )
     return Text(line)
 
 
