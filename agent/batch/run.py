@@ -116,7 +116,8 @@ class BatchRun:
         self._reap_sandboxes()
         index = self.store.scan()
         self.attempts = dict(index.failures)
-        self.previous = self.store.read_json("statistics.json")
+        # a resume continues the run's figures; a fresh run's directory has no results to add to
+        self.previous = self.store.read_json("statistics.json") if self.config.resume else None
         self.store.write_json("run_config.json", self.config.public())
         self.withdrawn, self.recovered = reapply_filters(self.config, self.store, index)
         self.tombstoned = set(index.tombstoned)
