@@ -219,7 +219,7 @@ class BatchRun:
             case Cancelled():
                 self.cancelled_keys.add(event.key)
             case LimiterReport():
-                self.stats.add_limiter(event.stats, worker=event.worker)
+                self.stats.add_limiter(event.stats)
             case LimiterPulse() if self.monitor is not None:
                 self.monitor.pulse(event)
         self._check_budget()
