@@ -8,6 +8,7 @@ endpoint over HTTP, with a real Ctrl-C (SIGINT to the runner's process group).
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -16,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from agent.servers.simulated.server import SimulatedEndpoint
 from agent.store.run_history import join_timelines, previous_invocations, with_history
+from agent.store.statistics import render_statistics
 from agent.store.timeline import COLUMNS, TIMELINE_POINTS
 from tests.test_batch_support import (
     BatchCLI,
@@ -76,6 +79,18 @@ def test_a_resume_that_runs_prompts_adds_to_the_run_on_one_clock() -> None:
     # seconds after the first invocation's 3 s; cumulative counters after its last values
     assert second["timeline"]["points"][-1][:4] == [4.0, 5.0, 0.0, 50.0]
     assert second["rate_limiting"]["limit_history"] == [[0.0, 4.0], [3.0, 4.0]]
+
+
+def test_the_summary_of_a_resume_shows_the_whole_run() -> None:
+    first = with_history(invocation_doc(4, 3.0, 8, [point(1, 4)]), None, ran=True)
+    again = with_history(invocation_doc(0, 0.02, 0, []), first, ran=False)
+    console = Console(file=io.StringIO(), width=400)
+    render_statistics(again, console)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "Prompts processed this run: 0" in text
+    assert "Whole run (2 invocations): 4 prompts processed (✓ 4 completed" in text
+    assert "· 8 model calls · 40 tokens · cost unknown · 0:00:03 (3.00 s) running" in text
+    assert "Endpoint (whole run, 2 invocations): 8 calls" in text
 
 
 def test_a_document_from_an_older_version_counts_as_one_invocation() -> None:

@@ -25,6 +25,7 @@ from agent.store.timeline import TIMELINE_POINTS
 _SPLIT = ("processed", "completed", "partial", "discarded", "failed", "api_calls")
 _TOKENS = ("prompt", "completion", "reasoning", "total")
 ENDPOINT = ("calls", "rate_limited", "server_errors", "timeouts", "connection_errors")
+_PEAKS = ("peak_inflight", "workers")
 _CUMULATIVE = ("finished", "failed", "tokens", "rate_limited", "server_errors")  # timeline columns
 
 
@@ -52,7 +53,7 @@ def invocation_record(doc: Mapping[str, Any], *, ran: bool = True) -> dict[str, 
         "cost_usd": cost if isinstance(cost, int | float) and not isinstance(cost, bool) else None,
         "discarded_per_reason": dict(_mapping(doc.get("discarded"))),
         "failures": dict(_mapping(doc.get("failures"))),
-        "endpoint": {key: json_int(limiting.get(key)) for key in (*ENDPOINT, "peak_inflight")},
+        "endpoint": {key: json_int(limiting.get(key)) for key in (*ENDPOINT, *_PEAKS)},
         "endpoint_partial": bool(limiting.get("partial")),
     }
 
@@ -83,7 +84,8 @@ def whole_run(invocations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     total["failures"] = _sum_counts(i.get("failures") for i in invocations)
     endpoints = [_mapping(i.get("endpoint")) for i in invocations]
     total["endpoint"] = {key: sum(json_int(e.get(key)) for e in endpoints) for key in ENDPOINT}
-    total["endpoint"]["peak_inflight"] = max((json_int(e.get("peak_inflight")) for e in endpoints), default=0)
+    for key in _PEAKS:  # the largest of any invocation, not a sum
+        total["endpoint"][key] = max((json_int(e.get(key)) for e in endpoints), default=0)
     total["endpoint_partial"] = any(i.get("endpoint_partial") for i in invocations)
     return total
 

@@ -20,15 +20,10 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.store.jsonl import json_int
-
-
-def _n(value: Any) -> str:
-    return f"{json_int(value):,}"
-
-
-def _duration(seconds: float) -> str:
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d} ({seconds:.2f} s)"
+from agent.store.summary_lines import dataset_lines, endpoint_label, plural, whole_run_lines
+from agent.store.summary_lines import duration as _duration
+from agent.store.summary_lines import n as _n
+from agent.store.summary_lines import usd as _usd
 
 
 def _token_line(tokens: Mapping[str, Any]) -> str:
@@ -63,10 +58,6 @@ def _merged_line(stats: Mapping[str, Any], merged: Mapping[str, Any]) -> str:
     )
 
 
-def _usd(value: Any) -> str:
-    return f"${value:,.6f}" if isinstance(value, int | float) and not isinstance(value, bool) else "unknown"
-
-
 def _cost_line(stats: Mapping[str, Any]) -> str:
     cost, budget = stats.get("cost") or {}, stats.get("budget") or {}
     line = f"Cost this run: {_usd(cost.get('this_invocation_usd'))}"
@@ -87,7 +78,7 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
         f"Prompts processed this run: {_n(run.get('processed'))} (✓ {_n(run.get('completed'))} completed, "
         f"◐ {_n(run.get('partial'))} partial, ⌫ {_n(run.get('discarded'))} discarded, "
         f"✗ {_n(run.get('failed'))} failed) · {run.get('prompts_per_second', 0.0):.2f} prompts/s",
-        *_whole_run(stats.get("whole_run") or {}),
+        *whole_run_lines(stats.get("whole_run") or {}),
         _merged_line(stats, merged),
         f"Duration: {_duration(float(run.get('duration_seconds', stats.get('duration_seconds')) or 0.0))}",
         f"Tokens this run: {_token_line(tokens.get('this_invocation') or {})}",
@@ -98,44 +89,16 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
         ),
         _cost_line(stats),
         f"Model: {stats.get('model')} · distribution: {stats.get('distribution')} · "
-        f"{_plural(stats.get('total_prompts'), 'prompt')}, {_plural(stats.get('total_batches'), 'batch')} of "
+        f"{plural(stats.get('total_prompts'), 'prompt')}, {plural(stats.get('total_batches'), 'batch')} of "
         f"{_n(stats.get('batch_size'))} this run",
     ]
     lines += _lost_toolsets(stats.get("toolsets") or {})
-    lines += _dataset_line(stats.get("dataset") or {})
+    lines += dataset_lines(stats.get("dataset") or {})
     if any(json_int(value) for value in (stats.get("merge") or {}).values()):
         lines.append(f"Merge: {_counts_line(stats['merge'])}")
     return Panel(
         Text("\n".join(lines)), title=Text(f"Run statistics — {stats.get('run_name')}"), expand=False
     )
-
-
-def _plural(count: Any, noun: str) -> str:
-    return f"{_n(count)} {noun}{'' if json_int(count) == 1 else ('es' if noun.endswith('h') else 's')}"
-
-
-def _whole_run(total: Mapping[str, Any]) -> list[str]:
-    """The whole run's figures, when more than one invocation wrote this run directory."""
-    if json_int(total.get("invocations")) < 2:
-        return []
-    tokens = (total.get("tokens") or {}).get("total")
-    return [
-        f"Whole run ({_n(total.get('invocations'))} invocations): {_n(total.get('processed'))} prompts "
-        f"processed (✓ {_n(total.get('completed'))} completed, ◐ {_n(total.get('partial'))} partial, "
-        f"⌫ {_n(total.get('discarded'))} discarded, ✗ {_n(total.get('failed'))} failed) · "
-        f"{_n(total.get('api_calls'))} model calls · {_n(tokens)} tokens · {_usd(total.get('cost_usd'))} · "
-        f"{_duration(float(total.get('duration_seconds') or 0.0))} running"
-    ]
-
-
-def _dataset_line(dataset: Mapping[str, Any]) -> list[str]:
-    """The dataset's counts; under --max_samples, how many of its valid rows this run used."""
-    if not any(json_int(value) for value in dataset.values()):
-        return []
-    line = f"Dataset: lines {_n(dataset.get('lines'))} · valid {_n(dataset.get('valid'))}"
-    if dataset.get("max_samples") is not None:
-        line += f" · used {_n(dataset.get('used'))} (--max_samples={_n(dataset['max_samples'])})"
-    return [line + f" · invalid {_n(dataset.get('invalid'))}"]
 
 
 def _lost_toolsets(toolsets: Mapping[str, Any]) -> list[str]:
@@ -231,7 +194,8 @@ def _rate_limiting(stats: Mapping[str, Any]) -> Text:
     r = stats.get("rate_limiting") or {}
     limits = [point[1] for point in r.get("limit_history") or []]
     line = (
-        f"Endpoint: {_n(r.get('calls'))} calls · {_n(r.get('rate_limited'))} rate-limited (429) · "
+        f"{endpoint_label(stats)}: {_n(r.get('calls'))} calls · "
+        f"{_n(r.get('rate_limited'))} rate-limited (429) · "
         f"{_n(r.get('server_errors'))} server errors · {_n(r.get('timeouts'))} timeouts · "
         f"{_n(r.get('connection_errors'))} connection errors\n"
         f"  peak {_n(r.get('peak_inflight'))} in flight (sum over {_n(r.get('workers'))} workers)"
