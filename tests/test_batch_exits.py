@@ -107,9 +107,15 @@ def test_a_dead_busy_worker_loses_only_the_prompt_it_was_running(tmp_path: Path)
         assert [f["error_class"] for f in lost] == ["worker_lost"]
         completion = read_json(run_dir / "statistics.json")["completion"]
         assert completion["failed"] == 1
-        assert completion["failed"] + completion["not_started"] + completion["in_output"] == 8
+        assert completion["failed"] == 1
+        stopped = completion["not_started"] + completion["interrupted_in_flight"]  # the survivor's cancelled
+        assert completion["failed"] + stopped + completion["in_output"] == 8
         err = (tmp_path / "runner.err").read_text()
         assert "Failed this run: worker_lost 1" in err
+        # the dead worker's limiter counters never arrived: the endpoint figures say they are partial
+        assert read_json(run_dir / "statistics.json")["rate_limiting"]["partial"] is True
+        flat = " ".join(err.replace("│", " ").split())
+        assert "partial: a worker died before reporting its counters" in flat
         assert err.rstrip().splitlines()[-1].endswith("Next: rerun with --resume to run them.")
 
 
@@ -130,9 +136,11 @@ def test_ctrl_c_summary_says_what_is_on_disk_and_the_next_step(tmp_path: Path) -
     flat = " ".join(err.replace("│", " ").split())  # the summary panel wraps at the console width
     assert "Trajectories in merged file: 0" not in flat and "tools available" not in flat
     assert "not rewritten (interrupted); on disk: 2 results in the batch files and 0 discards of 4" in flat
-    assert "Tokens in merged file" not in flat and "Not started: 2 prompts (dataset indices 1, 3)" in flat
+    assert "Tokens in merged file" not in flat and "Not started" not in flat
+    assert "Interrupted in flight: 2 prompts (dataset indices 1, 3)" in flat  # running, cancelled
     last = err.rstrip().splitlines()[-1]
-    assert last.startswith("Interrupted: 2 of 4 prompts are done and on disk") and "--resume" in last
+    assert last.startswith("Interrupted: 2 of 4 prompts are done and on disk (2 interrupted in flight, 0 not")
+    assert "--resume" in last
     stats = read_json(run_dir / "statistics.json")
     assert stats["merged"] is False and stats["completion"]["interrupted"] is True
     assert not (run_dir / "trajectories.jsonl").exists()

@@ -183,7 +183,9 @@ def test_huggingface_datasets_loads_the_output(finished: FinishedRun, tmp_path: 
     assert rows[TRUNCATED]["tool_stats"]["terminal"]["count"] == 0
 
 
-def test_merge_drops_duplicates_and_corrupted_entries_and_counts_them(finished: FinishedRun) -> None:
+def test_merge_drops_duplicates_and_moves_unknown_tool_entries_to_discards(finished: FinishedRun) -> None:
+    """An entry calling a tool no toolset has is malformed: without --keep_malformed it goes to
+    discarded.jsonl with its reason (the merge used to drop it without a record)."""
     cli = BatchCLI(finished.cli.workdir / "merge", finished.cli.endpoint)
     run_dir = cli.run_dir("out")
     shutil.copytree(finished.run_dir, run_dir)
@@ -204,8 +206,11 @@ def test_merge_drops_duplicates_and_corrupted_entries_and_counts_them(finished: 
     merged = [human_prompt(e) for e in read_jsonl(run_dir / "trajectories.jsonl")]
     assert sorted(merged) == sorted(row["prompt"] for row in ROWS)
     merge = read_json(run_dir / "statistics.json")["merge"]
-    assert (merge["duplicates"], merge["corrupted"]) == (1, 1)
+    assert (merge["duplicates"], merge["not_kept"]) == (1, 1)
     assert merge["unknown_tools"] == {"hallucinated_tool": 1}
+    [moved] = [d for d in read_jsonl(run_dir / "discarded.jsonl") if d.get("moved_from_output")]
+    assert (moved["prompt_key"], moved["reason"]) == ("ghost:0", "tool_not_offered")
+    assert moved["entry"]["metadata"]["discard_reasons"] == ["tool_not_offered"]
 
 
 def test_verbose_log_lines_are_whole_with_prefix_and_preview(tmp_path: Path) -> None:

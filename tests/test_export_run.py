@@ -119,8 +119,10 @@ def test_datasets_loads_every_export_with_one_schema(
     rows = {row["prompt_index"]: row for row in loaded}
     for entry in exported.entries:
         row = rows[entry["prompt_index"]]
-        ours = ("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage")
+        ours = ("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage", "discard_reasons")
         assert json.loads(row["metadata"]) == {k: v for k, v in entry["metadata"].items() if k not in ours}
+        if name != "openai":  # a kept flawed entry's label has its own column
+            assert row["discard_reasons"] == entry["metadata"].get("discard_reasons", [])
         assert (row["outcome"], row["model"]) == (entry["metadata"]["outcome"], "sim/export-model")
         assert row["usage"]["total_tokens"] == entry["metadata"]["usage"]["total_tokens"]
         stats = {s["name"]: [s["count"], s["success"], s["failure"]] for s in row["tool_stats"]}

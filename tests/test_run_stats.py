@@ -106,6 +106,7 @@ def test_reasoning_statistics_count_gpt_turns_and_entries() -> None:
     forced["metadata"]["reasoning_forced_turns"] = 1  # the endpoint's grammar wrote one of them
     stats.add_entry(forced)
     stats.add_entry(entry(EMPTY_THINK + "only"))
+    stats.add_discarded_entry(entry("<think>c</think>q", "w"))  # counted apart, not in the coverage
     assert document(stats)["reasoning_statistics"] == {
         "total_assistant_turns": 4,
         "turns_with_reasoning": 2,
@@ -114,6 +115,7 @@ def test_reasoning_statistics_count_gpt_turns_and_entries() -> None:
         "entries_with_reasoning": 1,
         "turns_with_forced_reasoning": 1,
         "model_written_coverage_percent": 25.0,
+        "discarded_entries": {"assistant_turns": 2, "turns_with_reasoning": 1},
     }
 
 

@@ -308,7 +308,7 @@ def test_scan_derives_keys_from_the_human_turn_when_metadata_has_none(run: RunDi
 # ---------------------------------------------------------------- merge
 
 
-def test_merge_orders_numerically_dedupes_and_filters_corrupted(run: RunDirectory) -> None:
+def test_merge_orders_numerically_dedupes_and_labels_unknown_tools(run: RunDirectory) -> None:
     run.append_result(10, entry("late"))
     run.append_result(2, entry("early"))
     run.append_result(2, entry("dup"))
@@ -320,12 +320,37 @@ def test_merge_orders_numerically_dedupes_and_filters_corrupted(run: RunDirector
     seen: list[dict[str, Any]] = []
     report = run.merge(TOOLS, on_entry=seen.append)
     merged = [json.loads(line) for line in lines_of(run.path / "trajectories.jsonl")]
-    assert [e["conversations"][1]["value"] for e in merged] == ["early", "dup", "late"]
+    # an entry calling a tool the registry does not know is kept, never dropped without a record
+    assert [e["conversations"][1]["value"] for e in merged] == ["early", "dup", "bad", "bad2", "late"]
     assert merged[1]["prompt_index"] == 0  # the first line per key wins
     assert seen == merged
-    assert (report.files, report.written, report.duplicates, report.corrupted) == (3, 3, 1, 2)
+    labels = [e["metadata"].get("discard_reasons") for e in merged]
+    assert labels == [None, None, ["tool_not_offered"], ["tool_not_offered"], None]
+    assert (report.files, report.written, report.duplicates, report.labelled) == (3, 5, 1, 2)
     assert report.unknown_tools == {"hallucinated": 2, "rm_rf": 1}
     assert report.invalid_lines == 0
+    assert report.kept_keys == {prompt_key(p, 0) for p in ("early", "dup", "bad", "bad2", "late")}
+    assert "kept_keys" not in report.as_dict()
+
+
+def test_a_tombstone_after_a_result_withdraws_it_and_a_later_result_brings_it_back(run: RunDirectory) -> None:
+    """A key's last line in its shard decides: result, tombstone (moved to discarded.jsonl),
+    result again (recovered); the merge leaves out the keys it is told are withdrawn."""
+    labelled = entry("flawed")
+    labelled["metadata"]["discard_reasons"] = ["tool_not_offered"]
+    key = prompt_key("flawed", 0)
+    run.append_result(0, labelled)
+    assert run.scan().labels == {key: ["tool_not_offered"]}
+    run.append_result(0, {"prompt_key": key, "discarded": True, "metadata": {"prompt_key": key}})
+    index = run.scan()
+    assert key not in index.done and key in index.discarded and index.tombstoned == {key}
+    assert index.labels == {}
+    report = run.merge(TOOLS, exclude=index.tombstoned)
+    assert (report.written, report.withdrawn, report.tombstones) == (0, 1, 1)
+    run.append_result(0, labelled)
+    index = run.scan()
+    assert key in index.done and index.tombstoned == set() and index.labels == {key: ["tool_not_offered"]}
+    assert run.merge(TOOLS, exclude=index.tombstoned).written == 1
 
 
 def test_merge_copies_lines_verbatim_and_terminates_each_one(run: RunDirectory) -> None:

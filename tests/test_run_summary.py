@@ -10,6 +10,9 @@ from typing import Any
 
 from rich.console import Console
 
+from agent.batch.completion import Completion
+from agent.batch.dataset import DatasetRow
+from agent.store.index import RunIndex
 from agent.store.summary_view import next_steps, render_next_steps
 
 REPORT = Path("data/run/report.html")
@@ -67,3 +70,19 @@ def test_rendered_lines_are_whole_and_the_last_is_coloured_by_the_exit() -> None
     out.truncate(0)
     render_next_steps(stats(DONE, 0), console, trajectories=None, report=REPORT)
     assert "\x1b[32mDone: all 10" in out.getvalue()
+
+
+def test_a_done_prompt_missing_from_the_merged_output_is_never_exit_0() -> None:
+    """The exit code comes from the run directory, and a prompt whose result line the merge
+    did not write into trajectories.jsonl is missing, named, and exits 1."""
+    rows = [DatasetRow(i, i + 1, f"p{i}", f"k{i}", 0, None, None, {}) for i in range(3)]
+    stored = RunIndex(done={"k0", "k1"}, discarded={"k2"})
+    honest = Completion.of(rows, stored, set(), merged={"k0", "k1"})
+    assert (honest.in_output, honest.discarded, honest.exit_code) == (2, 1, 0)
+    dropped = Completion.of(rows, stored, set(), merged={"k0"})
+    assert (dropped.in_output, dropped.lost, dropped.exit_code) == (1, [1], 1)
+    assert dropped.as_dict()["missing_from_output_indices"] == [1]
+    assert dropped.next_step().startswith("Not done: 1 done but missing from trajectories.jsonl of 3")
+    cancelled = Completion.of(rows, RunIndex(done={"k0"}), set(), cancelled={"k1"}, interrupted=True)
+    assert (cancelled.in_flight, cancelled.not_started, cancelled.exit_code) == ([1], [2], 130)
+    assert "(1 interrupted in flight, 1 not started, 0 failed)" in cancelled.next_step()

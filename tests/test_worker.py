@@ -241,6 +241,7 @@ def test_a_repeated_call_id_is_discarded_unless_kept_and_then_each_call_has_its_
     kept = answer(job(), done, keep_no_reasoning=False, keep_malformed=True)
     assert isinstance(kept, Finished) and kept.completed
     entry = json.loads(kept.line)
+    assert entry["metadata"]["discard_reasons"] == ["duplicate_call_id"]  # kept, labelled
     assert entry["tool_stats"]["terminal"] == {"count": 2, "success": 2, "failure": 0, "nonzero_exit": 0}
     responses = entry["conversations"][3]["value"]
     assert responses.index("one") < responses.index("two")
@@ -265,9 +266,8 @@ def test_the_first_filter_in_order_is_the_reason_and_every_one_is_recorded() -> 
     assert event.entry["metadata"]["discard_reasons"] == everything
     event = answer(job(), result(messages=messages), keep_no_reasoning=False, keep_malformed=True)
     assert isinstance(event, Discarded) and event.reason == "no_reasoning"
-    assert isinstance(
-        answer(job(), result(messages=messages), keep_no_reasoning=True, keep_malformed=True), Finished
-    )
+    kept = answer(job(), result(messages=messages), keep_no_reasoning=True, keep_malformed=True)
+    assert isinstance(kept, Finished) and json.loads(kept.line)["metadata"]["discard_reasons"] == everything
 
 
 def test_the_loop_stops_at_the_configured_turn_limit() -> None:

@@ -1,9 +1,10 @@
 """Whether a run is done, decided from the run directory itself (never from counted events).
 
-Every valid prompt of the dataset is in the output (a result line in a batch file), discarded
-by a filter, failed in this invocation, or not started (nor finished: waiting when the run
-stopped, or cancelled by the stop). The exit code and the summary's last line, the next step,
-follow from that split alone.
+Every valid prompt of the dataset is in the output (a result line in a batch file, and in
+trajectories.jsonl once merged: one the merge did not write is `lost`, never silently dropped),
+discarded by a filter, failed in this invocation, interrupted in flight (running when the run
+was stopped, cancelled), or not started. The exit code and the summary's last line, the next
+step, follow from that split alone.
 """
 
 from __future__ import annotations
@@ -26,30 +27,45 @@ class Completion:
     discarded: int = 0
     failed: int = 0  # failed in this invocation, no outcome on disk
     not_started: list[int] = field(default_factory=list)  # dataset indices
+    in_flight: list[int] = field(default_factory=list)  # dataset indices, cancelled by the stop
+    lost: list[int] = field(default_factory=list)  # done on disk, not in the merged output
     interrupted: bool = False
     stopped_by: str | None = None  # "max_cost", "worker_lost" or None
 
     @classmethod
     def of(
-        cls, rows: Iterable[DatasetRow], stored: StoredKeys, failed_keys: Collection[str], **state: Any
+        cls,
+        rows: Iterable[DatasetRow],
+        stored: StoredKeys,
+        failed_keys: Collection[str],
+        *,
+        cancelled: Collection[str] = (),
+        merged: Collection[str] | None = None,
+        **state: Any,
     ) -> Completion:
-        """The split of the dataset's `rows` by what `stored` (a fresh scan) holds."""
+        """The split of the dataset's `rows` by what `stored` (a fresh scan) holds; with
+        `merged` (the keys the merge wrote), a done prompt missing from it is `lost`."""
         done = cls(**state)
         for row in rows:
             done.valid += 1
             if row.key in stored.done:
-                done.in_output += 1
+                if merged is None or row.key in merged:
+                    done.in_output += 1
+                else:
+                    done.lost.append(row.index)
             elif row.key in stored.discarded:
                 done.discarded += 1
             elif row.key in failed_keys:
                 done.failed += 1
+            elif row.key in cancelled:
+                done.in_flight.append(row.index)
             else:
                 done.not_started.append(row.index)
         return done
 
     @property
     def missing(self) -> int:
-        return self.failed + len(self.not_started)
+        return self.failed + len(self.not_started) + len(self.in_flight) + len(self.lost)
 
     @property
     def exit_code(self) -> int:
@@ -62,14 +78,20 @@ class Completion:
         finished = self.in_output + self.discarded
         if self.interrupted:
             return (
-                f"Interrupted: {finished} of {self.valid} prompts are done and on disk; "
-                "trajectories.jsonl was not rewritten. Next: rerun with --resume to finish and merge."
+                f"Interrupted: {finished} of {self.valid} prompts are done and on disk "
+                f"({len(self.in_flight)} interrupted in flight, {len(self.not_started)} not started, "
+                f"{self.failed} failed); trajectories.jsonl was not rewritten. "
+                "Next: rerun with --resume to finish and merge."
             )
         if not self.missing:
             return f"Done: all {self.valid} valid prompts are in trajectories.jsonl or discarded.jsonl."
         parts = [f"{self.failed} failed"] if self.failed else []
+        if self.in_flight:
+            parts.append(f"{len(self.in_flight)} interrupted in flight")
         if self.not_started:
             parts.append(f"{len(self.not_started)} not started")
+        if self.lost:  # a bug or a hand-edited file: say so, --resume cannot fix it
+            parts.append(f"{len(self.lost)} done but missing from trajectories.jsonl")
         because = {"max_cost": " (--max_cost reached)", "worker_lost": " (a worker died)"}
         why = because.get(self.stopped_by or "", "")
         counts = " and ".join(parts)
@@ -86,6 +108,10 @@ class Completion:
             "failed": self.failed,
             "not_started": len(self.not_started),
             "not_started_indices": self.not_started[:NAMED],
+            "interrupted_in_flight": len(self.in_flight),
+            "interrupted_in_flight_indices": self.in_flight[:NAMED],
+            "missing_from_output": len(self.lost),
+            "missing_from_output_indices": self.lost[:NAMED],
             "interrupted": self.interrupted,
             "stopped_by": self.stopped_by,
             "exit_code": self.exit_code,

@@ -28,6 +28,7 @@ class Finished:
     completed: bool
     outcome: str
     usage: dict[str, float]
+    api_calls: int = 0  # model calls the conversation made (the parent's count of them)
 
 
 @dataclass(frozen=True)

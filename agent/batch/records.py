@@ -11,7 +11,9 @@ malformed (the analysis' flaws: `duplicate_call_id`, `tool_not_offered`, `invali
 `leaked_tool_call`) or no turn has reasoning (`no_reasoning`), unless the run keeps that kind
 (`agent.config.run_config.KEPT_BY`). When several apply, the first in that order is the
 discard's reason, and the entry's `metadata.discard_reasons` lists every one that applied,
-so an entry recovered when the run keeps more is checked against them all.
+so an entry recovered when the run keeps more is checked against them all. A flawed entry the
+run keeps carries the same label: the data says what is wrong with it, and a later run that
+does not keep it moves it to discarded.jsonl (`agent.batch.recovery`).
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ def answer(
     reasons = filters_applying(analysis)
     kept = {"keep_no_reasoning": keep_no_reasoning, "keep_malformed": keep_malformed}
     discarding = [reason for reason in reasons if not kept[KEPT_BY[reason]]]
-    if discarding:
+    if reasons:
         entry["metadata"]["discard_reasons"] = reasons
+    if discarding:
         return Discarded(job.key, job.index, discarding[0], entry, usage, datetime.now().isoformat())
     try:
         line = encode_line(entry)
@@ -56,7 +59,16 @@ def answer(
         return Failed.of(
             job, "exception", f"the entry cannot be written as JSON: {type(exc).__name__}: {exc}", usage
         )
-    return Finished(job.key, job.batch_num, job.index, line, result.completed, result.outcome.value, usage)
+    return Finished(
+        job.key,
+        job.batch_num,
+        job.index,
+        line,
+        result.completed,
+        result.outcome.value,
+        usage,
+        result.api_calls,
+    )
 
 
 def filters_applying(analysis: Analysis) -> list[str]:

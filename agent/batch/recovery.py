@@ -1,39 +1,134 @@
-"""Filters re-applied when a run starts: a discard whose filter is now off joins the output.
+"""Filters re-applied when a run starts, both ways, without a model call.
 
 `discarded.jsonl` keeps each filtered entry whole (it was paid for). When the run's config
-keeps that reason (`RunConfig.keeps`, after the `KEPT_BY` table), the entry is appended to its
-shard as a result line — merged and counted like any other, without a model call. Its key is
-then done, so a later start never adds it again.
+keeps every reason the entry fails (`RunConfig.keeps`, after the `KEPT_BY` table), the entry
+is appended to its shard as a result line — merged and counted like any other, its
+`metadata.discard_reasons` kept as its label (`recover_discards`). The other way, a kept entry
+whose label names a filter the run does not keep goes to discarded.jsonl (a record marked
+`moved_from_output`) and a tombstone follows its result line in its shard, so the scan calls
+its prompt discarded and the merge leaves it out (`withdraw_kept`). A key's last line in its
+shard decides, so an entry can move back and forth as runs keep and drop its filter.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from agent.config.run_config import KEPT_BY, RunConfig
 from agent.protocols import RunStore, StoredKeys
+from agent.protocols.store import MergeSummary
+from agent.store.index import discard_reasons
 from agent.store.jsonl import read_lines
-from agent.store.keys import record_key
-from agent.store.layout import DISCARDED_FILE
+from agent.store.keys import KeyResolver, is_tombstone, record_key
+from agent.store.layout import DISCARDED_FILE, batch_files
+from agent.store.merge import UNKNOWN_TOOL_REASON
+from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
+
+log = logging.getLogger("agent.batch.run")
+
+
+def reapply_filters(
+    config: RunConfig, store: RunStore, stored: StoredKeys
+) -> tuple[Counter[str], Counter[str]]:
+    """(withdrawn, recovered) per reason: the run's filters applied again to what is stored."""
+    withdrawn = withdraw_kept(config, store, stored)
+    for reason, count in sorted(withdrawn.items()):
+        log.warning("moved %d kept %s entries to discarded.jsonl: this run does not keep them", count, reason)
+    recovered = recover_discards(config, store, stored)
+    for reason, count in sorted(recovered.items()):
+        log.warning("moved %d %s discard(s) into the output: this run keeps them", count, reason)
+    return withdrawn, recovered
 
 
 def recover_discards(config: RunConfig, store: RunStore, stored: StoredKeys) -> Counter[str]:
-    """Move the discards whose filter is off into the output; returns how many per reason.
-    `stored.done` gains their keys."""
+    """Move the discards whose filters are all off into the output; returns how many per
+    reason. `stored.done` gains their keys."""
     recovered: Counter[str] = Counter()
     for _line, record in read_lines(config.run_dir / DISCARDED_FILE):
         key = record_key(record)
         if record is None or key is None or key in stored.done:
             continue
         reason, entry = str(record.get("reason")), record.get("entry")
-        if isinstance(entry, dict) and all(config.keeps(r) for r in _reasons(entry, reason)):
-            entry = _without_reasons(entry)
+        if isinstance(entry, dict) and all(config.keeps(r) for r in discard_reasons(entry) or [reason]):
             store.append_result(_batch_of(entry, record, config.batch_size), entry)
             stored.done.add(key)
+            stored.tombstoned.discard(key)
             recovered[reason] += 1
     return recovered
+
+
+def withdraw_kept(config: RunConfig, store: RunStore, stored: StoredKeys) -> Counter[str]:
+    """Move the kept entries whose label names a filter the run does not keep to
+    discarded.jsonl; returns how many per reason. Reads the batch files again only when the
+    scan found such an entry."""
+    unkept = {key for key, reasons in stored.labels.items() if not all(map(config.keeps, reasons))}
+    withdrawn: Counter[str] = Counter()
+    if not unkept:
+        return withdrawn
+    resolver = KeyResolver()
+    for path in batch_files(config.run_dir):
+        for _line, entry in read_lines(path):
+            key = resolver.result_key(entry) if entry is not None else None
+            if entry is None or key not in unkept or is_tombstone(entry):
+                continue
+            unkept.discard(key)
+            reason = next(r for r in discard_reasons(entry) if not config.keeps(r))
+            _withdraw(store, key, reason, entry, config.batch_size)
+            stored.done.discard(key)
+            stored.discarded.add(key)
+            stored.tombstoned.add(key)
+            withdrawn[reason] += 1
+    return withdrawn
+
+
+def merge_output(
+    config: RunConfig, store: RunStore, on_entry: Callable[[dict[str, Any]], None], withdrawn: Collection[str]
+) -> tuple[MergeSummary, Counter[str]]:
+    """Merge trajectories.jsonl, the `withdrawn` keys left out; an entry calling a tool the
+    registry does not know is kept (labelled) when the run keeps malformed entries, else moved
+    to discarded.jsonl: never dropped without a record. Returns the merge and the moves."""
+    keep = config.keeps(UNKNOWN_TOOL_REASON)
+    merged = store.merge(set(TOOL_TO_TOOLSET_MAP), on_entry, exclude=withdrawn, keep_unknown=keep)
+    return merged, withdraw_unkept(config, store, merged.unkept)
+
+
+def withdraw_unkept(
+    config: RunConfig, store: RunStore, unkept: list[tuple[str, dict[str, Any]]]
+) -> Counter[str]:
+    """Move the entries the merge did not keep (calling tools the registry does not know, the
+    run not keeping malformed entries) to discarded.jsonl; returns how many per reason."""
+    for key, entry in unkept:
+        _withdraw(store, key, UNKNOWN_TOOL_REASON, entry, config.batch_size)
+    return Counter({UNKNOWN_TOOL_REASON: len(unkept)} if unkept else {})
+
+
+def _withdraw(store: RunStore, key: str, reason: str, entry: dict[str, Any], batch_size: int) -> None:
+    """The discard record first: a crash between the two lines leaves the entry in both
+    files, still in the output (its key's last line is its result), never in neither."""
+    index = entry.get("prompt_index")
+    now = datetime.now().isoformat()
+    record = {"prompt_key": key, "prompt_index": index, "reason": reason, "timestamp": now}
+    store.append_discard({**record, "moved_from_output": True, "entry": entry})
+    batch = _batch_of(entry, record, batch_size)
+    store.append_result(
+        batch, {**record, "discarded": True, "metadata": {"prompt_key": key, "batch_num": batch}}
+    )
+
+
+def current_discards(run_dir: Path, output: Collection[str]) -> Iterator[dict[str, Any]]:
+    """The entries of discarded.jsonl whose prompt is not in the output, one per prompt."""
+    seen = set(output)
+    for _line, record in read_lines(run_dir / DISCARDED_FILE):
+        key = record_key(record)
+        entry = record.get("entry") if record is not None else None
+        if key is not None and key not in seen and isinstance(entry, dict):
+            seen.add(key)
+            yield entry
 
 
 def filter_warnings(discards: Mapping[str, int], entries: int) -> list[dict[str, Any]]:
@@ -49,22 +144,6 @@ def filter_warnings(discards: Mapping[str, int], entries: int) -> list[dict[str,
         for reason, count in sorted(discards.items())
         if 2 * count > entries
     ]
-
-
-def _reasons(entry: Mapping[str, Any], reason: str) -> list[str]:
-    """Every filter that discarded the entry (`metadata.discard_reasons`), else its one reason:
-    it is recovered only when the run keeps them all."""
-    metadata = entry.get("metadata")
-    listed = metadata.get("discard_reasons") if isinstance(metadata, dict) else None
-    return [str(r) for r in listed] if isinstance(listed, list) and listed else [reason]
-
-
-def _without_reasons(entry: dict[str, Any]) -> dict[str, Any]:
-    """The entry as a finished prompt's: without the discard's bookkeeping."""
-    metadata = entry.get("metadata")
-    if not isinstance(metadata, dict) or "discard_reasons" not in metadata:
-        return entry
-    return {**entry, "metadata": {k: v for k, v in metadata.items() if k != "discard_reasons"}}
 
 
 def _batch_of(entry: Mapping[str, Any], record: Mapping[str, Any], batch_size: int) -> int:

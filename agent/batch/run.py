@@ -4,8 +4,9 @@ Exactly once: a prompt is done when its line is in a batch file (or its discard 
 discarded.jsonl). Everything else — checkpoint.json, statistics.json, trajectories.jsonl —
 is derived from those append-only files and rewritten atomically. So is the exit code: a fresh
 scan at the end splits the dataset into done, discarded, failed and not started
-(`agent.batch.completion`); on start, discards whose filter is now off join the output
-(`agent.batch.recovery`); `--max_cost` stops scheduling once this invocation spent it.
+(`agent.batch.completion`); on start, filters re-apply both ways (`agent.batch.recovery`);
+`--max_cost` stops scheduling once this invocation spent it. statistics.json describes the
+whole run, this invocation being one record of it (`agent.store.run_history`).
 A prompt keeps the prompt_index it was first written with, whatever the dataset's new order
 (`agent.store.index.number_prompts` numbers the others), so indices are unique and stable.
 """
@@ -17,7 +18,6 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -25,12 +25,20 @@ from rich.console import Console
 from agent.batch.capacity import raise_fd_limit
 from agent.batch.completion import Completion
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
-from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, LimiterReport, WorkerEvent
+from agent.batch.events import (
+    Cancelled,
+    Discarded,
+    Failed,
+    Finished,
+    LimiterPulse,
+    LimiterReport,
+    WorkerEvent,
+)
 from agent.batch.jobs import Job
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
-from agent.batch.recovery import recover_discards
-from agent.batch.run_summary import filters_and_budget, run_summary
+from agent.batch.recovery import current_discards, merge_output, reapply_filters
+from agent.batch.run_summary import checkpoint, filters_and_budget, run_summary
 from agent.batch.scheduler import Scheduler, Tally
 from agent.config.run_config import RunConfig
 from agent.protocols import RunStore, StoredKeys
@@ -38,11 +46,12 @@ from agent.report import RunReport, write_report
 from agent.sandboxes import reap_stale
 from agent.store.directory import RunDirectory
 from agent.store.index import number_prompts
+from agent.store.jsonl import json_int
+from agent.store.run_history import with_history
 from agent.store.statistics import RunStatistics, render_statistics
 from agent.store.summary_view import render_next_steps
 from agent.store.timeline import Timeline
 from agent.toolbox.distributions import sample_toolsets_from_distribution
-from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
 if TYPE_CHECKING:
     from agent.cluster.scheduler import RayScheduler
@@ -65,7 +74,10 @@ class BatchRun:
         self.timeline = Timeline()
         self.scheduler: Scheduler | RayScheduler | None = None
         self.failed_keys: set[str] = set()
-        self.recovered: Counter[str] = Counter()
+        self.cancelled_keys: set[str] = set()  # in flight when the run was stopped
+        self.recovered, self.withdrawn = Counter[str](), Counter[str]()
+        self.tombstoned: set[str] = set()  # keys whose result a filter moved to discarded.jsonl
+        self.previous: Any = None  # the statistics.json of the earlier invocations
 
     def run(self, scan: DatasetScan) -> int:
         started = time.monotonic()
@@ -80,19 +92,20 @@ class BatchRun:
             else:
                 self.console.print("Every prompt of the dataset is already done; merging.")
             self._checkpoint()
-            interrupted = tally is not None and tally.interrupted
-            done = self._completion(tally)
-            self._finish(scan, started, done, merge=not interrupted)
+            done = self._finish(scan, started, tally, ran=bool(todo))
         finally:
             self.store.close()
         return done.exit_code
 
-    def _completion(self, tally: Tally | None) -> Completion:
-        """What the run directory now holds for each valid prompt (a fresh scan, not our counts)."""
+    def _completion(self, tally: Tally | None, merged: set[str] | None) -> Completion:
+        """What the run directory now holds for each valid prompt (a fresh scan, not our
+        counts), and with `merged` whether each done prompt is in the merged output."""
         return Completion.of(
             self._rows(),
             self.store.scan(),
             self.failed_keys,
+            cancelled=self.cancelled_keys,
+            merged=merged,
             interrupted=tally is not None and tally.interrupted,
             stopped_by=tally.stopped_by if tally is not None else None,
         )
@@ -103,10 +116,11 @@ class BatchRun:
         self._reap_sandboxes()
         index = self.store.scan()
         self.attempts = dict(index.failures)
+        # a resume continues the run's figures; a fresh run's directory has no results to add to
+        self.previous = self.store.read_json("statistics.json") if self.config.resume else None
         self.store.write_json("run_config.json", self.config.public())
-        self.recovered = recover_discards(self.config, self.store, index)
-        for reason, count in sorted(self.recovered.items()):
-            log.warning("moved %d %s discard(s) into the output: this run keeps them", count, reason)
+        self.withdrawn, self.recovered = reapply_filters(self.config, self.store, index)
+        self.tombstoned = set(index.tombstoned)
         return index
 
     def _reap_sandboxes(self) -> None:
@@ -192,16 +206,18 @@ class BatchRun:
             case Finished():
                 self.store.append_result(event.batch_num, event.line)
                 self._mark_done(event.prompt_index)
-                self.stats.add_processed(event.outcome, event.usage)
+                self.stats.add_processed(event.outcome, event.usage, event.api_calls)
                 self._advance("done" if event.completed else "partial", event.usage)
             case Discarded():
                 self.store.append_discard(event.record())
                 self._mark_done(event.prompt_index, discarded=True)
                 self.stats.add_discard(event.reason)
-                self.stats.add_processed("discarded", event.usage)
+                self.stats.add_processed("discarded", event.usage, json_int(event.entry.get("api_calls")))
                 self._advance("discarded", event.usage)
             case Failed():
                 self._record_failure(event)
+            case Cancelled():
+                self.cancelled_keys.add(event.key)
             case LimiterReport():
                 self.stats.add_limiter(event.stats)
             case LimiterPulse() if self.monitor is not None:
@@ -224,17 +240,14 @@ class BatchRun:
         self._batch(event.prompt_index)["failed"] += 1
         self.stats.add_failure(event.error_class)
         self.stats.add_processed("failed", event.usage)
-        self._report_failure(event)
+        if self.monitor is not None:
+            message = f"prompt {event.prompt_index} failed ({event.error_class}): {event.message[:200]}"
+            self.monitor.progress.log(message)
         self._advance("failed", event.usage)
 
     def _advance(self, outcome: str, usage: dict[str, float]) -> None:
         if self.monitor is not None:
             self.monitor.advance(outcome, usage)
-
-    def _report_failure(self, event: Failed) -> None:
-        message = f"prompt {event.prompt_index} failed ({event.error_class}): {event.message[:200]}"
-        if self.monitor is not None:
-            self.monitor.progress.log(message)
 
     def _mark_done(self, prompt_index: int, discarded: bool = False) -> None:
         self.done_indices.add(prompt_index)
@@ -244,30 +257,35 @@ class BatchRun:
 
     def _checkpoint(self) -> None:
         """Group commit: write_json makes the appended lines durable before describing them."""
-        self.store.write_json(
-            "checkpoint.json",
-            {
-                "run_name": self.config.run_name,
-                "completed_prompts": sorted(self.done_indices),
-                "batch_stats": {str(k): v for k, v in sorted(self.batch_stats.items())},
-                "last_updated": datetime.now().isoformat(),
-            },
-        )
+        self.store.write_json("checkpoint.json", checkpoint(self.config, self.done_indices, self.batch_stats))
 
-    def _finish(self, scan: DatasetScan, started: float, done: Completion, *, merge: bool) -> None:
+    def _finish(self, scan: DatasetScan, started: float, tally: Tally | None, *, ran: bool) -> Completion:
+        """Merge (unless interrupted), split the dataset by what is on disk, and write
+        statistics.json and the report for the whole run."""
         summary = run_summary(self.config, scan, time.monotonic() - started)
         report = RunReport(self.config.run_dir)
-        if merge:
-            merged = self.store.merge(set(TOOL_TO_TOOLSET_MAP), on_entry=self._on_merged(report))
-            summary["merge"] = dict(vars(merged))
-        stopped = self.scheduler is not None and self.scheduler.tally.stopped_by == "max_cost"
-        notes = filters_and_budget(self.config, self.stats, self.recovered, budget_reached=stopped)
-        extra = {"completion": done.as_dict(), "merged": merge, **notes}
+        merged_keys = None
+        if tally is None or not tally.interrupted:
+            merged, withdrawn = merge_output(
+                self.config, self.store, self._on_merged(report), self.tombstoned
+            )
+            self.withdrawn += withdrawn
+            summary["merge"] = merged.as_dict()
+            merged_keys = merged.kept_keys
+            for entry in current_discards(self.config.run_dir, merged_keys):
+                self.stats.add_discarded_entry(entry)
+        done = self._completion(tally, merged_keys)
+        moved = {"recovered_discards": self.recovered, "withdrawn_entries": self.withdrawn}
+        notes = filters_and_budget(self.config, self.stats, moved, tally)
+        extra = {"completion": done.as_dict(), "merged": merged_keys is not None, **notes}
         stats = self.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
+        stats["rate_limiting"]["partial"] = bool(tally is not None and tally.dead_workers)
+        stats = with_history(stats, self.previous, ran=ran)
         self.store.write_json("statistics.json", stats)
         render_statistics(stats, self.console)
-        trajectories = self.config.run_dir / "trajectories.jsonl" if merge else None
+        trajectories = self.config.run_dir / "trajectories.jsonl" if merged_keys is not None else None
         render_next_steps(stats, self.console, trajectories=trajectories, report=write_report(report, stats))
+        return done
 
     def _on_merged(self, report: RunReport) -> Callable[[dict[str, Any]], None]:
         """Each merged entry feeds statistics.json and the report in one pass over the output."""

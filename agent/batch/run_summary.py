@@ -1,14 +1,17 @@
 """The parts of statistics.json that describe the run rather than its entries: what was run
-on which dataset, and the filter notes and budget."""
+on which dataset, and the filter notes and budget; and checkpoint.json."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict
+from datetime import datetime
 from typing import Any
 
 from agent.batch.dataset import DatasetScan
 from agent.batch.recovery import filter_warnings
+from agent.batch.scheduler import Tally
 from agent.config.run_config import RunConfig
 from agent.store.statistics import RunStatistics
 
@@ -26,22 +29,35 @@ def run_summary(cfg: RunConfig, scan: DatasetScan, duration: float) -> dict[str,
         "dataset": {
             "file": scan.path,
             "lines": scan.total_lines,
-            "valid": scan.valid,
+            "valid": scan.valid + scan.truncated,  # valid rows of the file
+            "used": scan.valid,  # those this run used (all but what --max_samples left out)
+            "max_samples": cfg.max_samples,
             "invalid": scan.error_count,
         },
     }
 
 
+def checkpoint(cfg: RunConfig, done: set[int], batch_stats: dict[int, dict[str, int]]) -> dict[str, Any]:
+    """The `checkpoint.json` document (derived from the logs, for the reference's readers)."""
+    return {
+        "run_name": cfg.run_name,
+        "completed_prompts": sorted(done),
+        "batch_stats": {str(k): v for k, v in sorted(batch_stats.items())},
+        "last_updated": datetime.now().isoformat(),
+    }
+
+
 def filters_and_budget(
-    cfg: RunConfig, stats: RunStatistics, recovered: Counter[str], *, budget_reached: bool
+    cfg: RunConfig, stats: RunStatistics, moved: Mapping[str, Counter[str]], tally: Tally | None
 ) -> dict[str, Any]:
-    """The filter notes (heavy discards, recovered ones) and the budget."""
+    """The filter notes (heavy discards, entries the re-applied filters moved: `moved`, per
+    section name) and the budget."""
     return {
         "filter_warnings": filter_warnings(stats.discards, stats.entries_this_run),
-        "recovered_discards": dict(sorted(recovered.items())),
+        **{name: dict(sorted(counts.items())) for name, counts in moved.items()},
         "budget": {
             "max_cost_usd": cfg.max_cost,
-            "reached": budget_reached,
+            "reached": tally is not None and tally.stopped_by == "max_cost",
             "prices_per_million": asdict(cfg.prices) if cfg.prices else None,
         },
     }

@@ -21,13 +21,31 @@ class StoredKeys(Protocol):
     @property
     def indices(self) -> dict[str, int]: ...  # key -> the prompt_index it was first written with
 
+    @property
+    def tombstoned(self) -> set[str]: ...  # keys whose result was withdrawn (moved to discards)
+
+    @property
+    def labels(self) -> dict[str, list[str]]: ...  # key -> discard_reasons of a kept flawed entry
+
+
+class MergeSummary(Protocol):
+    """What a merge reports: its counts (`as_dict`, JSON) and the keys it wrote."""
+
+    @property
+    def kept_keys(self) -> set[str]: ...
+
+    @property
+    def unkept(self) -> list[tuple[str, dict[str, Any]]]: ...  # (key, entry) to move to discards
+
+    def as_dict(self) -> dict[str, Any]: ...
+
 
 class RunStore(Protocol):
     """Where a batch run's results go, as `BatchRun` uses it. `lock` then `repair` before the
     first append; `close` releases the lock. Appended lines survive kill -9 once the call
     returns; `write_json` replaces a file atomically after syncing every line appended before
     it, and `merge` writes the merged trajectories (calling `on_entry` for each) and returns
-    its report, an object whose attributes are the report's JSON fields."""
+    its report."""
 
     def lock(self) -> None: ...
 
@@ -46,5 +64,12 @@ class RunStore(Protocol):
     def write_json(self, name: str, data: Any) -> None: ...
 
     def merge(
-        self, valid_tools: Collection[str], on_entry: Callable[[dict[str, Any]], None] | None = None
-    ) -> object: ...
+        self,
+        valid_tools: Collection[str],
+        on_entry: Callable[[dict[str, Any]], None] | None = None,
+        output: str = ...,
+        exclude: Collection[str] = (),
+        keep_unknown: bool = True,
+    ) -> MergeSummary: ...  # `exclude`: keys not merged (withdrawn); `keep_unknown`: see merge_run
+
+    def read_json(self, name: str) -> Any | None: ...  # None when missing or corrupt

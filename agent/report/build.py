@@ -18,6 +18,7 @@ from agent.report.digest import RunDigest
 from agent.report.page import render
 from agent.report.sample import SAMPLE_SIZE
 from agent.store.durable import atomic_write
+from agent.store.index import scan_run
 from agent.store.jsonl import read_lines
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import DISCARDED_FILE, FAILURES_FILE, TRAJECTORIES_FILE, batch_files
@@ -40,8 +41,9 @@ def read_statistics(run_dir: Path) -> dict[str, Any]:
 
 
 def unmerged_entries(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """The batch files' entries, first line per prompt key (tombstones and bad lines skipped)."""
-    resolver, seen = KeyResolver(), set()
+    """The batch files' entries, first line per prompt key (tombstones, the results they
+    withdrew and bad lines skipped)."""
+    resolver, seen = KeyResolver(), set(scan_run(run_dir).tombstoned)
     for path in batch_files(run_dir):
         for _, entry in read_lines(path):
             key = resolver.result_key(entry) if entry is not None else None

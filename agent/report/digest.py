@@ -56,6 +56,7 @@ class RunDigest:
         self.tools: dict[str, Counter[str]] = {}  # calls, success, failure, entries
         self.toolsets: Counter[str] = Counter()  # entries offered each toolset
         self.reasoning: Counter[str] = Counter()  # turns, with_reasoning, and entries per coverage
+        self.discarded_reasoning: Counter[str] = Counter()  # turns, with_reasoning of discarded entries
         self.turns, self.tokens, self.times = array("l"), array("q"), array("d")
         self.sample: StratifiedSample[Readable] = StratifiedSample(sample_size, seed)
         self.systems: dict[str, int] = {}  # system prompt text -> id, for entries kept in the sample
@@ -69,6 +70,12 @@ class RunDigest:
             self.done_keys.add(key)
         if discarded is None:
             self._count(entry, metadata, outcome)
+        else:
+            gpt = _gpt_turns(entry)
+            self.discarded_reasoning["turns"] += len(gpt)
+            self.discarded_reasoning["with_reasoning"] += sum(
+                has_reasoning(str(t.get("value") or "")) for t in gpt
+            )
         stratum = f"discarded: {discarded}" if discarded else outcome
         # made readable (every text cut) when kept: the sample never holds a whole entry
         self.sample.offer_lazily(stratum, lambda: self._readable(entry, discarded))
@@ -76,9 +83,7 @@ class RunDigest:
     def _count(self, entry: Mapping[str, Any], metadata: Mapping[str, Any], outcome: str) -> None:
         self.entries += 1
         self.outcomes[outcome] += 1
-        conversations = entry.get("conversations")
-        turns = conversations if isinstance(conversations, list) else ()
-        gpt = [t for t in turns if isinstance(t, dict) and t.get("from") == "gpt"]
+        gpt = _gpt_turns(entry)
         thought = sum(has_reasoning(str(t.get("value") or "")) for t in gpt)
         self.reasoning["turns"] += len(gpt)
         self.reasoning["with_reasoning"] += thought
@@ -178,3 +183,10 @@ class RunDigest:
             "tokens": _usage_total(metadata),
             "turns": readable(conversations if isinstance(conversations, list) else (), self._system_id),
         }
+
+
+def _gpt_turns(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The entry's assistant turns."""
+    conversations = entry.get("conversations")
+    turns = conversations if isinstance(conversations, list) else ()
+    return [t for t in turns if isinstance(t, dict) and t.get("from") == "gpt"]

@@ -37,11 +37,12 @@ def _rates(seconds: Sequence[float], counts: Sequence[float]) -> list[tuple[floa
 
 
 def throughput(stats: Mapping[str, Any], digest: RunDigest) -> str | None:
-    """Prompts/s over this invocation's time (timeline), else over the entries' finish times."""
+    """Prompts/s over the run's time (the timeline: every invocation's running time, end to
+    end), else over the entries' finish times."""
     columns = timeline_columns(stats)
     if len(columns.get("seconds", [])) >= 2:
         points = _rates(columns["seconds"], columns["finished"])
-        x_label = "seconds since the start of this invocation"
+        x_label = "seconds of running (invocations end to end)"
     else:
         points, x_label = _rates_from_times(sorted(digest.times)), "seconds since the first entry finished"
     if not points:

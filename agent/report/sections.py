@@ -41,11 +41,32 @@ def _usd(value: Any) -> str:
     return f"${value:,.4f}" if isinstance(value, int | float) and not isinstance(value, bool) else "unknown"
 
 
-def summary(stats: Mapping[str, Any], digest: RunDigest) -> str:
-    done, run = stats.get("completion") or {}, stats.get("this_invocation") or {}
-    tokens = (stats.get("tokens") or {}).get("this_invocation") or {}
-    limiting, reasoning = stats.get("rate_limiting") or {}, digest.reasoning
+def _whole_run(stats: Mapping[str, Any]) -> tuple[Mapping[str, Any], Any, Any]:
+    """(prompts processed and split, tokens, USD) of the whole run; from this invocation's
+    figures for a statistics.json written before `whole_run` existed."""
+    total = stats.get("whole_run")
+    if isinstance(total, Mapping):
+        return total, (total.get("tokens") or {}).get("total"), total.get("cost_usd")
+    run = stats.get("this_invocation") or {}
+    tokens = ((stats.get("tokens") or {}).get("this_invocation") or {}).get("total")
+    return run, tokens, (stats.get("cost") or {}).get("this_invocation_usd")
+
+
+def _reasoning(digest: RunDigest) -> str:
+    reasoning, discarded = digest.reasoning, digest.discarded_reasoning
     coverage = 100.0 * reasoning["with_reasoning"] / reasoning["turns"] if reasoning["turns"] else 0.0
+    line = f"{coverage:.1f}% of {reasoning['turns']:,} assistant turns in the output"
+    if discarded["turns"]:
+        with_reasoning = discarded["with_reasoning"]
+        line += f" (discarded entries: {discarded['turns']:,} turns, {with_reasoning:,} with reasoning)"
+    return line
+
+
+def summary(stats: Mapping[str, Any], digest: RunDigest) -> str:
+    done, limiting = stats.get("completion") or {}, stats.get("rate_limiting") or {}
+    run, tokens, usd = _whole_run(stats)
+    invocations = json_int(run.get("invocations")) or 1
+    partial = " (partial: a worker died before reporting)" if limiting.get("partial") else ""
     rows = [
         ("Run", stats.get("run_name")),
         ("Model · distribution", f"{stats.get('model')} · {stats.get('distribution')}"),
@@ -55,22 +76,25 @@ def summary(stats: Mapping[str, Any], digest: RunDigest) -> str:
         ("Discarded", sum(digest.discards.values())),
         ("Failed (not done since)", sum(digest.still_failed().values())),
         ("Not started", done.get("not_started")),
+        ("Interrupted in flight", done.get("interrupted_in_flight")),
         (
-            "This invocation",
-            f"{json_int(run.get('processed')):,} prompts in {stats.get('duration_seconds', 0)} s "
+            "Prompts processed (whole run)",
+            f"{json_int(run.get('processed')):,} prompts in {stats.get('duration_seconds', 0)} s over "
+            f"{invocations} invocation{'s' if invocations > 1 else ''} "
             f"({run.get('prompts_per_second', 0)} prompts/s)",
         ),
-        ("Tokens this invocation", tokens.get("total")),
-        ("Cost this invocation", _usd((stats.get("cost") or {}).get("this_invocation_usd"))),
+        ("Tokens (whole run)", json_int(tokens)),
+        ("Cost (whole run)", _usd(usd)),
         (
             "Model calls · 429 · 5xx · timeouts",
             " · ".join(
                 f"{json_int(limiting.get(k)):,}"
                 for k in ("calls", "rate_limited", "server_errors", "timeouts")
-            ),
+            )
+            + partial,
         ),
         ("Peak model calls in flight", limiting.get("peak_inflight")),
-        ("Reasoning coverage", f"{coverage:.1f}% of {reasoning['turns']:,} assistant turns"),
+        ("Reasoning coverage", _reasoning(digest)),
     ]
     next_step = done.get("next_step")
     step = f'<p class="next-step">{escape(str(next_step))}</p>' if next_step else ""

@@ -167,9 +167,11 @@ class RunDirectory:
         valid_tools: Collection[str],
         on_entry: Callable[[dict[str, Any]], None] | None = None,
         output: str = TRAJECTORIES_FILE,
+        exclude: Collection[str] = (),
+        keep_unknown: bool = True,
     ) -> MergeReport:
         self.sync()
-        return merge_run(self.path, valid_tools, on_entry, _plain(output))
+        return merge_run(self.path, valid_tools, on_entry, _plain(output), exclude, keep_unknown)
 
     def _append(self, path: Path, record: Mapping[str, Any] | bytes) -> None:
         # Serialise first: a record that cannot be encoded leaves no partial line behind.

@@ -29,6 +29,10 @@ class RunIndex:
     indices: dict[str, int] = field(default_factory=dict)
     results: int = 0  # result lines with a key (duplicates included)
     invalid_lines: int = 0
+    # keys whose last batch-file line is a tombstone: a result line before it is not merged
+    tombstoned: set[str] = field(default_factory=set)
+    # key -> `metadata.discard_reasons` of a kept entry (a run keeping a filter labels them)
+    labels: dict[str, list[str]] = field(default_factory=dict)
 
 
 def scan_run(directory: Path) -> RunIndex:
@@ -45,6 +49,9 @@ def scan_run(directory: Path) -> RunIndex:
 
 
 def _scan_results(directory: Path, index: RunIndex) -> None:
+    """A key's last line in the batch files decides: a result line, done; a tombstone (a kept
+    entry a later run's filter moved to discarded.jsonl), discarded. A key's lines are all in
+    its shard, so file order is the order they were appended in."""
     resolver = KeyResolver()
     for path in batch_files(directory):
         for _line, entry in read_lines(path):
@@ -54,10 +61,27 @@ def _scan_results(directory: Path, index: RunIndex) -> None:
                 continue
             _note_index(index, key, entry)
             if is_tombstone(entry):
-                index.discarded.add(key)
+                index.tombstoned.add(key)
+                index.done.discard(key)
+                index.labels.pop(key, None)
             else:
                 index.results += 1
                 index.done.add(key)
+                index.tombstoned.discard(key)
+                _note_labels(index, key, entry)
+    index.discarded |= index.tombstoned
+
+
+def discard_reasons(entry: dict[str, Any]) -> list[str]:
+    """The filters an entry fails, as its `metadata.discard_reasons` lists them ([] if none)."""
+    metadata = entry.get("metadata")
+    listed = metadata.get("discard_reasons") if isinstance(metadata, dict) else None
+    return [str(reason) for reason in listed] if isinstance(listed, list) else []
+
+
+def _note_labels(index: RunIndex, key: str, entry: dict[str, Any]) -> None:
+    if key not in index.labels and (reasons := discard_reasons(entry)):
+        index.labels[key] = reasons  # the first result line is the one merged
 
 
 def _record_keys(path: Path, index: RunIndex) -> Iterator[str]:

@@ -1,9 +1,13 @@
 """The merged output of a run: `trajectories.jsonl` rewritten from every batch file.
 
-First line per prompt key wins; entries calling tools the registry does not know are dropped;
-tombstones are never merged; a line that is not UTF-8, not JSON, not an object or has no key
-is counted and skipped (the reference aborted its whole merge on a non-object line). Kept lines
-are copied byte for byte as read.
+First line per prompt key wins; tombstones are never merged, nor the result lines of a key in
+`exclude` (those a tombstone withdrew: their entry is in discarded.jsonl); a line that is not
+UTF-8, not JSON, not an object or has no key is counted and skipped (the reference aborted its
+whole merge on a non-object line). Kept lines are copied byte for byte as read, but for an entry
+calling a tool the registry does not know: the reference dropped it, which lost a prompt the run
+called done. It is labelled `tool_not_offered` in `metadata.discard_reasons` (the filter that
+discards such an entry) and kept when `keep_unknown` (the run keeps malformed entries), else
+handed back in `unkept` for the caller to move to discarded.jsonl.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.store.durable import atomic_write
-from agent.store.jsonl import read_lines
+from agent.store.jsonl import encode_line, read_lines
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import TRAJECTORIES_FILE, batch_files
 
@@ -25,10 +29,22 @@ class MergeReport:
     files: int = 0
     written: int = 0
     duplicates: int = 0
-    corrupted: int = 0
+    labelled: int = 0  # entries calling unknown tools, written with the label they lacked
     invalid_lines: int = 0
-    unknown_tools: dict[str, int] = field(default_factory=dict)  # tool name -> entries calling it
+    unknown_tools: Counter[str] = field(default_factory=Counter)  # tool name -> entries calling it
     tombstones: int = 0
+    withdrawn: int = 0  # result lines of keys a tombstone moved to discarded.jsonl
+    not_kept: int = 0  # entries calling unknown tools, not written (`unkept`)
+    # the keys written: the caller checks every prompt it calls done is among them
+    kept_keys: set[str] = field(default_factory=set, repr=False)
+    unkept: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)  # (key, entry)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `merge` section of statistics.json (counts, no keys or entries)."""
+        return {k: v for k, v in vars(self).items() if k not in ("kept_keys", "unkept")}
+
+
+UNKNOWN_TOOL_REASON = "tool_not_offered"  # a tool the registry does not know was offered to no one
 
 
 def unknown_tools(entry: dict[str, Any], valid_tools: Collection[str]) -> list[str]:
@@ -42,13 +58,15 @@ def merge_run(
     valid_tools: Collection[str],
     on_entry: Callable[[dict[str, Any]], None] | None = None,
     output: str = TRAJECTORIES_FILE,
+    exclude: Collection[str] = (),
+    keep_unknown: bool = True,
 ) -> MergeReport:
-    """Rewrite `output` atomically from every batch file: first line per prompt key, entries
-    calling unknown tools dropped. Each kept line is copied as read, newline-terminated."""
+    """Rewrite `output` atomically from every batch file: first line per prompt key, keys in
+    `exclude` left out. Each kept line is copied as read (an entry calling unknown tools gains
+    its label first, and is only kept with `keep_unknown`), newline-terminated."""
     report = MergeReport()
     resolver = KeyResolver()
-    seen: set[str] = set()
-    unknown: Counter[str] = Counter()
+    seen = report.kept_keys
     files = batch_files(directory)
     report.files = len(files)
     with atomic_write(directory / output) as out:
@@ -59,17 +77,40 @@ def merge_run(
                     report.invalid_lines += 1
                 elif is_tombstone(entry):
                     report.tombstones += 1
+                elif key in exclude:
+                    report.withdrawn += 1
                 elif key in seen:
                     report.duplicates += 1
-                elif bad := unknown_tools(entry, valid_tools):
-                    seen.add(key)
-                    report.corrupted += 1
-                    unknown.update(bad)
                 else:
+                    if bad := unknown_tools(entry, valid_tools):
+                        report.unknown_tools.update(bad)
+                        line, entry = _labelled(line, entry, report)
+                        if not _keeps(key, entry, keep_unknown, report):
+                            continue
                     seen.add(key)
                     out.write(line + b"\n")
                     report.written += 1
                     if on_entry is not None:
                         on_entry(entry)
-    report.unknown_tools = dict(unknown)
     return report
+
+
+def _keeps(key: str, entry: dict[str, Any], keep_unknown: bool, report: MergeReport) -> bool:
+    """Whether an entry calling unknown tools is written; if not, the caller gets it back."""
+    if not keep_unknown:
+        report.not_kept += 1
+        report.unkept.append((key, entry))
+    return keep_unknown
+
+
+def _labelled(line: bytes, entry: dict[str, Any], report: MergeReport) -> tuple[bytes, dict[str, Any]]:
+    """The entry with `tool_not_offered` in its `metadata.discard_reasons` (as it was if there)."""
+    metadata = entry.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    reasons = metadata.get("discard_reasons")
+    reasons = list(reasons) if isinstance(reasons, list) else []
+    if UNKNOWN_TOOL_REASON in reasons:
+        return line, entry
+    report.labelled += 1
+    entry = {**entry, "metadata": {**metadata, "discard_reasons": [*reasons, UNKNOWN_TOOL_REASON]}}
+    return encode_line(entry).rstrip(b"\n"), entry

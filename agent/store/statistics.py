@@ -16,11 +16,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from agent.store.jsonl import json_int
+from agent.store.spend import TOKEN_KEYS, Spend, add_tokens
 from agent.store.summary_view import render_statistics
 from agent.store.tool_counts import add_tool_stats, percent, tool_statistics
 
@@ -28,37 +28,9 @@ __all__ = ["HISTORY_POINTS", "RunStatistics", "has_reasoning", "merge_histories"
 
 HISTORY_POINTS = 500  # limit history kept in statistics.json, thinned evenly beyond this
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_TOKEN_KEYS = ("prompt", "completion", "reasoning", "total")
 _ENTRY_KEYS = ("entries", "completed", "partial", "api_calls")
-_RUN_KEYS = ("processed", "completed", "partial", "discarded", "failed")
+_RUN_KEYS = ("processed", "completed", "partial", "discarded", "failed", "api_calls")
 _LIMITER_COUNTS = ("rate_limited", "server_errors", "timeouts", "connection_errors", "calls", "peak_inflight")
-
-
-def _add_tokens(total: Counter[str], usage: Any) -> None:
-    """Add `{prompt, completion, reasoning, total}` from an OpenAI-style usage mapping."""
-    usage = usage if isinstance(usage, Mapping) else {}
-    prompt, completion = json_int(usage.get("prompt_tokens")), json_int(usage.get("completion_tokens"))
-    total["prompt"] += prompt
-    total["completion"] += completion
-    total["reasoning"] += json_int(usage.get("reasoning_tokens"))
-    total["total"] += json_int(usage.get("total_tokens")) if "total_tokens" in usage else prompt + completion
-
-
-@dataclass
-class Spend:
-    """USD summed from usages' `cost_usd`, and how many had one (none known is not 0 USD)."""
-
-    usd: float = 0.0
-    costed: int = 0
-
-    def add(self, usage: Any) -> None:
-        cost = usage.get("cost_usd") if isinstance(usage, Mapping) else None
-        if isinstance(cost, int | float) and not isinstance(cost, bool):
-            self.usd += cost
-            self.costed += 1
-
-    def known(self) -> float | None:
-        return round(self.usd, 6) if self.costed else None
 
 
 def has_reasoning(value: str) -> bool:
@@ -96,6 +68,7 @@ class RunStatistics:
     def __init__(self) -> None:
         self._tools: dict[str, Counter[str]] = {}
         self._turns = Counter[str]()  # assistant turns, with reasoning, entries with any
+        self._discarded_turns = Counter[str]()  # the same, over the entries now discarded
         self._entries = Counter[str]()  # entries, completed, partial, api_calls
         self._outcomes = Counter[str]()
         self._toolsets = Counter[str]()  # sampled toolsets of the merged output's entries
@@ -128,7 +101,7 @@ class RunStatistics:
         self._turns["forced"] += json_int(metadata.get("reasoning_forced_turns"))
         self._outcomes[str(metadata.get("outcome") or "unknown")] += 1
         self._add_toolsets(entry.get("toolsets_used"), metadata.get("toolsets_unavailable"))
-        _add_tokens(self._tokens, metadata.get("usage"))
+        add_tokens(self._tokens, metadata.get("usage"))
         self._cost.add(metadata.get("usage"))
 
     def _add_toolsets(self, sampled: Any, unavailable: Any) -> None:
@@ -146,14 +119,19 @@ class RunStatistics:
             "prompts_missing_toolsets": self._entries["missing_toolsets"],
         }
 
-    def _add_turns(self, conversations: Iterable[Any]) -> None:
+    def add_discarded_entry(self, entry: Mapping[str, Any]) -> None:
+        """One entry of discarded.jsonl whose prompt is not in the output: its turns are
+        counted apart, so a run whose filter discarded everything still says what it made."""
+        self._add_turns(entry.get("conversations") or (), self._discarded_turns)
+
+    def _add_turns(self, conversations: Iterable[Any], counted: Counter[str] | None = None) -> None:
         """Assistant turns, those with reasoning, and whether the entry has any."""
         turns = with_reasoning = 0
         for turn in conversations:
             if isinstance(turn, dict) and turn.get("from") == "gpt":
                 turns += 1
                 with_reasoning += has_reasoning(str(turn.get("value") or ""))
-        counted = self._turns
+        counted = self._turns if counted is None else counted
         counted["turns"] += turns
         counted["with_reasoning"] += with_reasoning
         counted["entries"] += with_reasoning > 0
@@ -164,13 +142,14 @@ class RunStatistics:
     def add_failure(self, error_class: str) -> None:
         self._failures[error_class] += 1
 
-    def add_processed(self, outcome: str, usage: Mapping[str, float]) -> None:
+    def add_processed(self, outcome: str, usage: Mapping[str, float], api_calls: int = 0) -> None:
         """One prompt finished in this invocation, whatever became of it."""
         self._run_outcomes[outcome] += 1
+        self._run["api_calls"] += api_calls
         split = outcome if outcome in ("completed", "discarded", "failed") else "partial"
         self._run["processed"] += 1
         self._run[split] += 1
-        _add_tokens(self._run_tokens, usage)
+        add_tokens(self._run_tokens, usage)
         self._run_cost.add(usage)
 
     @property
@@ -201,7 +180,7 @@ class RunStatistics:
         worker replaces its earlier snapshot instead of adding to it."""
         self._limiters[worker if worker is not None else ("anonymous", len(self._limiters))] = worker_stats
 
-    def _reasoning_statistics(self) -> dict[str, int | float]:
+    def _reasoning_statistics(self) -> dict[str, Any]:
         turns, with_reasoning = self._turns["turns"], self._turns["with_reasoning"]
         return {
             "total_assistant_turns": turns,
@@ -212,6 +191,10 @@ class RunStatistics:
             # The endpoint's grammar forced some (the embedded model's): not the model's choice.
             "turns_with_forced_reasoning": self._turns["forced"],
             "model_written_coverage_percent": percent(with_reasoning - self._turns["forced"], turns),
+            "discarded_entries": {  # not in the output, so not in the coverage above
+                "assistant_turns": self._discarded_turns["turns"],
+                "turns_with_reasoning": self._discarded_turns["with_reasoning"],
+            },
         }
 
     def _rate_limiting(self) -> dict[str, Any]:
@@ -223,8 +206,8 @@ class RunStatistics:
 
     def _token_statistics(self) -> dict[str, dict[str, int]]:
         return {
-            "merged_output": {key: self._tokens[key] for key in _TOKEN_KEYS},
-            "this_invocation": {key: self._run_tokens[key] for key in _TOKEN_KEYS},
+            "merged_output": {key: self._tokens[key] for key in TOKEN_KEYS},
+            "this_invocation": {key: self._run_tokens[key] for key in TOKEN_KEYS},
         }
 
     def _this_invocation(self, duration_seconds: float) -> dict[str, Any]:

@@ -20,15 +20,10 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.store.jsonl import json_int
-
-
-def _n(value: Any) -> str:
-    return f"{json_int(value):,}"
-
-
-def _duration(seconds: float) -> str:
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d} ({seconds:.2f} s)"
+from agent.store.summary_lines import dataset_lines, endpoint_label, plural, whole_run_lines
+from agent.store.summary_lines import duration as _duration
+from agent.store.summary_lines import n as _n
+from agent.store.summary_lines import usd as _usd
 
 
 def _token_line(tokens: Mapping[str, Any]) -> str:
@@ -63,10 +58,6 @@ def _merged_line(stats: Mapping[str, Any], merged: Mapping[str, Any]) -> str:
     )
 
 
-def _usd(value: Any) -> str:
-    return f"${value:,.6f}" if isinstance(value, int | float) and not isinstance(value, bool) else "unknown"
-
-
 def _cost_line(stats: Mapping[str, Any]) -> str:
     cost, budget = stats.get("cost") or {}, stats.get("budget") or {}
     line = f"Cost this run: {_usd(cost.get('this_invocation_usd'))}"
@@ -91,8 +82,9 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
         f"Prompts processed this run: {_n(run.get('processed'))} (✓ {_n(run.get('completed'))} completed, "
         f"◐ {_n(run.get('partial'))} partial, ⌫ {_n(run.get('discarded'))} discarded, "
         f"✗ {_n(run.get('failed'))} failed) · {run.get('prompts_per_second', 0.0):.2f} prompts/s",
+        *whole_run_lines(stats.get("whole_run") or {}),
         _merged_line(stats, merged),
-        f"Duration: {_duration(float(stats.get('duration_seconds') or 0.0))}",
+        f"Duration: {_duration(float(run.get('duration_seconds', stats.get('duration_seconds')) or 0.0))}",
         f"Tokens this run: {_token_line(tokens.get('this_invocation') or {})}",
         *(
             []
@@ -101,13 +93,13 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
         ),
         _cost_line(stats),
         f"Model: {stats.get('model')} · distribution: {stats.get('distribution')} · "
-        f"{_n(stats.get('total_prompts'))} prompts, {_n(stats.get('total_batches'))} batches of "
+        f"{plural(stats.get('total_prompts'), 'prompt')}, {plural(stats.get('total_batches'), 'batch')} of "
         f"{_n(stats.get('batch_size'))} this run",
     ]
     lines += _lost_toolsets(stats.get("toolsets") or {})
-    for label in ("dataset", "merge"):
-        if any(json_int(value) for value in (stats.get(label) or {}).values()):
-            lines.append(f"{label.capitalize()}: {_counts_line(stats[label])}")
+    lines += dataset_lines(stats.get("dataset") or {})
+    if any(json_int(value) for value in (stats.get("merge") or {}).values()):
+        lines.append(f"Merge: {_counts_line(stats['merge'])}")
     return Panel(
         Text("\n".join(lines)), title=Text(f"Run statistics — {stats.get('run_name')}"), expand=False
     )
@@ -146,13 +138,20 @@ def _tool_table(tools: Mapping[str, Mapping[str, Any]]) -> Table | Text:
 
 def _reasoning(stats: Mapping[str, Any]) -> Text:
     r = stats.get("reasoning_statistics") or {}
-    return Text(
+    discarded = r.get("discarded_entries") or {}
+    line = (
         f"Reasoning coverage: {r.get('coverage_percent', 0.0):.2f}% of "
-        f"{_n(r.get('total_assistant_turns'))} assistant turns "
+        f"{_n(r.get('total_assistant_turns'))} assistant turns in the output "
         f"({_n(r.get('turns_with_reasoning'))} with reasoning, "
         f"{_n(r.get('turns_without_reasoning'))} without); "
         f"{_n(r.get('entries_with_reasoning'))} entries have reasoning"
     )
+    if json_int(discarded.get("assistant_turns")):
+        line += (
+            f"\n  discarded entries (not in the output): {_n(discarded.get('assistant_turns'))} assistant "
+            f"turns, {_n(discarded.get('turns_with_reasoning'))} with reasoning"
+        )
+    return Text(line)
 
 
 def _problems(stats: Mapping[str, Any]) -> Text:
@@ -167,6 +166,13 @@ def _problems(stats: Mapping[str, Any]) -> Text:
         named = ", ".join(str(i) for i in done.get("not_started_indices") or [])
         more = " …" if json_int(done["not_started"]) > len(done.get("not_started_indices") or []) else ""
         lines.append(f"Not started: {_n(done['not_started'])} prompts (dataset indices {named}{more})")
+    for key, label in (
+        ("interrupted_in_flight", "Interrupted in flight"),
+        ("missing_from_output", "Missing"),
+    ):
+        if json_int(done.get(key)):
+            named = ", ".join(str(i) for i in done.get(f"{key}_indices") or [])
+            lines.append(f"{label}: {_n(done[key])} prompts (dataset indices {named})")
     return Text("\n".join(lines))
 
 
@@ -192,13 +198,20 @@ def _rate_limiting(stats: Mapping[str, Any]) -> Text:
     r = stats.get("rate_limiting") or {}
     limits = [point[1] for point in r.get("limit_history") or []]
     line = (
-        f"Endpoint: {_n(r.get('calls'))} calls · {_n(r.get('rate_limited'))} rate-limited (429) · "
+        f"{endpoint_label(stats)}: {_n(r.get('calls'))} calls · "
+        f"{_n(r.get('rate_limited'))} rate-limited (429) · "
         f"{_n(r.get('server_errors'))} server errors · {_n(r.get('timeouts'))} timeouts · "
         f"{_n(r.get('connection_errors'))} connection errors\n"
         f"  peak {_n(r.get('peak_inflight'))} in flight (sum over {_n(r.get('workers'))} workers)"
     )
     if limits:
         line += f" · in-flight limit {min(limits):g}–{max(limits):g}, final {limits[-1]:g}"
+    if r.get("partial"):
+        calls = (stats.get("whole_run") or {}).get("api_calls")
+        line += (
+            "\n  partial: a worker died before reporting its counters (those above leave out its calls); "
+            f"the prompts that finished made {_n(calls)} model calls"
+        )
     return Text(line)
 
 

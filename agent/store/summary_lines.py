@@ -1,0 +1,56 @@
+"""Lines of the run summary about the whole run and the dataset (`agent.store.summary_view`
+prints them): the whole run's figures when several invocations wrote the run directory, the
+dataset's counts under --max_samples, and plurals that agree with their numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agent.store.jsonl import json_int
+
+
+def n(value: Any) -> str:
+    return f"{json_int(value):,}"
+
+
+def duration(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d} ({seconds:.2f} s)"
+
+
+def usd(value: Any) -> str:
+    return f"${value:,.6f}" if isinstance(value, int | float) and not isinstance(value, bool) else "unknown"
+
+
+def plural(count: Any, noun: str) -> str:
+    return f"{n(count)} {noun}{'' if json_int(count) == 1 else ('es' if noun.endswith('h') else 's')}"
+
+
+def whole_run_lines(total: Mapping[str, Any]) -> list[str]:
+    """The whole run's figures, when more than one invocation wrote this run directory."""
+    if json_int(total.get("invocations")) < 2:
+        return []
+    tokens = (total.get("tokens") or {}).get("total")
+    return [
+        f"Whole run ({n(total.get('invocations'))} invocations): {n(total.get('processed'))} prompts "
+        f"processed (✓ {n(total.get('completed'))} completed, ◐ {n(total.get('partial'))} partial, "
+        f"⌫ {n(total.get('discarded'))} discarded, ✗ {n(total.get('failed'))} failed) · "
+        f"{n(total.get('api_calls'))} model calls · {n(tokens)} tokens · cost {usd(total.get('cost_usd'))} · "
+        f"{duration(float(total.get('duration_seconds') or 0.0))} running"
+    ]
+
+
+def dataset_lines(dataset: Mapping[str, Any]) -> list[str]:
+    """The dataset's counts; under --max_samples, how many of its valid rows this run used."""
+    if not any(json_int(value) for value in dataset.values()):
+        return []
+    line = f"Dataset: lines {n(dataset.get('lines'))} · valid {n(dataset.get('valid'))}"
+    if dataset.get("max_samples") is not None:
+        line += f" · used {n(dataset.get('used'))} (--max_samples={n(dataset['max_samples'])})"
+    return [line + f" · invalid {n(dataset.get('invalid'))}"]
+
+
+def endpoint_label(stats: Mapping[str, Any]) -> str:
+    invocations = json_int((stats.get("whole_run") or {}).get("invocations"))
+    return f"Endpoint (whole run, {invocations} invocations)" if invocations > 1 else "Endpoint"

@@ -1,0 +1,228 @@
+"""statistics.json describes the whole run across invocations: a resume that finds everything
+done keeps the earlier figures (it used to write 0 prompts in 0.02 s, no timeline, 0 calls),
+and an interrupted run plus its resume add up to what the data holds.
+
+Unit checks of `agent.store.run_history`, then real runner subprocesses against the simulated
+endpoint over HTTP, with a real Ctrl-C (SIGINT to the runner's process group).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from agent.servers.simulated.server import SimulatedEndpoint
+from agent.store.run_history import join_timelines, previous_invocations, with_history
+from agent.store.statistics import render_statistics
+from agent.store.timeline import COLUMNS, TIMELINE_POINTS
+from tests.test_batch_support import (
+    BatchCLI,
+    batch_prompts,
+    kill_started,
+    read_json,
+    read_jsonl,
+    tool_then_answer,
+    wait_until,
+    write_dataset,
+)
+
+
+@pytest.fixture(autouse=True)
+def no_stray_processes() -> Iterator[None]:
+    yield
+    kill_started()
+
+
+def invocation_doc(processed: int, duration: float, calls: int, points: list[list[float]]) -> dict[str, Any]:
+    """A statistics.json document as one invocation writes it, before `with_history`."""
+    return {
+        "duration_seconds": duration,
+        "completed_at": "2026-01-01T00:00:00+00:00",
+        "this_invocation": {"processed": processed, "completed": processed, "api_calls": 2 * processed},
+        "tokens": {"this_invocation": {"total": 10 * processed}},
+        "cost": {"this_invocation_usd": None},
+        "discarded": {},
+        "failures": {},
+        "rate_limiting": {"calls": calls, "peak_inflight": 2, "limit_history": [[0.0, 4.0]]},
+        "timeline": {"columns": list(COLUMNS), "points": points},
+    }
+
+
+def point(seconds: float, finished: float) -> list[float]:
+    return [seconds, finished, 0, 10 * finished, 1, 1, 4, 0, 0]
+
+
+def test_a_resume_with_nothing_to_do_keeps_the_runs_figures() -> None:
+    first = with_history(invocation_doc(4, 3.0, 8, [point(1, 2), point(2, 4)]), None, ran=True)
+    again = with_history(invocation_doc(0, 0.02, 0, []), first, ran=False)
+    assert again["whole_run"]["processed"] == first["whole_run"]["processed"] == 4
+    assert again["whole_run"]["api_calls"] == 8 and again["whole_run"]["tokens"]["total"] == 40
+    assert again["duration_seconds"] == first["duration_seconds"] == 3.0  # only time spent running
+    assert again["rate_limiting"]["calls"] == 8 and again["timeline"] == first["timeline"]
+    assert again["this_invocation"]["processed"] == 0 and again["this_invocation"]["duration_seconds"] == 0.02
+    assert [i["ran_prompts"] for i in again["invocations"]] == [True, False]
+
+
+def test_a_resume_that_runs_prompts_adds_to_the_run_on_one_clock() -> None:
+    first = with_history(invocation_doc(2, 3.0, 4, [point(1, 1), point(2, 2)]), None, ran=True)
+    second = with_history(invocation_doc(3, 5.0, 6, [point(1, 3)]), first, ran=True)
+    assert second["whole_run"]["processed"] == 5 and second["rate_limiting"]["calls"] == 10
+    assert second["duration_seconds"] == 8.0 and second["whole_run"]["prompts_per_second"] == 0.625
+    # seconds after the first invocation's 3 s; cumulative counters after its last values
+    assert second["timeline"]["points"][-1][:4] == [4.0, 5.0, 0.0, 50.0]
+    assert second["rate_limiting"]["limit_history"] == [[0.0, 4.0], [3.0, 4.0]]
+
+
+def test_the_summary_of_a_resume_shows_the_whole_run() -> None:
+    first = with_history(invocation_doc(4, 3.0, 8, [point(1, 4)]), None, ran=True)
+    again = with_history(invocation_doc(0, 0.02, 0, []), first, ran=False)
+    console = Console(file=io.StringIO(), width=400)
+    render_statistics(again, console)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "Prompts processed this run: 0" in text
+    assert "Whole run (2 invocations): 4 prompts processed (✓ 4 completed" in text
+    assert "· 8 model calls · 40 tokens · cost unknown · 0:00:03 (3.00 s) running" in text
+    assert "Endpoint (whole run, 2 invocations): 8 calls" in text
+
+
+def test_a_document_from_an_older_version_counts_as_one_invocation() -> None:
+    old = invocation_doc(4, 3.0, 8, [point(1, 4)])  # no `invocations`: written before them
+    assert [i["processed"] for i in previous_invocations(old)] == [4]
+    assert with_history(invocation_doc(1, 1.0, 2, []), old, ran=True)["whole_run"]["processed"] == 5
+    assert previous_invocations(None) == [] and previous_invocations({"garbage": 1}) == []
+
+
+def test_a_joined_timeline_stays_bounded() -> None:
+    earlier = {"columns": list(COLUMNS), "points": [point(i, i) for i in range(TIMELINE_POINTS)]}
+    later = {"columns": list(COLUMNS), "points": [point(i, i) for i in range(TIMELINE_POINTS)]}
+    joined = join_timelines(earlier, later, float(TIMELINE_POINTS))["points"]
+    assert len(joined) <= TIMELINE_POINTS and joined[-1][0] == 2 * TIMELINE_POINTS - 1
+    assert [p[0] for p in joined] == sorted(p[0] for p in joined)
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def summary_rows(report: str) -> dict[str, str]:
+    """The report's summary table, label -> value."""
+    table = report.split('<table class="summary">', 1)[1].split("</table>", 1)[0]
+    return dict(re.findall(r"<tr><td>(.*?)</td><td>(.*?)</td></tr>", table))
+
+
+def data_figures(run_dir: Path) -> tuple[int, int, int]:
+    """(prompts, model calls, tokens) of what the run directory holds: output and discards."""
+    entries = read_jsonl(run_dir / "trajectories.jsonl")
+    entries += [d["entry"] for d in read_jsonl(run_dir / "discarded.jsonl")]
+    calls = sum(e["api_calls"] for e in entries)
+    return len(entries), calls, sum(e["metadata"]["usage"]["total_tokens"] for e in entries)
+
+
+def test_resume_after_a_finished_run_keeps_the_figures_and_the_report(tmp_path: Path) -> None:
+    prompts = [f"History {i}" for i in range(4)]
+    with SimulatedEndpoint() as endpoint:
+        for prompt in prompts:
+            endpoint.script(prompt, tool_then_answer(delay=0.6))  # a run of seconds: timeline ticks
+        write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        cli = BatchCLI(tmp_path, endpoint)
+        flags = ("--dataset_file=d.jsonl", "--batch_size=2", "--run_name=h", "--num_workers=1")
+        first = cli.run(*flags)
+        assert first.returncode == 0, first
+        run_dir = cli.run_dir("h")
+        before, report = read_json(run_dir / "statistics.json"), (run_dir / "report.html").read_text()
+        again = cli.run(*flags, "--resume")
+        assert again.returncode == 0, again
+    after = read_json(run_dir / "statistics.json")
+    assert before["timeline"]["points"], "the first run recorded no timeline"
+    for key in ("duration_seconds", "timeline", "trajectories", "reasoning_statistics"):
+        assert after[key] == before[key], key
+    for scope in ("whole_run", "merged_output"):
+        assert after["tokens"][scope] == before["tokens"][scope] and after["tokens"][scope]["total"] > 0
+    assert {k: v for k, v in after["rate_limiting"].items() if k != "workers"} == {
+        k: v for k, v in before["rate_limiting"].items() if k != "workers"
+    }
+    whole, first_run = after["whole_run"], before["whole_run"]
+    assert {k: v for k, v in whole.items() if k != "invocations"} == {
+        k: v for k, v in first_run.items() if k != "invocations"
+    }
+    assert (whole["invocations"], whole["processed"], whole["api_calls"]) == (2, 4, 8)
+    assert after["this_invocation"]["processed"] == 0
+    rows, rows_before = summary_rows((run_dir / "report.html").read_text()), summary_rows(report)
+    rows.pop("Finished at"), rows_before.pop("Finished at")
+    processed = rows.pop("Prompts processed (whole run)")
+    assert processed == rows_before.pop("Prompts processed (whole run)").replace(
+        "1 invocation ", "2 invocations "
+    )
+    assert processed.startswith("4 prompts in ") and rows == rows_before
+    assert "older version" not in (run_dir / "report.html").read_text()
+
+
+def test_an_interrupted_run_and_its_resume_add_up_to_the_data(tmp_path: Path) -> None:
+    prompts = ["Quick 0", "Slow 0", "Quick 1", "Slow 1"]
+    with SimulatedEndpoint() as endpoint:
+        for prompt in prompts:
+            endpoint.script(prompt, tool_then_answer(command="sleep 30" if "Slow" in prompt else "echo hi"))
+        write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        cli = BatchCLI(tmp_path, endpoint)
+        flags = ("--dataset_file=d.jsonl", "--batch_size=2", "--run_name=ir", "--num_workers=2")
+        proc = cli.start(*flags)
+        run_dir = cli.run_dir("ir")
+        wait_until(lambda: sum(batch_prompts(run_dir).values()) == 2, "the quick prompts written", 120)
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=90) == 130
+        interrupted = read_json(run_dir / "statistics.json")
+        assert interrupted["completion"]["interrupted_in_flight"] == 2  # running, not "not started"
+        assert interrupted["completion"]["not_started"] == 0
+        err = " ".join((tmp_path / "runner.err").read_text().replace("│", " ").split())
+        assert "Interrupted in flight: 2 prompts (dataset indices 1, 3)" in err
+        for prompt in prompts:
+            endpoint.script(prompt, tool_then_answer())
+        resumed = cli.run(*flags, "--resume")
+        assert resumed.returncode == 0, resumed
+    stats = read_json(run_dir / "statistics.json")
+    whole = stats["whole_run"]
+    assert (whole["processed"], whole["api_calls"], whole["tokens"]["total"]) == data_figures(run_dir)
+    assert (whole["invocations"], whole["processed"]) == (2, 4)
+    assert stats["rate_limiting"]["calls"] >= whole["api_calls"]  # the cancelled prompts' calls too
+    assert stats["duration_seconds"] == pytest.approx(
+        sum(i["duration_seconds"] for i in stats["invocations"])
+    )
+
+
+def test_the_summary_and_report_say_what_the_data_holds(tmp_path: Path) -> None:
+    """Under --max_samples, the dataset line says how many rows were used; one batch is "1 batch";
+    a run whose filter discarded everything still counts the turns it made (as discarded)."""
+    prompts = [f"Numbers {i}" for i in range(12)]
+    with SimulatedEndpoint() as endpoint:
+        for prompt in prompts:
+            endpoint.script(prompt, tool_then_answer(reasoning=False))
+        write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        cli = BatchCLI(tmp_path, endpoint)
+        done = cli.run("--dataset_file=d.jsonl", "--batch_size=10", "--run_name=n", "--max_samples=3")
+    assert done.returncode == 0, done
+    run_dir = cli.run_dir("n")
+    stats = read_json(run_dir / "statistics.json")
+    assert stats["dataset"] | {"file": None} == {
+        "file": None, "lines": 12, "valid": 12, "used": 3, "max_samples": 3, "invalid": 0
+    }  # fmt: skip
+    discarded = [d["entry"] for d in read_jsonl(run_dir / "discarded.jsonl")]
+    turns = sum(1 for e in discarded for t in e["conversations"] if t["from"] == "gpt")
+    assert len(discarded) == 3 and turns == 6
+    reasoning = stats["reasoning_statistics"]
+    assert reasoning["total_assistant_turns"] == 0  # the output is empty
+    assert reasoning["discarded_entries"] == {"assistant_turns": turns, "turns_with_reasoning": 0}
+    err = " ".join(done.stderr.replace("│", " ").split())
+    assert "3 prompts, 1 batch of 10 this run" in err and "1 batches" not in err
+    assert "Dataset: lines 12 · valid 12 · used 3 (--max_samples=3) · invalid 0" in err
+    assert "discarded entries (not in the output): 6 assistant turns, 0 with reasoning" in err
+    rows = summary_rows((run_dir / "report.html").read_text())
+    assert rows["Reasoning coverage"] == (
+        "0.0% of 0 assistant turns in the output (discarded entries: 6 turns, 0 with reasoning)"
+    )
