@@ -276,6 +276,15 @@ def test_retry_after_is_honoured_first_then_floors_the_jittered_exponential_back
             openai.APIConnectionError(request=httpx2.Request("POST", "http://127.0.0.1/")),
             ("connection", True),
         ),
+        # the transport's own errors, should one surface unwrapped (a body read at the deadline)
+        (
+            httpx2.ReadTimeout("deadline", request=httpx2.Request("POST", "http://127.0.0.1/")),
+            ("timeout", True),
+        ),
+        (
+            httpx2.RemoteProtocolError("cut", request=httpx2.Request("POST", "http://127.0.0.1/")),
+            ("connection", True),
+        ),
     ],
 )
 def test_classify(error: Exception, expected: tuple[str, bool]) -> None:

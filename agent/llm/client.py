@@ -55,9 +55,11 @@ _PERMANENT = {
 
 def classify(exc: Exception) -> tuple[str, bool]:
     """(error_class, retryable) for an exception raised by the SDK."""
-    if isinstance(exc, openai.APITimeoutError):
+    # The transport's own errors count as the SDK's wrappers of them do, wherever they surface
+    # (a reply cut at its deadline while its body is read is a timeout, never a bad reply).
+    if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
         return "timeout", True
-    if isinstance(exc, openai.APIConnectionError):
+    if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
         return "connection", True
     if isinstance(exc, openai.RateLimitError):
         return "rate_limit", True
