@@ -27,7 +27,7 @@ class Completion:
     failed: int = 0  # failed in this invocation, no outcome on disk
     not_started: list[int] = field(default_factory=list)  # dataset indices
     interrupted: bool = False
-    stopped_by: str | None = None  # "max_cost", "worker_lost" or None
+    stopped_by: str | None = None  # "max_cost", "worker_lost", "crash_loop" or None
 
     @classmethod
     def of(
@@ -70,7 +70,11 @@ class Completion:
         parts = [f"{self.failed} failed"] if self.failed else []
         if self.not_started:
             parts.append(f"{len(self.not_started)} not started")
-        because = {"max_cost": " (--max_cost reached)", "worker_lost": " (a worker died)"}
+        because = {
+            "max_cost": " (--max_cost reached)",
+            "worker_lost": " (a worker died)",
+            "crash_loop": " (workers kept dying: a crash loop)",
+        }
         why = because.get(self.stopped_by or "", "")
         counts = " and ".join(parts)
         return f"Not done: {counts} of {self.valid} prompts{why}. Next: rerun with --resume to run them."

@@ -265,12 +265,17 @@ class BatchRun:
             summary["merge"] = dict(vars(merged))
         stopped = self.scheduler is not None and self.scheduler.tally.stopped_by == "max_cost"
         notes = filters_and_budget(self.config, self.stats, self.recovered, budget_reached=stopped)
-        extra = {"completion": done.as_dict(), "merged": merge, **notes}
+        extra = {"completion": done.as_dict(), "merged": merge, **notes, **self._worker_losses()}
         stats = self.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
         self.store.write_json("statistics.json", stats)
         render_statistics(stats, self.console)
         trajectories = self.config.run_dir / "trajectories.jsonl" if merge else None
         render_next_steps(stats, self.console, trajectories=trajectories, report=write_report(report, stats))
+
+    def _worker_losses(self) -> dict[str, Any]:
+        """The `worker_losses` section: workers that died and were replaced (local backend)."""
+        losses = self.scheduler.tally.losses if self.scheduler is not None else None
+        return {"worker_losses": losses.as_dict()} if losses is not None else {}
 
     def _on_merged(self, report: RunReport) -> Callable[[dict[str, Any]], None]:
         """Each merged entry feeds statistics.json and the report in one pass over the output."""
