@@ -39,8 +39,8 @@ class Loss:
     running: tuple[int, ...]
 
     def describe(self) -> str:
-        held = _indices(self.running) if self.running else "none"
-        return f"worker {self.worker} (pid {self.pid}, exit code {self.exit_code}); prompts running: {held}"
+        held = f"running prompt(s) {_indices(self.running)}" if self.running else "running no prompt"
+        return f"worker {self.worker} (pid {self.pid}, exit code {self.exit_code}, {held})"
 
 
 @dataclass

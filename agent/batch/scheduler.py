@@ -204,9 +204,9 @@ class Scheduler:
             return
         replace = not self._no_more and (self.pending or not self._exhausted)
         log.warning(
-            "%s exited unexpectedly (the OOM killer? a kill?); %s",
+            "%s exited unexpectedly (the OOM killer? a kill?): %s",
             loss.describe(),
-            "requeued its prompts, starting a replacement" if replace else "not replaced: no work is left",
+            "its prompts are requeued; starting a replacement" if replace else "not replaced: no work is left",
         )
         if replace:
             self.members.append(spawn(self.ctx, self.config, member.slot, self.hub, since=now))
