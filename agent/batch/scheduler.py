@@ -206,7 +206,7 @@ class Scheduler:
         log.warning(
             "%s exited unexpectedly (the OOM killer? a kill?): %s",
             loss.describe(),
-            "its prompts are requeued; starting a replacement" if replace else "not replaced: no work is left",
+            "its prompts are requeued; starting a replacement" if replace else "not replaced: no work left",
         )
         if replace:
             self.members.append(spawn(self.ctx, self.config, member.slot, self.hub, since=now))
