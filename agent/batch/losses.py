@@ -69,6 +69,16 @@ class LossBook:
                 self.gave_up.append(index)
         return exhausted
 
+    def message(self, key: str, exit_code: int | None) -> str:
+        """The `worker_lost` failure's message for prompt `key`."""
+        attempts, code = self.attempts[key], "" if exit_code is None else f" (last exit code {exit_code})"
+        if attempts < self.max_attempts:
+            return f"the worker process running it exited early{code}"
+        return (
+            f"its worker process died while running it, {attempts} times{code}: "
+            f"not retried in this run (--max_prompt_attempts={self.max_attempts}); --resume retries it"
+        )
+
     def progress(self) -> None:
         """A worker answered a prompt: workers do work, the losses so far are no crash loop."""
         self._recent.clear()
@@ -107,7 +117,11 @@ class LossBook:
             "failed_prompts": sorted(self.gave_up),
             "max_prompt_attempts": self.max_attempts,
             "exit_codes": {str(k): n for k, n in Counter(x.exit_code for x in self.losses).most_common()},
-            "replacement_seconds_max": round(max(waits), 3) if waits else None,
+            "replacement_seconds": {  # a death seen -> its replacement started a prompt
+                "count": len(waits),
+                "mean": round(sum(waits) / len(waits), 3) if waits else None,
+                "max": round(max(waits), 3) if waits else None,
+            },
             "losses_named": [loss.describe() for loss in self.losses[:NAMED]],
         }
 

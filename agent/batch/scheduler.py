@@ -194,7 +194,7 @@ class Scheduler:
             self.tally.running.pop(key, None)
         for key, job in reversed(member.sent.items()):
             if key in exhausted or (self._no_more and key in running):
-                self.on_event(Failed.of(job, "worker_lost", self._lost_message(key, loss.exit_code)))
+                self.on_event(Failed.of(job, "worker_lost", self.book.message(key, loss.exit_code)))
             elif not self._no_more:
                 self.pending.appendleft(job)
         self._reap_sandboxes()
@@ -211,16 +211,6 @@ class Scheduler:
         if replace:
             self.members.append(spawn(self.ctx, self.config, member.slot, self.hub, since=now))
             self.book.replacements += 1
-
-    def _lost_message(self, key: str, exit_code: int | None) -> str:
-        attempts = self.book.attempts[key]
-        if attempts >= self.book.max_attempts:
-            return (
-                f"its worker process died while running it, {attempts} times (last exit code {exit_code}): "
-                f"not retried in this run (--max_prompt_attempts={self.book.max_attempts}); "
-                "--resume retries it"
-            )
-        return f"the worker process running it exited early (exit code {exit_code})"
 
     def _fail_running(self, member: Member, message: str) -> None:
         """A worker that died while the run stopped: what it was running is `worker_lost`."""
