@@ -1,9 +1,9 @@
 """The local backend's worker processes as the parent sees them: one `Member` per process,
 with its own pipes (`agent.batch.channels`) and the jobs it holds.
 
-A member is sent a job only while it has a free conversation slot (`sent` below its slots), so
-what it holds is exactly `sent`: the jobs it said it started (`started`) and those not yet
-taken. When it dies the parent knows which prompts it was running without asking anyone.
+A member is sent a job only once it is ready and while it has a free conversation slot (`sent`
+below its slots), so what it holds is exactly `sent`: the jobs it said it started (`started`)
+and those not yet taken. When it dies the parent knows which prompts it was running without asking anyone.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class Member:
     events: Connection  # the parent's end: events and log records in
     sent: dict[str, Job] = field(default_factory=dict)  # key -> job sent, not answered
     started: set[str] = field(default_factory=set)  # keys of `sent` it said it started
+    ready: bool = False  # it said it takes jobs (`WorkerReady`): none is sent before
     ended: bool = False  # it was told there are no more jobs
     goodbye: bool = False  # its `WorkerExit` came
     since: float | None = None  # a replacement: when its predecessor's death was seen

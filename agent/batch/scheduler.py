@@ -27,7 +27,16 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
 from agent.batch.crew import Member, spawn
-from agent.batch.events import Cancelled, Discarded, Failed, Finished, Started, WorkerEvent, WorkerExit
+from agent.batch.events import (
+    Cancelled,
+    Discarded,
+    Failed,
+    Finished,
+    Started,
+    WorkerEvent,
+    WorkerExit,
+    WorkerReady,
+)
 from agent.batch.jobs import Job
 from agent.batch.limit_pipes import HubServer, hub_of
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
@@ -118,7 +127,7 @@ class Scheduler:
         """Fill free slots (the member holding fewest first); end the workers when all is done."""
         slots = self.config.inflight_per_worker
         while not self._no_more:
-            free = [m for m in self.members if not m.ended and len(m.sent) < slots]
+            free = [m for m in self.members if m.ready and not m.ended and len(m.sent) < slots]
             if not free or (job := self._next_job()) is None:
                 break
             member = min(free, key=lambda m: len(m.sent))
@@ -157,6 +166,9 @@ class Scheduler:
                 return
             case WorkerExit():
                 member.goodbye = True
+                return
+            case WorkerReady():
+                member.ready = True
                 return
             case Started(key=key):
                 member.started.add(key)

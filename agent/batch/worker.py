@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.batch.channels import PipeJobs, PipeSink
-from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, Started, WorkerExit
+from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, Started, WorkerExit, WorkerReady
 from agent.batch.jobs import EventSink, Job, JobSource
 from agent.batch.limit_pipes import PipeLink
 from agent.batch.pulse import send_pulses
@@ -118,6 +118,7 @@ class Worker:
         try:
             async with sandbox_pool(self.config.sandbox, self.config.run_name) as factory:
                 self.factory = throttled(factory, self.config.sandbox_starts)
+                self.events.put(WorkerReady(self.id))
                 try:
                     await self._pull_and_run()
                 finally:

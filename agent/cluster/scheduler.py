@@ -21,7 +21,16 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agent.batch.events import Cancelled, Discarded, Failed, Finished, Started, WorkerEvent, WorkerExit
+from agent.batch.events import (
+    Cancelled,
+    Discarded,
+    Failed,
+    Finished,
+    Started,
+    WorkerEvent,
+    WorkerExit,
+    WorkerReady,
+)
 from agent.batch.jobs import Job
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
 from agent.batch.scheduler import Tally
@@ -231,6 +240,8 @@ class RayScheduler:
                 return
             case WorkerExit():
                 member.exited = True
+                return
+            case WorkerReady():  # the actor's own inbox holds what was sent before
                 return
             case Started(key=key):
                 self.tally.running[key] = member.id
