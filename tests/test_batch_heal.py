@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import pytest
@@ -43,6 +43,17 @@ POISON = "kill -9 $PPID"  # the local sandbox's command is a child of its worker
 def no_stray_processes() -> Iterator[None]:
     yield
     kill_started()
+
+
+def busy_worker(runner: int, exclude: Collection[int] = (), timeout: float = 120.0) -> int:
+    """A worker of `runner` running a command now (as it is seen: it may finish at once)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        busy = [w for w in worker_pids(runner) if w not in exclude and commands_of(w)]
+        if busy:
+            return busy[0]
+        time.sleep(0.05)
+    raise AssertionError("gave up waiting for: a busy worker")
 
 
 def losses_of(cli: BatchCLI, name: str) -> dict[str, object]:
@@ -111,12 +122,7 @@ def test_the_same_worker_killed_again_and_again_still_completes_every_prompt(tmp
         proc = cli.start(*flags, "--max_inflight=2", "--max_prompt_attempts=4")
         killed: list[int] = []
         for _ in range(3):
-            wait_until(
-                lambda: any(commands_of(w) for w in worker_pids(proc.pid) if w not in killed),
-                "a busy worker",
-                120,
-            )
-            victim = max(w for w in worker_pids(proc.pid) if w not in killed and commands_of(w))
+            victim = busy_worker(proc.pid, exclude=killed)
             os.kill(victim, signal.SIGKILL)
             killed.append(victim)
         assert proc.wait(timeout=240) == 0
@@ -204,9 +210,9 @@ def test_kill_9_of_the_runner_during_a_replacement_then_resume_is_exactly_once(t
         cli = sleepy_run(tmp_path, endpoint, prompts, 2)
         flags = ("--dataset_file=d.jsonl", "--batch_size=3", "--run_name=rc", "--num_workers=2")
         proc = cli.start(*flags, "--max_inflight=2")
-        wait_until(lambda: any(commands_of(w) for w in worker_pids(proc.pid)), "a busy worker", 120)
+        victim = busy_worker(proc.pid)
         before = set(worker_pids(proc.pid))
-        os.kill(next(w for w in before if commands_of(w)), signal.SIGKILL)
+        os.kill(victim, signal.SIGKILL)
         wait_until(lambda: bool(set(worker_pids(proc.pid)) - before), "the replacement to start", 60)
         os.kill(proc.pid, signal.SIGKILL)  # while the replacement is still importing
         proc.wait(timeout=30)
