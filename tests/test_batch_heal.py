@@ -9,12 +9,15 @@ command is its worker's child, so `kill -9 $PPID` kills the very process running
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
+import struct
 import threading
 import time
 from collections import Counter
 from collections.abc import Collection, Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
@@ -222,6 +225,28 @@ def test_kill_9_of_the_runner_during_a_replacement_then_resume_is_exactly_once(t
         resumed = cli.run(*flags, "--resume", timeout=240)
         assert resumed.returncode == 0, resumed
     assert_exactly_once(cli, "rc", prompts)
+
+
+def die_mid_message(events: Connection) -> None:
+    """A worker killed while it wrote an event: a message's header and part of its body."""
+    os.write(events.fileno(), struct.pack("!i", 1000) + b"half")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_worker_killed_mid_message_reads_as_eof_not_a_hang() -> None:
+    # What made a death fatal before: on one shared queue a half-written message (or a held
+    # lock) wedged every worker. On its own pipe, whose other end the parent closed, it is EOF.
+    ctx = multiprocessing.get_context("spawn")
+    events_in, events_out = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=die_mid_message, args=(events_out,))
+    proc.start()
+    events_out.close()
+    proc.join(timeout=60)
+    assert proc.exitcode == -signal.SIGKILL
+    assert events_in.poll(10)
+    with pytest.raises((EOFError, OSError), match="end of file"):  # mid-message: OSError
+        events_in.recv()
+    events_in.close()
 
 
 def test_the_loss_book_counts_attempts_and_names_what_a_crash_loop_had_in_common() -> None:
