@@ -204,11 +204,13 @@ class Scheduler:
         exhausted = set(self.book.lose(loss, running))
         for key in running:
             self.tally.running.pop(key, None)
+        requeued = 0
         for key, job in reversed(member.sent.items()):
             if key in exhausted or (self._no_more and key in running):
                 self.on_event(Failed.of(job, "worker_lost", self.book.message(key, loss.exit_code)))
             elif not self._no_more:
                 self.pending.appendleft(job)
+                requeued += 1
         self._reap_sandboxes()
         if (line := self.book.crash_loop(now)) is not None:
             log.error("%s", line)
@@ -216,9 +218,10 @@ class Scheduler:
             return
         replace = not self._no_more and (self.pending or not self._exhausted)
         log.warning(
-            "%s exited unexpectedly (the OOM killer? a kill?): %s",
+            "%s exited unexpectedly (the OOM killer? a kill?): %d prompt(s) it held requeued; %s",
             loss.describe(),
-            "its prompts are requeued; starting a replacement" if replace else "not replaced: no work left",
+            requeued,
+            "starting a replacement" if replace else "not replaced: no work left",
         )
         if replace:
             self.members.append(spawn(self.ctx, self.config, member.slot, self.hub, since=now))

@@ -21,16 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agent.batch.events import (
-    Cancelled,
-    Discarded,
-    Failed,
-    Finished,
-    Started,
-    WorkerEvent,
-    WorkerExit,
-    WorkerReady,
-)
+from agent.batch.events import Cancelled, Discarded, Failed, Finished, Started, WorkerEvent, WorkerExit
 from agent.batch.jobs import Job
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
 from agent.batch.scheduler import Tally
@@ -240,8 +231,6 @@ class RayScheduler:
                 return
             case WorkerExit():
                 member.exited = True
-                return
-            case WorkerReady():  # the actor's own inbox holds what was sent before
                 return
             case Started(key=key):
                 self.tally.running[key] = member.id
