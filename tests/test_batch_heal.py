@@ -116,6 +116,24 @@ def test_a_busy_worker_killed_loses_one_attempt_and_its_prompt_reruns(tmp_path: 
     assert not list(cli.sandbox_root("busy").glob("*")), "the dead worker's sandboxes outlived it"
 
 
+def test_a_worker_sent_sigterm_alone_hands_its_prompts_back_and_is_replaced(tmp_path: Path) -> None:
+    # An operator's plain `kill <worker pid>`: the worker cancels its conversations (destroying
+    # their sandboxes) and says goodbye; the run was not stopping, so its prompts are requeued
+    # without a lost attempt and a replacement takes its slot.
+    prompts = [f"Term {i}" for i in range(4)]
+    with SimulatedEndpoint() as endpoint:
+        cli = sleepy_run(tmp_path, endpoint, prompts, 3)
+        flags = ("--dataset_file=d.jsonl", "--batch_size=4", "--run_name=term", "--num_workers=2")
+        proc = cli.start(*flags, "--max_inflight=2")
+        os.kill(busy_worker(proc.pid), signal.SIGTERM)
+        assert proc.wait(timeout=180) == 0
+    assert read_jsonl(cli.run_dir("term") / "failures.jsonl") == []
+    assert_exactly_once(cli, "term", prompts)
+    losses = losses_of(cli, "term")
+    assert (losses["losses"], losses["replacements"], losses["lost_attempts"]) == (1, 1, 0)
+    assert losses["exit_codes"] == {"0": 1}
+
+
 def test_the_same_worker_killed_again_and_again_still_completes_every_prompt(tmp_path: Path) -> None:
     # Worker slot after slot: each time a fresh worker runs a command it is killed (3 times).
     prompts = [f"Again {i}" for i in range(6)]
