@@ -1,8 +1,8 @@
 """Exit codes that cannot lie: a run exits 0 only when every valid prompt of the dataset is in
 the output or discarded, as the run directory itself records it.
 
-Real runner subprocesses against the simulated endpoint, real signals: a worker killed while
-idle or busy, Ctrl-C, a command that stops its own worker (SIGSTOP).
+Real runner subprocesses against the simulated endpoint, real signals: Ctrl-C, a command that
+stops its own worker (SIGSTOP). A worker killed while idle or busy: tests/test_batch_heal.py.
 """
 
 from __future__ import annotations
@@ -57,66 +57,6 @@ def sleepy_run(tmp_path: Path, endpoint: SimulatedEndpoint, prompts: list[str], 
         endpoint.script(prompt, tool_then_answer(command=f"sleep {seconds}"))
     write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
     return BatchCLI(tmp_path, endpoint)
-
-
-def test_a_worker_dying_with_no_prompt_never_exits_0_with_prompts_missing(tmp_path: Path) -> None:
-    # 8 prompts whose first call runs `sleep 6`, 2 workers; one worker is killed as it starts,
-    # holding no prompt. The run stops (the survivor's prompts are cancelled): no failure is
-    # recorded, every prompt is "not started", named, and the run exits 1 with --resume.
-    prompts = [f"Idle kill {i}" for i in range(8)]
-    with SimulatedEndpoint() as endpoint:
-        cli = sleepy_run(tmp_path, endpoint, prompts, 6)
-        flags = ("--dataset_file=d.jsonl", "--batch_size=4", "--run_name=idle", "--num_workers=2")
-        proc = cli.start(*flags)
-        wait_until(lambda: len(worker_pids(proc.pid)) == 2, "two workers", 120)
-        os.kill(max(worker_pids(proc.pid)), signal.SIGKILL)  # still importing: it took no job
-        assert proc.wait(timeout=120) == 1
-        run_dir = cli.run_dir("idle")
-        err = (tmp_path / "runner.err").read_text()
-        assert read_jsonl(run_dir / "failures.jsonl") == []
-        completion = read_json(run_dir / "statistics.json")["completion"]
-        assert (completion["failed"], completion["in_output"], completion["not_started"]) == (0, 0, 8)
-        assert completion["stopped_by"] == "worker_lost" and completion["exit_code"] == 1
-        assert "Not started: 8 prompts (dataset indices 0, 1, 2, 3, 4, 5, 6, 7)" in err
-        assert (
-            err.rstrip().splitlines()[-1].endswith("(a worker died). Next: rerun with --resume to run them.")
-        )
-
-        for prompt in prompts:
-            endpoint.script(prompt, tool_then_answer())
-        resumed = cli.run(*flags, "--resume")
-        assert resumed.returncode == 0, resumed
-        assert trajectory_prompts(run_dir) == Counter(prompts)
-        assert batch_prompts(run_dir) == Counter(prompts)
-
-
-def test_a_dead_busy_worker_loses_only_the_prompt_it_was_running(tmp_path: Path) -> None:
-    # One conversation per worker: the killed worker was running exactly one prompt, which gets
-    # exactly one worker_lost record; the prompts waiting in the queue are not failures.
-    prompts = [f"Busy kill {i}" for i in range(8)]
-    with SimulatedEndpoint() as endpoint:
-        cli = sleepy_run(tmp_path, endpoint, prompts, 6)
-        flags = ("--dataset_file=d.jsonl", "--batch_size=4", "--run_name=busy", "--num_workers=2")
-        proc = cli.start(*flags, "--max_inflight=2")
-        wait_until(lambda: len(worker_pids(proc.pid)) == 2, "two workers", 120)
-        wait_until(lambda: all(commands_of(w) for w in worker_pids(proc.pid)), "both workers busy", 120)
-        os.kill(worker_pids(proc.pid)[0], signal.SIGKILL)
-        assert proc.wait(timeout=120) == 1
-        run_dir = cli.run_dir("busy")
-        lost = read_jsonl(run_dir / "failures.jsonl")
-        assert [f["error_class"] for f in lost] == ["worker_lost"]
-        completion = read_json(run_dir / "statistics.json")["completion"]
-        assert completion["failed"] == 1
-        assert completion["failed"] == 1
-        stopped = completion["not_started"] + completion["interrupted_in_flight"]  # the survivor's cancelled
-        assert completion["failed"] + stopped + completion["in_output"] == 8
-        err = (tmp_path / "runner.err").read_text()
-        assert "Failed this run: worker_lost 1" in err
-        # the dead worker's limiter counters never arrived: the endpoint figures say they are partial
-        assert read_json(run_dir / "statistics.json")["rate_limiting"]["partial"] is True
-        flat = " ".join(err.replace("│", " ").split())
-        assert "partial: a worker died before reporting its counters" in flat
-        assert err.rstrip().splitlines()[-1].endswith("Next: rerun with --resume to run them.")
 
 
 def test_ctrl_c_summary_says_what_is_on_disk_and_the_next_step(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from agent.batch.events import Cancelled, Discarded, Failed, Finished, LimiterReport, WorkerExit
+from agent.batch.events import Cancelled, Discarded, Failed, Finished, LimiterReport, WorkerExit, WorkerReady
 from agent.batch.jobs import Job
 from agent.batch.records import answer
 from agent.batch.worker import event_loop_factory
@@ -155,6 +155,7 @@ def test_worker_events_are_frozen_and_cross_the_process_boundary() -> None:
         Failed.of(job(), "worker_lost", "x" * 3000),
         Cancelled("k7"),
         LimiterReport(0, {"calls": 3}),
+        WorkerReady(1),
         WorkerExit(1),
         job(),
     ]

@@ -30,7 +30,7 @@ class Completion:
     in_flight: list[int] = field(default_factory=list)  # dataset indices, cancelled by the stop
     lost: list[int] = field(default_factory=list)  # done on disk, not in the merged output
     interrupted: bool = False
-    stopped_by: str | None = None  # "max_cost", "worker_lost" or None
+    stopped_by: str | None = None  # "max_cost", "worker_lost", "crash_loop" or None
 
     @classmethod
     def of(
@@ -92,7 +92,11 @@ class Completion:
             parts.append(f"{len(self.not_started)} not started")
         if self.lost:  # a bug or a hand-edited file: say so, --resume cannot fix it
             parts.append(f"{len(self.lost)} done but missing from trajectories.jsonl")
-        because = {"max_cost": " (--max_cost reached)", "worker_lost": " (a worker died)"}
+        because = {
+            "max_cost": " (--max_cost reached)",
+            "worker_lost": " (a worker died)",
+            "crash_loop": " (workers kept dying: a crash loop)",
+        }
         why = because.get(self.stopped_by or "", "")
         counts = " and ".join(parts)
         higher = " and a higher --max_cost" if self.stopped_by == "max_cost" else ""

@@ -3,8 +3,8 @@
 `Started` says which worker runs a job; `Finished`, `Discarded` and `Failed` answer a job (the
 parent writes them to the run directory); `Cancelled` says a job was given up unanswered
 (SIGTERM); `LimiterReport` carries a worker's rate-limiter statistics, `LimiterPulse` its load
-now, and `WorkerExit` is its goodbye. The parent tells them apart by type. This module stays
-light: the parent imports it, never the worker's SDKs.
+now, `WorkerReady` says it takes jobs and `WorkerExit` is its goodbye. The parent tells them
+apart by type. This module stays light: the parent imports it, never the worker's SDKs.
 """
 
 from __future__ import annotations
@@ -113,9 +113,18 @@ class LimiterPulse:
 
 
 @dataclass(frozen=True)
+class WorkerReady:
+    """A worker has started up (imports, model client, sandbox pool) and takes jobs now: the
+    local parent sends a starting replacement none, so requeued prompts run on live workers."""
+
+    worker: int
+
+
+@dataclass(frozen=True)
 class WorkerExit:
     worker: int
 
 
 Answer = Finished | Discarded | Failed  # a job's outcome, written to the run directory
-WorkerEvent = Finished | Discarded | Failed | Started | Cancelled | LimiterReport | LimiterPulse | WorkerExit
+Notice = Started | Cancelled | LimiterReport | LimiterPulse | WorkerReady | WorkerExit
+WorkerEvent = Answer | Notice

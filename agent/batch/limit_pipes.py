@@ -22,25 +22,40 @@ def hub_of(config: RunConfig) -> LimitHub:
 
 
 class HubServer:
-    """Serves `hub` to the workers at the other end of `conns` until `stop`."""
+    """Serves `hub` to the workers at the other end of `conns` until `stop`; a replacement
+    worker's pipe joins with `add`."""
 
     def __init__(self, hub: LimitHub, conns: list[Connection]) -> None:
         self.hub = hub
         self.conns = list(conns)
+        self._joining: list[Connection] = []
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="limit-hub", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def add(self, conn: Connection) -> None:
+        with self._lock:
+            self._joining.append(conn)
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        with self._lock:
+            self.conns += self._joining
         for conn in self.conns:
             conn.close()
 
     def _serve(self) -> None:
-        while self.conns and not self._stop.is_set():
+        while not self._stop.is_set():
+            with self._lock:
+                self.conns += self._joining
+                self._joining = []
+            if not self.conns:
+                self._stop.wait(0.2)
+                continue
             for ready in wait(self.conns, timeout=0.2):
                 assert isinstance(ready, Connection)
                 try:
@@ -48,6 +63,7 @@ class HubServer:
                     ready.send(self.hub.exchange(report))
                 except (EOFError, OSError):  # that worker exited
                     self.conns.remove(ready)
+                    ready.close()
 
 
 def _settle(future: asyncio.Future[None]) -> None:

@@ -38,7 +38,7 @@ from agent.batch.jobs import Job
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
 from agent.batch.recovery import current_discards, merge_output, reapply_filters
-from agent.batch.run_summary import checkpoint, filters_and_budget, run_summary
+from agent.batch.run_summary import checkpoint, filters_and_budget, run_summary, worker_losses
 from agent.batch.scheduler import Scheduler, Tally
 from agent.config.run_config import RunConfig
 from agent.protocols import RunStore, StoredKeys
@@ -277,7 +277,12 @@ class BatchRun:
         done = self._completion(tally, merged_keys)
         moved = {"recovered_discards": self.recovered, "withdrawn_entries": self.withdrawn}
         notes = filters_and_budget(self.config, self.stats, moved, tally)
-        extra = {"completion": done.as_dict(), "merged": merged_keys is not None, **notes}
+        extra = {
+            "completion": done.as_dict(),
+            "merged": merged_keys is not None,
+            **notes,
+            **worker_losses(tally),
+        }
         stats = self.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
         stats["rate_limiting"]["partial"] = bool(tally is not None and tally.dead_workers)
         stats = with_history(stats, self.previous, ran=ran)

@@ -61,3 +61,9 @@ def filters_and_budget(
             "prices_per_million": asdict(cfg.prices) if cfg.prices else None,
         },
     }
+
+
+def worker_losses(tally: Tally | None) -> dict[str, Any]:
+    """The `worker_losses` section: workers that died and were replaced."""
+    losses = tally.losses if tally is not None else None
+    return {"worker_losses": losses.as_dict()} if losses is not None else {}

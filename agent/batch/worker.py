@@ -8,20 +8,19 @@ cancels every conversation, which destroys their sandboxes, then the worker exit
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import dataclasses
 import gc
 import logging
 import logging.handlers
 import os
-import queue
 import signal
 import traceback
 from collections.abc import Callable
 from typing import Any
 
-from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, Started, WorkerExit
+from agent.batch.channels import PipeJobs, PipeSink
+from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, Started, WorkerExit, WorkerReady
 from agent.batch.jobs import EventSink, Job, JobSource
 from agent.batch.limit_pipes import PipeLink
 from agent.batch.pulse import send_pulses
@@ -50,19 +49,23 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def main(worker_id: int, config: RunConfig, jobs: Any, events: Any, parent_pid: int, hub: Any) -> None:
-    """Process entry point (multiprocessing spawn target); `hub` is our end of the pipe to the
-    parent's rate-limit hub."""
+    """Process entry point (multiprocessing spawn target); `jobs`, `events` and `hub` are our
+    ends of this worker's own pipes to the parent (`agent.batch.channels`)."""
     _die_with_parent(parent_pid)
     if config.sandbox.backend == "local":  # every child of ours is then a command or its orphan
         orphans.adopt_orphans()  # so closing a sandbox looks at our children, not all of /proc
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how Ctrl-C ends the run
-    forward_logs(events, config.verbose)
+    sink = PipeSink(events)
+    forward_logs(sink, config.verbose)
     # The SDK's imports leave ~10^5 long-lived objects (pydantic models of every API type) that
     # every full collection would walk again; frozen, collections only see what the run makes.
     gc.freeze()
-    worker = Worker(worker_id, config, QueueJobs(jobs), events, PipeLink(hub))
-    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        runner.run(worker.serve(on_sigterm=True))
+    worker = Worker(worker_id, config, PipeJobs(jobs), sink, PipeLink(hub))
+    try:
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            runner.run(worker.serve(on_sigterm=True))
+    finally:
+        sink.close()  # our goodbye reaches the parent before we exit
 
 
 def forward_logs(events: Any, verbose: bool) -> None:
@@ -71,25 +74,6 @@ def forward_logs(events: Any, verbose: bool) -> None:
     root.handlers[:] = [logging.handlers.QueueHandler(events)]
     root.setLevel(logging.DEBUG if verbose else logging.WARNING)
     logging.getLogger("agent").setLevel(logging.DEBUG if verbose else logging.WARNING)
-
-
-class QueueJobs:
-    """The local backend's `JobSource`: the parent's multiprocessing queue."""
-
-    def __init__(self, jobs: Any) -> None:
-        self.jobs = jobs
-
-    async def next(self, stopping: asyncio.Event) -> Job | None:
-        with contextlib.suppress(queue.Empty):  # usually one is waiting: take it without a thread
-            job: Job | None = self.jobs.get_nowait()
-            return job
-        while not stopping.is_set():
-            try:
-                job = await asyncio.to_thread(self.jobs.get, True, 0.2)
-                return job
-            except queue.Empty:
-                continue
-        return None
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
@@ -140,6 +124,7 @@ class Worker:
         try:
             async with sandbox_pool(self.config.sandbox, self.config.run_name) as factory:
                 self.factory = throttled(factory, self.config.sandbox_starts)
+                self.events.put(WorkerReady(self.id))
                 try:
                     await self._pull_and_run()
                 finally:

@@ -38,6 +38,7 @@ _SAME_NAME = (
     "max_samples",
     "keep_no_reasoning",
     "prompt_timeout",
+    "max_prompt_attempts",
     "rpm",
     "tpm",
     "embedded_threads",

@@ -23,6 +23,7 @@ from typing import Any
 
 from agent.batch.events import Cancelled, Discarded, Failed, Finished, Started, WorkerEvent, WorkerExit
 from agent.batch.jobs import Job
+from agent.batch.losses import Loss, LossBook, crash_loop_limit
 from agent.batch.scheduler import Tally
 from agent.cluster import require_ray
 from agent.cluster.actor import HubActor, WorkerActor
@@ -71,7 +72,8 @@ class RayScheduler:
         self, config: RunConfig, on_event: Callable[[WorkerEvent], None], on_tick: Callable[[], None]
     ) -> None:
         self.config, self.on_event, self.on_tick = config, on_event, on_tick
-        self.tally = Tally()
+        self.book = LossBook(config.max_prompt_attempts, crash_loop_limit(config.num_workers))
+        self.tally = Tally(losses=self.book)  # attempts counted as on the local backend
         self.members: dict[int, Member] = {}
         self.no_more = False
         self.replacements_left = 2 * config.num_workers + 2
@@ -234,6 +236,8 @@ class RayScheduler:
                 self.tally.running[key] = member.id
                 return
             case Finished() | Discarded() | Failed() | Cancelled():
+                if not isinstance(item, Cancelled):
+                    self.book.progress()
                 member.assigned.pop(item.key, None)
                 self.tally.queued.pop(item.key, None)
                 self.tally.running.pop(item.key, None)
@@ -244,8 +248,12 @@ class RayScheduler:
         member.exited = True
         jobs = list(member.assigned.values())
         member.assigned.clear()
+        running = {job.key: job.index for job in jobs if self.tally.running.pop(job.key, None) is not None}
+        loss = Loss(time.monotonic(), member.id, None, None, tuple(sorted(running.values())))
+        exhausted = set(self.book.lose(loss, running))  # a poison prompt fails, not runs again
         for job in jobs:
-            self.tally.running.pop(job.key, None)
+            if job.key in exhausted:
+                self.on_event(Failed.of(job, "worker_lost", self.book.message(job.key, None)))
         with contextlib.suppress(Exception):  # it may be gone already; nothing to clean here
             self.ray.kill(member.actor)
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -253,11 +261,12 @@ class RayScheduler:
             "worker actor %d (node %s) lost: %s; its %d prompt(s) run again elsewhere",
             member.id, member.node[:12] or "?", first_line[:300], len(jobs),
         )  # fmt: skip
-        line.give_back(jobs)
+        line.give_back([job for job in jobs if job.key not in exhausted])
         if member.ending or self.no_more:
             return
         if self.replacements_left > 0:
             self.replacements_left -= 1
+            self.book.replacements += 1
             self._add_member(avoid=member.node)  # its start is awaited by its first poll
         elif not self._live():
             self.tally.stopped_by = "worker_lost"

@@ -64,6 +64,7 @@ class RunConfig:
     max_samples: int | None = None
     keep_no_reasoning: bool = False
     prompt_timeout: float | None = None
+    max_prompt_attempts: int = 2  # workers a prompt may lose (it was running when one died) in one run
     rpm: float | None = None
     tpm: float | None = None
     sandbox: SandboxOptions = field(default_factory=SandboxOptions)

@@ -161,6 +161,7 @@ def _problems(stats: Mapping[str, Any]) -> Text:
     lines.append(f"Failed this run: {_counts_line(failures)}")
     if any(json_int(value) for value in failures.values()):
         lines.append("  rerun with --resume to retry them")
+    lines += _worker_loss_lines(stats.get("worker_losses") or {})
     done = stats.get("completion") or {}
     if json_int(done.get("not_started")):
         named = ", ".join(str(i) for i in done.get("not_started_indices") or [])
@@ -174,6 +175,24 @@ def _problems(stats: Mapping[str, Any]) -> Text:
             named = ", ".join(str(i) for i in done.get(f"{key}_indices") or [])
             lines.append(f"{label}: {_n(done[key])} prompts (dataset indices {named})")
     return Text("\n".join(lines))
+
+
+def _worker_loss_lines(losses: Mapping[str, Any]) -> list[str]:
+    """Worker processes that died during the run (replaced; their prompts rerun)."""
+    if not json_int(losses.get("losses")):
+        return []
+    codes = ", ".join(f"{code} x{_n(n)}" for code, n in (losses.get("exit_codes") or {}).items())
+    line = (
+        f"Workers lost: {_n(losses['losses'])} (exit codes {codes}), "
+        f"replaced {_n(losses.get('replacements'))}; prompt attempts lost: {_n(losses.get('lost_attempts'))}"
+    )
+    given_up = losses.get("failed_prompts") or []
+    if given_up:
+        line += (
+            f"; failed after --max_prompt_attempts={_n(losses.get('max_prompt_attempts'))}: "
+            f"prompts {', '.join(str(i) for i in given_up)}"
+        )
+    return [line]
 
 
 def _filter_lines(stats: Mapping[str, Any]) -> list[str]:
