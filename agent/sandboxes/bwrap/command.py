@@ -7,8 +7,11 @@ harmless `/etc` files: no `/etc/shadow`, no home directories) or every top-level
 unpacked image root. Writable: `/workspace`, `/tmp` and, when the prompt's cwd lies elsewhere,
 that directory; all three are per-sandbox host directories.
 
-Limits are rlimits set by `prlimit` around bwrap: address space (the memory option; it counts
-virtual memory, so runtimes that reserve large arenas need more), processes (the pids option),
+Memory: where a memory cgroup works (see host.memory_limits), the launcher joins the sandbox's
+group before anything else runs, so the memory option bounds all of the sandbox's processes
+together; elsewhere it is an address-space rlimit per process (it counts virtual memory, so
+runtimes that reserve large arenas need more). Other limits are rlimits set by `prlimit`
+around bwrap: processes (the pids option),
 file size (at most the disk option), open files and no core dumps. The process limit only
 binds a uid other than host root, which is one reason a root runner starts bwrap under a
 per-sandbox uid (inside, the sandbox still sees itself as root of its own user namespace).
@@ -98,6 +101,13 @@ DIE_WITH_RUNNER = [
     "-c",
     '[ "$PPID" = "$0" ] || exit 125; exec "$@"',
 ]
+# Joins the sandbox's memory cgroup, before any uid switch (the group is root's), then runs the rest.
+JOIN_MEMORY = [
+    "/bin/sh",
+    "-c",
+    '{ echo $$ >"$0"; } 2>/dev/null || { echo "sandbox: could not join its memory cgroup" >&2; exit 125; }'
+    '; exec "$@"',
+]
 
 
 def bwrap_argv(
@@ -108,18 +118,23 @@ def bwrap_argv(
     args: list[str],
     info_fd: int | None = None,
     user: int | None = None,
+    memory_procs: str | None = None,
 ) -> list[str]:
     """`setpriv --pdeathsig KILL ... prlimit ... -- bwrap ... -- /bin/sh -c script sh args...`;
     with `info_fd`, bwrap writes its namespace's pid 1 there (see launch); with `user`, all of
     it runs under that uid and gid (switched by setpriv, not by the runner: a process that sets
-    a uid between fork and exec cannot use vfork, and forking a 300 MB worker took 170 ms)."""
+    a uid between fork and exec cannot use vfork, and forking a 300 MB worker took 170 ms); with
+    `memory_procs` (a memory cgroup's `cgroup.procs`), all of it joins that group first."""
+    join = [] if memory_procs is None else [*JOIN_MEMORY, memory_procs]
     switch = [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--"]
+    per_process = options.memory_mb > 0 and memory_procs is None  # no group: an rlimit per process
     limits = [
+        *join,
         *switch,
         *DIE_WITH_RUNNER,
         str(os.getpid()),
         "prlimit",
-        f"--as={options.memory_mb * 1024 * 1024}",
+        *([f"--as={options.memory_mb << 20}"] if per_process else []),
         f"--nproc={nproc}",
         f"--fsize={min(FILE_SIZE_LIMIT, options.disk_mb << 20)}",
         f"--nofile={OPEN_FILES_LIMIT}",

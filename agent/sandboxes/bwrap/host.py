@@ -9,6 +9,9 @@ import tempfile
 
 from agent.protocols import SandboxOptions
 from agent.sandboxes.bwrap.command import Layout, bwrap_argv
+from agent.sandboxes.host import memory_limits
+from agent.sandboxes.host.cgroups import ProcessCgroup
+from agent.sandboxes.host.owner import process_start_time
 from agent.sandboxes.host.sandbox_dirs import reap_dirs
 from agent.sandboxes.host.sandbox_process import run_process
 
@@ -19,6 +22,18 @@ _probe_verdicts: dict[int, str | None] = {}
 
 def sandbox_uid(sandbox_id: str) -> int | None:
     return SANDBOX_UID_BASE + int(sandbox_id[:6], 16) if os.geteuid() == 0 else None
+
+
+def memory_group(sandbox_id: str, memory_mb: int) -> ProcessCgroup | None:
+    """A memory cgroup holding a sandbox's processes to `memory_mb` together; None where no
+    memory cgroup works here (then each process gets an rlimit, see command) or with no limit.
+    Named like the local pools' groups (`agent-<pid>-<start>-...`), so a later run reaps the
+    groups of a runner that died (local.tracking.reap_orphaned)."""
+    found = memory_limits.hierarchy() if memory_mb > 0 else None
+    if found is None:
+        return None
+    pid = os.getpid()
+    return memory_limits.limited(found.group(f"agent-{pid}-{process_start_time(pid)}-bwrap-{sandbox_id[:12]}"), memory_mb)
 
 
 def unavailable_reason(options: SandboxOptions) -> str | None:

@@ -39,8 +39,17 @@ from agent.sandboxes.bwrap import host_files
 from agent.sandboxes.bwrap.command import Layout, bwrap_argv, root_mounts
 
 __all__ = ["BwrapSandbox", "BwrapThreaded", "open_sandbox", "reap_stale", "unavailable_reason"]
-from agent.sandboxes.bwrap.host import DIR_PREFIX, reap_stale, sandbox_uid, tasks_of, unavailable_reason
+from agent.sandboxes.bwrap.host import (
+    DIR_PREFIX,
+    memory_group,
+    reap_stale,
+    sandbox_uid,
+    tasks_of,
+    unavailable_reason,
+)
 from agent.sandboxes.bwrap.launch import Launches
+from agent.sandboxes.host import memory_limits
+from agent.sandboxes.host.cgroups import ProcessCgroup
 from agent.sandboxes.host.sandbox_dirs import make_sandbox_dir, remove_tree
 from agent.sandboxes.host.sandbox_process import ProcessOutcome, kill_running, run_process
 
@@ -95,6 +104,7 @@ class BwrapSandbox:
         self._layout: Layout | None = None
         self._running: set[int] = set()  # process groups of the file work running in threads
         self._launches = Launches(shell_scripts.OUTPUT_LIMIT)  # the commands running now, on the loop
+        self._memory: ProcessCgroup | None = None  # holds all its processes to options.memory_mb
 
     @property
     def workdir(self) -> str:
@@ -111,6 +121,7 @@ class BwrapSandbox:
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", self._spec.run_name)[:24]
         disk_mb = self._options.disk_mb if self._uid is not None else None  # mounting takes root
         self._dir = make_sandbox_dir(f"{DIR_PREFIX}{slug}-", self._options.root, disk_mb)
+        self._memory = memory_group(self._id, self._options.memory_mb)
         self._layout = self._make_layout(image_root)
 
     def _make_layout(self, image_root: str | None) -> Layout:
@@ -136,14 +147,18 @@ class BwrapSandbox:
         directory, self._dir = self._dir, None
         if directory is not None:
             await in_thread(remove_tree, directory)
+        memory, self._memory = self._memory, None
+        if memory is not None:
+            await in_thread(memory.remove)
 
     async def launch(self, script: str, args: list[str], *, timeout: float) -> ProcessOutcome:
         """Run `script` in fresh namespaces from the loop, without a thread (see `launch`)."""
         if self._layout is None or self._dir is None:
             raise SandboxError("the sandbox is not open")
         layout, options, nproc, uid = self._layout, self._options, self._nproc(), self._uid
+        procs = None if self._memory is None else self._memory.procs
         return await self._launches.run(
-            lambda info_fd: bwrap_argv(layout, options, nproc, script, args, info_fd, uid), timeout
+            lambda info_fd: bwrap_argv(layout, options, nproc, script, args, info_fd, uid, procs), timeout
         )
 
     def _nproc(self) -> int:
@@ -153,7 +168,8 @@ class BwrapSandbox:
         """`launch` for the file work done in threads: blocking, stdout and stderr apart."""
         if self._layout is None or self._dir is None:
             raise SandboxError("the sandbox is not open")
-        argv = bwrap_argv(self._layout, self._options, self._nproc(), script, args, user=self._uid)
+        procs = None if self._memory is None else self._memory.procs
+        argv = bwrap_argv(self._layout, self._options, self._nproc(), script, args, user=self._uid, memory_procs=procs)
         limit = 2 * shell_scripts.MAX_READ + 2 if script == shell_scripts.READ else shell_scripts.OUTPUT_LIMIT
         return run_process(argv, timeout=timeout, limit=limit, stdin=stdin, running=self._running)
 
@@ -165,13 +181,17 @@ class BwrapSandbox:
     def exec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
         """A command from a thread (the loop uses `aexec`)."""
         target = self._resolve(cwd) if cwd else self._workdir
+        kills = memory_limits.oom_kills(self._memory)
         outcome = self._launch(shell_scripts.COMMAND, [command, target], timeout=timeout)
-        return _exec_result(outcome, (outcome.stderr + outcome.stdout).decode("utf-8", errors="replace"))
+        result = _exec_result(outcome, (outcome.stderr + outcome.stdout).decode("utf-8", errors="replace"))
+        return memory_limits.noted(result, self._memory, kills, self._options.memory_mb)
 
     async def aexec(self, command: str, *, timeout: float, cwd: str | None = None) -> ExecResult:
         target = self._resolve(cwd) if cwd else self._workdir
+        kills = memory_limits.oom_kills(self._memory)
         outcome = await self.launch(shell_scripts.COMMAND, [command, target], timeout=timeout)
-        return _exec_result(outcome, outcome.stdout.decode("utf-8", errors="replace"))
+        result = _exec_result(outcome, outcome.stdout.decode("utf-8", errors="replace"))
+        return memory_limits.noted(result, self._memory, kills, self._options.memory_mb)
 
     def _resolve(self, path: str) -> str:
         if not path or "\0" in path:

@@ -35,13 +35,13 @@ KILL_WAIT = 5.0  # seconds for SIGKILLed members to be gone (a task in D state m
 class Hierarchy:
     """Where sandbox groups are made, and how they are killed."""
 
-    kind: str  # one of KINDS
+    kind: str  # one of KINDS (or "memory": v1 memory groups, see memory_limits)
     base: str  # this process's own group in that hierarchy
     kill_file: bool = False  # cgroup2: `cgroup.kill` exists (Linux 5.14+)
 
     def describe(self) -> str:
         version = "v2" if self.kind == "cgroup2" else f"v1 {self.kind}"
-        how = "SIGKILL to each member" if self.kind == "pids" else "freeze, SIGKILL, thaw"
+        how = "SIGKILL to each member" if self.kind in ("pids", "memory") else "freeze, SIGKILL, thaw"
         if self.kind == "cgroup2":
             how = "cgroup.kill" if self.kill_file else "freeze, SIGKILL to each member"
         return f"cgroup {version} at {self.base} ({how})"
@@ -163,7 +163,7 @@ def why_untracked() -> str:
 def probe(kind: str) -> tuple[Hierarchy | None, str]:
     """The hierarchy of `kind` (one of KINDS) when a real process can be put in a group of it
     and killed there; else None and why not."""
-    base = _own_group(kind)
+    base = own_group(kind)
     if base is None:
         return None, "not mounted here"
     found = Hierarchy(kind, base, kill_file=kind == "cgroup2")
@@ -196,7 +196,7 @@ def _joins(group: ProcessCgroup) -> bool:
         return joined and killed
 
 
-def _own_group(kind: str) -> str | None:
+def own_group(kind: str) -> str | None:
     """The directory of this process's group in the hierarchy of `kind`, None where it is not mounted."""
     mount = _mount_of(kind)
     if mount is None:

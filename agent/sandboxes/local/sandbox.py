@@ -34,6 +34,7 @@ from types import TracebackType
 from agent.errors import SandboxError, SandboxPathError, SandboxUnavailable
 from agent.protocols import ExecResult, Sandbox, SandboxFactory, SandboxOptions, SandboxSpec
 from agent.sandboxes.blocking import in_thread
+from agent.sandboxes.host import memory_limits
 from agent.sandboxes.host.process_groups import ProcessGroups
 from agent.sandboxes.host.safe_paths import DIR_PATH, escapes, open_beneath, open_dirs_beneath
 from agent.sandboxes.local.slots import SlotPool
@@ -61,10 +62,10 @@ def unavailable_reason(options: SandboxOptions) -> str | None:
 async def open_sandbox(spec: SandboxSpec, options: SandboxOptions) -> AsyncIterator[LocalSandbox]:
     """A fresh sandbox for `spec`, in a pool of its own; leaving the block kills its processes
     and deletes it."""
-    pool = SlotPool(options.root or default_root(), spec.run_name, spec.prompt_key)
+    pool = SlotPool(options.root or default_root(), spec.run_name, spec.prompt_key, options.memory_mb)
     with pool:  # made on the loop (a marker and a directory); deleted in a thread
         try:
-            async with Session(spec, pool, shutil.which("bash")) as sandbox:
+            async with Session(spec, pool, shutil.which("bash"), options.memory_mb) as sandbox:
                 yield sandbox
         except BaseException:
             await in_thread(pool.close, strict=False)  # never mask what is propagating
@@ -77,10 +78,10 @@ async def open_pool(options: SandboxOptions, run_name: str) -> AsyncIterator[San
     """A factory for all of a run's sandboxes in this process: each is a slot of one pool,
     emptied and reused after its prompt. Leaving the block deletes the pool."""
     bash = shutil.which("bash")
-    with SlotPool(options.root or default_root(), run_name, f"w{os.getpid()}") as pool:
+    with SlotPool(options.root or default_root(), run_name, f"w{os.getpid()}", options.memory_mb) as pool:
 
         def factory(spec: SandboxSpec) -> AbstractAsyncContextManager[Sandbox]:
-            return Session(spec, pool, bash)
+            return Session(spec, pool, bash, options.memory_mb)
 
         yield factory
 
@@ -89,14 +90,15 @@ class Session(AbstractAsyncContextManager[Sandbox]):
     """One prompt's sandbox on a slot of `pool`. Opening (taking a free slot) is quick and
     stays on the loop; so does closing unless it has processes to kill or a big tree to delete."""
 
-    def __init__(self, spec: SandboxSpec, pool: SlotPool, bash: str | None) -> None:
+    def __init__(self, spec: SandboxSpec, pool: SlotPool, bash: str | None, memory_mb: int = 0) -> None:
         self._spec, self._pool, self._bash = spec, pool, bash
+        self._memory_mb = memory_mb  # asked for; the pool's memory cgroup holds it where one works
         self._sandbox: LocalSandbox | None = None
 
     async def __aenter__(self) -> LocalSandbox:
         if self._bash is None:
             raise SandboxUnavailable(NO_BASH)
-        sandbox = LocalSandbox(self._pool, self._pool.acquire(), self._bash)
+        sandbox = LocalSandbox(self._pool, self._pool.acquire(), self._bash, self._memory_mb)
         try:
             sandbox._workdir = sandbox._make_workdir(self._spec.cwd)
         except BaseException:
@@ -115,13 +117,15 @@ class Session(AbstractAsyncContextManager[Sandbox]):
 class LocalSandbox:
     """A prompt's private directory on the host. Create it with `open_sandbox` or `open_pool`."""
 
-    def __init__(self, pool: SlotPool, slot: str, bash: str):
+    def __init__(self, pool: SlotPool, slot: str, bash: str, memory_mb: int = 0):
         self.root = slot  # realpath of the sandbox dir; every file path must stay under it
         self._pool = pool
         self._workdir = os.path.join(slot, "workspace")
-        self._bash = bash
-        group = pool.group(slot)
-        self._env = {**_scrubbed_env(slot, bash), **pool.join_env(group)}
+        group, self._memory = pool.group(slot), pool.memory(slot)
+        # no memory cgroup here: each process is held to the limit by RLIMIT_AS instead
+        rlimit = memory_mb > 0 and self._memory is None and shutil.which("prlimit") is not None
+        self._bash = [*(["prlimit", f"--as={memory_mb << 20}", "--"] if rlimit else []), bash]
+        self._env = {**_scrubbed_env(slot, bash), **pool.join_env(group, self._memory)}
         self._processes = ProcessGroups(slot, group)
         self._closed = False
         self._view = SandboxView(slot)
@@ -139,9 +143,11 @@ class LocalSandbox:
         """Run `bash -c command` in its own process group, from the event loop without a thread;
         on timeout or cancellation kill the whole group."""
         directory = self._workdir if cwd is None else self._existing_dir(cwd)
-        argv = [self._bash, "-c", self._view.on_host(command)]
+        argv = [*self._bash, "-c", self._view.on_host(command)]
+        kills = memory_limits.oom_kills(self._memory)
         result = await self._processes.arun(argv, cwd=directory, env=self._env, timeout=timeout)
-        return dataclasses.replace(result, output=self._view.shown(result.output))
+        result = dataclasses.replace(result, output=self._view.shown(result.output))
+        return memory_limits.noted(result, self._memory, kills, self._pool.memory_mb)
 
     # ------------------------------------------------------------ files
 

@@ -45,7 +45,8 @@ class SlotPool:
     """Sandbox directories of one run in this process. Use as a `with` block: leaving it kills
     whatever still runs under the pool and deletes the pool with its marker."""
 
-    def __init__(self, root: str, run_name: str, prefix: str) -> None:
+    def __init__(self, root: str, run_name: str, prefix: str, memory_mb: int = 0) -> None:
+        self._memory_mb = memory_mb  # each slot's limit, where a memory cgroup works (0: none)
         self._run_dir = os.path.join(os.path.realpath(root), safe_name(run_name))
         self._prefix = safe_name(prefix)[:40]
         self.path = ""  # the pool dir, once claimed
@@ -57,7 +58,7 @@ class SlotPool:
 
     def __enter__(self) -> SlotPool:
         self.path, self._marker = claim_dir(self._run_dir, self._prefix)
-        self._groups = PoolGroups.open(self.path)
+        self._groups = PoolGroups.open(self.path, self._memory_mb)
         return self
 
     def __exit__(
@@ -86,9 +87,18 @@ class SlotPool:
         """The cgroup holding the slot's processes (None when untracked)."""
         return None if self._groups is None else self._groups.slot(slot)
 
-    def join_env(self, group: ProcessCgroup | None) -> dict[str, str]:
-        """Environment variables that make a command join `group` (see `tracking`)."""
-        return {} if self._groups is None or group is None else self._groups.env(group)
+    def memory(self, slot: str) -> ProcessCgroup | None:
+        """The memory cgroup holding the slot's processes to the pool's limit (None without one)."""
+        return None if self._groups is None else self._groups.memory(slot)
+
+    @property
+    def memory_mb(self) -> int:
+        """The limit a slot's memory cgroup holds its processes to; 0 when there is none."""
+        return 0 if self._groups is None else self._groups.memory_mb
+
+    def join_env(self, group: ProcessCgroup | None, memory: ProcessCgroup | None = None) -> dict[str, str]:
+        """Environment variables that make a command join `group` and `memory` (see `tracking`)."""
+        return {} if self._groups is None or group is None else self._groups.env(group, memory)
 
     def release(self, slot: str, *, strict: bool = True, reusable: bool = True) -> None:
         """Detach mounts under the slot, then empty it and make it free (its processes must be

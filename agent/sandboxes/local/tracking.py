@@ -21,7 +21,7 @@ import os
 import socket
 from contextlib import suppress
 
-from agent.sandboxes.host import cgroups
+from agent.sandboxes.host import cgroups, memory_limits
 from agent.sandboxes.host.cgroups import Hierarchy, ProcessCgroup
 from agent.sandboxes.host.owner import boot_id, owner_is_dead, process_start_time
 
@@ -32,7 +32,12 @@ JOIN_SCRIPT = (
     ' || { echo "sandbox: this command could not join its sandbox'
     "'"
     's cgroup" >&2; exit 125; }\n'
-    "unset BASH_ENV SANDBOX_CGROUP_PROCS\n"
+    # the memory group (see host.memory_limits), where it lies in another hierarchy (cgroup v1)
+    '[ -z "${SANDBOX_MEMORY_PROCS-}" ] || { echo $$ >"$SANDBOX_MEMORY_PROCS"; } 2>/dev/null'
+    ' || { echo "sandbox: this command could not join its sandbox'
+    "'"
+    's memory cgroup" >&2; exit 125; }\n'
+    "unset BASH_ENV SANDBOX_CGROUP_PROCS SANDBOX_MEMORY_PROCS\n"
 )
 JOIN_FILE = ".join-cgroup.sh"  # in the pool dir, beside the slots
 
@@ -57,16 +62,21 @@ def describe() -> str:
 class PoolGroups:
     """The groups of one slot pool; `None` from `open` where no hierarchy works."""
 
-    def __init__(self, found: Hierarchy, pool_dir: str) -> None:
+    def __init__(self, found: Hierarchy, pool_dir: str, memory_mb: int = 0) -> None:
         self._top = found.group(group_name(pool_dir))
         self._join = os.path.join(pool_dir, JOIN_FILE)
+        memory = memory_limits.hierarchy() if memory_mb > 0 else None
+        self.memory_mb = memory_mb if memory is not None else 0  # 0: no memory group
+        self._memory_top = None if memory is None else memory.group(group_name(pool_dir))
 
     @classmethod
-    def open(cls, pool_dir: str) -> PoolGroups | None:
+    def open(cls, pool_dir: str, memory_mb: int = 0) -> PoolGroups | None:
+        """The pool's groups; with `memory_mb`, each slot's memory is limited where a memory
+        cgroup works here (`memory_mb` is 0 otherwise)."""
         found = cgroups.hierarchy()
         if found is None:
             return None
-        groups = cls(found, pool_dir)
+        groups = cls(found, pool_dir, memory_mb)
         try:
             groups._top.make()
             with open(groups._join, "w", encoding="ascii") as handle:
@@ -82,13 +92,23 @@ class PoolGroups:
         """The group of a slot, made now if it is new."""
         return self._top.child(os.path.basename(slot_dir)).make()
 
-    def env(self, group: ProcessCgroup) -> dict[str, str]:
-        """What a slot's commands need in their environment to join `group`."""
-        return {"BASH_ENV": self._join, "SANDBOX_CGROUP_PROCS": group.procs}
+    def memory(self, slot_dir: str) -> ProcessCgroup | None:
+        """The memory group of a slot, made now if it is new (None without a memory limit)."""
+        if self._memory_top is None:
+            return None
+        return memory_limits.limited(self._memory_top.child(os.path.basename(slot_dir)), self.memory_mb)
+
+    def env(self, group: ProcessCgroup, memory: ProcessCgroup | None = None) -> dict[str, str]:
+        """What a slot's commands need in their environment to join `group` (and `memory`)."""
+        joins = {"BASH_ENV": self._join, "SANDBOX_CGROUP_PROCS": group.procs}
+        if memory is not None and memory.path != group.path:  # v2: the same group holds both
+            joins["SANDBOX_MEMORY_PROCS"] = memory.procs
+        return joins
 
     def close(self) -> bool:
         """Kill every process in the pool's groups and delete them; False when some stay."""
-        return self._top.remove()
+        removed = self._top.remove()
+        return (self._memory_top is None or self._memory_top.remove()) and removed
 
 
 def group_name(pool_dir: str) -> str:
@@ -126,12 +146,15 @@ def _owner(pid: str, start: str) -> dict[str, str]:
 
 
 def _groups() -> list[ProcessCgroup]:
-    found = cgroups.hierarchy()
-    if found is None:
-        return []
-    try:
-        with os.scandir(found.base) as entries:
-            names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return []
-    return [found.group(n) for n in names if n.startswith("agent-") and not n.startswith("agent-probe-")]
+    """Our groups in the tracking hierarchy and in the memory one (local pools and bwrap sandboxes)."""
+    found: list[ProcessCgroup] = []
+    for hierarchy in {cgroups.hierarchy(), memory_limits.hierarchy()}:
+        if hierarchy is None:
+            continue
+        try:
+            with os.scandir(hierarchy.base) as entries:
+                names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        found += [hierarchy.group(n) for n in names if n.startswith("agent-") and "probe-" not in n]
+    return found
