@@ -63,6 +63,7 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
         default_image=values["image"],
         network=values["sandbox_network"],
         disk_mb=values["sandbox_disk_mb"],
+        memory_mb=values["sandbox_memory_mb"],
     )
     run_name = check_run_name(values["run_name"])
     artifacts = Path(values["output_dir"], run_name).absolute()  # tools save files (images) there

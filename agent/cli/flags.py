@@ -182,6 +182,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("sandbox_disk_mb", "int", _default(SandboxOptions, "disk_mb"),
          "MB a prompt may write into its sandbox (bwrap under root, docker; not local)", "Sandbox", _BATCH,
          minimum=1),
+    Flag("sandbox_memory_mb", "int", _default(SandboxOptions, "memory_mb"),
+         "MB of memory all of a prompt's sandbox processes may hold together; past it a command is "
+         "killed and its tool result says so (0: no limit)", "Sandbox", _BATCH, minimum=0),
     # Tools
     Flag("web_backend", "str", _tool("web_backend"),
          "web_search backend (auto: the corpus if --web_corpus, else the first API with a key)", "Tools",

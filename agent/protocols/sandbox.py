@@ -18,7 +18,9 @@ class SandboxOptions:
     # None: no prompt of the run uses it (every row names its own image), so it is not checked
     default_image: str | None = DEFAULT_IMAGE
     network: bool = False  # containers: allow network access
-    memory_mb: int = 1024
+    # all of a sandbox's processes together (a memory cgroup; else an rlimit per process); 0: none.
+    # Under a root runner bwrap's files live in a tmpfs charged to it too: room for disk_mb.
+    memory_mb: int = 2048
     cpus: float = 1.0
     pids_limit: int = 256
     disk_mb: int = 1024  # what a prompt may write in its sandbox (bwrap under root, docker)
