@@ -119,7 +119,7 @@ def cost(root: str, cycles: int) -> None:
     join = tracking.PoolGroups.env
 
     def without_join() -> None:  # slots still reused, their commands never join the group
-        tracking.PoolGroups.env = lambda self, group: {}  # type: ignore[method-assign]
+        tracking.PoolGroups.env = lambda self, group, memory=None: {}  # type: ignore[method-assign]
 
     def with_join() -> None:
         tracking.PoolGroups.env = join  # type: ignore[method-assign]

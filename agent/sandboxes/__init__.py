@@ -109,6 +109,16 @@ def _say_local_tracking() -> None:
     _say_once("local", tracking.describe(), logging.INFO if tracking.tracked() else logging.WARNING)
 
 
+def _say_memory(options: SandboxOptions) -> None:
+    """How local and bwrap sandboxes' memory is bounded here: a warning when no cgroup does."""
+    if options.backend not in ("local", "bwrap"):
+        return  # docker: the engine's own limit
+    from agent.sandboxes.host import memory_limits
+
+    weak = options.memory_mb > 0 and memory_limits.hierarchy() is None
+    _say_once("memory", memory_limits.describe(options.memory_mb), logging.WARNING if weak else logging.INFO)
+
+
 def concrete(options: SandboxOptions) -> SandboxOptions:
     """`options` with `auto` resolved to the backend it means here."""
     if options.backend != AUTO:
@@ -148,6 +158,7 @@ def reap_stale(options: SandboxOptions) -> list[str]:
     """Remove what dead processes (kill -9, the OOM killer) left behind for this backend:
     directories for local/bwrap, containers for docker. Returns what was removed."""
     options = concrete(options)
+    _say_memory(options)
     _say_choice()
     return backend(options.backend).reap_stale(options)
 
@@ -155,6 +166,7 @@ def reap_stale(options: SandboxOptions) -> list[str]:
 def sandbox_factory(options: SandboxOptions) -> SandboxFactory:
     """A factory for `options.backend`; raises SandboxUnavailable when it cannot run here."""
     options = concrete(options)
+    _say_memory(options)
     _say_choice()
     reason = unavailable_reason(options)
     if reason is not None:

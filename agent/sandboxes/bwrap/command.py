@@ -110,6 +110,13 @@ JOIN_MEMORY = [
 ]
 
 
+def _launcher(user: int | None, memory_procs: str | None) -> list[str]:
+    """Joining the memory cgroup (as root), then switching to the sandbox's uid."""
+    join = [] if memory_procs is None else [*JOIN_MEMORY, memory_procs]
+    switch = [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--"]
+    return [*join, *switch]
+
+
 def bwrap_argv(
     layout: Layout,
     options: SandboxOptions,
@@ -125,12 +132,9 @@ def bwrap_argv(
     it runs under that uid and gid (switched by setpriv, not by the runner: a process that sets
     a uid between fork and exec cannot use vfork, and forking a 300 MB worker took 170 ms); with
     `memory_procs` (a memory cgroup's `cgroup.procs`), all of it joins that group first."""
-    join = [] if memory_procs is None else [*JOIN_MEMORY, memory_procs]
-    switch = [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--"]
     per_process = options.memory_mb > 0 and memory_procs is None  # no group: an rlimit per process
     limits = [
-        *join,
-        *switch,
+        *_launcher(user, memory_procs),
         *DIE_WITH_RUNNER,
         str(os.getpid()),
         "prlimit",

@@ -33,7 +33,9 @@ def memory_group(sandbox_id: str, memory_mb: int) -> ProcessCgroup | None:
     if found is None:
         return None
     pid = os.getpid()
-    return memory_limits.limited(found.group(f"agent-{pid}-{process_start_time(pid)}-bwrap-{sandbox_id[:12]}"), memory_mb)
+    return memory_limits.limited(
+        found.group(f"agent-{pid}-{process_start_time(pid)}-bwrap-{sandbox_id[:12]}"), memory_mb
+    )
 
 
 def unavailable_reason(options: SandboxOptions) -> str | None:

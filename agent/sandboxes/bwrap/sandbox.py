@@ -169,7 +169,9 @@ class BwrapSandbox:
         if self._layout is None or self._dir is None:
             raise SandboxError("the sandbox is not open")
         procs = None if self._memory is None else self._memory.procs
-        argv = bwrap_argv(self._layout, self._options, self._nproc(), script, args, user=self._uid, memory_procs=procs)
+        argv = bwrap_argv(
+            self._layout, self._options, self._nproc(), script, args, user=self._uid, memory_procs=procs
+        )
         limit = 2 * shell_scripts.MAX_READ + 2 if script == shell_scripts.READ else shell_scripts.OUTPUT_LIMIT
         return run_process(argv, timeout=timeout, limit=limit, stdin=stdin, running=self._running)
 
