@@ -21,7 +21,7 @@ import pytest
 
 from agent.protocols import SandboxSpec
 from agent.sandboxes import SandboxOptions, reap_stale, resolve_backend, unavailable_reason
-from agent.sandboxes.host import cgroups
+from agent.sandboxes.host import cgroups, memory_limits
 from agent.sandboxes.host.cgroups import Hierarchy
 from agent.sandboxes.host.mounts import mounts_under
 from agent.sandboxes.local import tracking
@@ -146,11 +146,22 @@ def test_a_killed_workers_strays_die_at_the_next_start_even_without_its_director
     stray = int(subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False).stdout)
     assert _alive(stray)
     shutil.rmtree(root)  # e.g. a cleaned TMPDIR: no pool directory tells of the dead worker
-    (line,) = [line for line in Path(f"/proc/{stray}/cgroup").read_text().splitlines() if "/agent-" in line]
+    lines = [line for line in Path(f"/proc/{stray}/cgroup").read_text().splitlines() if "/agent-" in line]
+    (line,) = [line for line in lines if _in_hierarchy(line, tracked.kind)]  # (also its memory group)
     group = tracked.base + line[line.index("/agent-") :]  # its slot's group, under our own
     assert os.path.isdir(group)
     assert reap_stale(SandboxOptions(backend="local", root=str(tmp_path / "elsewhere"))) == []
     assert not _alive(stray) and not os.path.exists(os.path.dirname(group))
+    memory = memory_limits.hierarchy()
+    if memory is not None:  # its slot's memory group went with it
+        (line,) = [line for line in lines if _in_hierarchy(line, memory.kind)]
+        assert not os.path.exists(os.path.dirname(memory.base + line[line.index("/agent-") :]))
+
+
+def _in_hierarchy(line: str, kind: str) -> bool:
+    """Whether a line of /proc/PID/cgroup is of the hierarchy of `kind` (cgroup2: `0::`)."""
+    controllers = line.split(":")[1]
+    return (kind == "cgroup2" and line.startswith("0::")) or kind in controllers.split(",")
 
 
 @pytest.mark.anyio
