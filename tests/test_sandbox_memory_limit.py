@@ -93,6 +93,23 @@ async def test_zero_means_no_limit(backend: str, workdir: Path) -> None:
     assert (result.exit_code, result.output) == (0, "allocated\n"), result
 
 
+@pytest.mark.parametrize("kind", ["local", pytest.param("bwrap", marks=pytest.mark.bwrap)])
+async def test_without_a_memory_cgroup_each_process_gets_an_rlimit(
+    kind: str, workdir: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """Where no memory cgroup works, the limit is an address-space rlimit per process: the hog
+    gets a MemoryError (no total bound, said once in the log), a small command still runs."""
+    if kind == "bwrap":
+        request.getfixturevalue("bwrap_available")
+    monkeypatch.setattr(memory_limits, "hierarchy", lambda: None)
+    assert "RLIMIT_AS" in memory_limits.describe(LIMIT_MB)
+    async with _open(kind, workdir, 256) as sandbox:  # room for python3's own mappings
+        hog = await sandbox.exec(HOG.replace("200 << 20", "400 << 20"), timeout=120)
+        small = await sandbox.exec(SMALL, timeout=120)
+    assert hog.exit_code != 0 and "MemoryError" in hog.output, hog
+    assert (small.exit_code, small.output) == (0, "allocated\n"), small
+
+
 def test_a_batch_run_loses_only_the_hog_s_command(backend: str, workdir: Path) -> None:
     """In a real run the hog's tool result says the limit was reached, its prompt goes on to its
     answer like the others, and the run exits 0: no worker was the OOM killer's victim."""
@@ -113,6 +130,7 @@ def test_a_batch_run_loses_only_the_hog_s_command(backend: str, workdir: Path) -
             timeout=600,
         )
     assert finished.returncode == 0, finished
+    assert f"sandbox memory: {LIMIT_MB} MB per sandbox" in finished.stderr + finished.stdout  # said once
     run_dir = cli.run_dir("memcap")
     assert read_jsonl(run_dir / "failures.jsonl") == []
     assert trajectory_prompts(run_dir) == Counter(["hog", "healthy 0", "healthy 1", "healthy 2"])
