@@ -1,6 +1,7 @@
 """The bubblewrap backend: every command runs in fresh pid/net/ipc/uts/mount/user namespaces
 (only `lo`, its own pid 1), on a read-only root, with a cleared environment and rlimits (see
-bwrap_command). Starts take milliseconds and need no daemon.
+bwrap_command); all of a sandbox's processes share one memory cgroup of `memory_mb` where one
+works (an OOM kill is told in the command's result). Starts take milliseconds and need no daemon.
 
 A prompt's sandbox is a host directory holding its `/workspace` and `/tmp` (and its cwd when
 that lies outside both); files persist across the prompt's commands, processes do not: when a

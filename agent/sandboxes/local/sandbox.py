@@ -16,6 +16,9 @@ beneath the slot by the kernel, see host/safe_paths). The model sees the slot as
 (`/workspace`, `/tmp`, `/home`), never its host path (see view). What it does guarantee is that
 nothing of a prompt outlives it where a cgroup tracks its processes (see `tracking`): every
 process killed, every mount under its directory detached, the directory emptied or deleted.
+Memory: all of a slot's processes together are held to `memory_mb` by a memory cgroup where one
+works (host.memory_limits; an OOM kill is told in the command's result), else each gets an
+address-space rlimit of that size.
 """
 
 from __future__ import annotations
