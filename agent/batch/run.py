@@ -4,11 +4,9 @@ Exactly once: a prompt is done when its line is in a batch file (or its discard 
 discarded.jsonl). Everything else — checkpoint.json, statistics.json, trajectories.jsonl —
 is derived from those append-only files and rewritten atomically. So is the exit code: a fresh
 scan at the end splits the dataset into done, discarded, failed and not started
-(`agent.batch.completion`); on start, filters re-apply both ways (`agent.batch.recovery`);
-`--max_cost` stops scheduling once this invocation spent it. statistics.json describes the
-whole run, this invocation being one record of it (`agent.store.run_history`).
-A prompt keeps the prompt_index it was first written with, whatever the dataset's new order
-(`agent.store.index.number_prompts` numbers the others), so indices are unique and stable.
+(`agent.batch.completion`); filters re-apply both ways on start (`agent.batch.recovery`);
+statistics.json describes the whole run, this invocation one record of it (`run_history`).
+A prompt keeps the prompt_index it was first written with (`agent.store.index`).
 """
 
 from __future__ import annotations
