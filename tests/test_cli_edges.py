@@ -79,6 +79,8 @@ def test_ctrl_c_stops_a_query_started_with_sigint_ignored(tmp_path: Path) -> Non
         wait_until(lambda: len(endpoint.requests) >= 1, "the model call", 60)
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=30) == 130, (tmp_path / "runner.err").read_text()[-2000:]
+    last = (tmp_path / "runner.err").read_text().rstrip().splitlines()[-1]
+    assert last == "interrupted: the conversation was stopped before its answer (exit 130)"
 
 
 @pytest.mark.parametrize(

@@ -61,3 +61,8 @@ def test_forced_reasoning_is_counted_apart_and_a_cut_reply_is_no_answer(tmp_path
     reasoning = read_json(run_dir / "statistics.json")["reasoning_statistics"]
     assert reasoning["turns_with_reasoning"] == reasoning["turns_with_forced_reasoning"] == 2
     assert reasoning["total_assistant_turns"] == 3 and reasoning["model_written_coverage_percent"] == 0.0
+    summary = " ".join(run.stderr.replace("│", " ").split())
+    assert (
+        "2 of those turns' reasoning was forced by the endpoint's output grammar: 0.00% written by the model"
+        in (summary)
+    )

@@ -140,6 +140,15 @@ def test_a_missing_key_for_a_remote_endpoint_is_one_line_exit_2(tmp_path: Path) 
     assert line.startswith("error: no API key for http://192.0.2.1:9/v1") and "OPENAI_API_KEY" in line
 
 
+def test_a_model_name_that_is_almost_embedded_gets_a_hint_not_just_a_key_error(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "--query=hi", "--model=embeded", "--enabled_toolsets=terminal")
+    assert (done.returncode, done.stdout) == (2, "")
+    (line,) = error_lines(done.stderr)
+    assert line.startswith("error: no API key for https://") and line.endswith(
+        "(did you mean --model=embedded?)"
+    )
+
+
 def test_an_unreachable_endpoint_is_one_line_exit_1(tmp_path: Path) -> None:
     with socket.socket() as probe:  # a port that was free a moment ago: nobody listens there
         probe.bind(("127.0.0.1", 0))

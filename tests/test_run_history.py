@@ -219,7 +219,7 @@ def test_the_summary_and_report_say_what_the_data_holds(tmp_path: Path) -> None:
     assert reasoning["total_assistant_turns"] == 0  # the output is empty
     assert reasoning["discarded_entries"] == {"assistant_turns": turns, "turns_with_reasoning": 0}
     err = " ".join(done.stderr.replace("│", " ").split())
-    assert "3 prompts, 1 batch of 10 this run" in err and "1 batches" not in err
+    assert "dataset 3 prompts in 1 batch of 10" in err and "1 batches" not in err
     assert "Dataset: lines 12 · valid 12 · used 3 (--max_samples=3) · invalid 0" in err
     assert "discarded entries (not in the output): 6 assistant turns, 0 with reasoning" in err
     rows = summary_rows((run_dir / "report.html").read_text())

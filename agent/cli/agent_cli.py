@@ -79,4 +79,13 @@ def _error_line(line: str) -> None:
 def run_query_command(answer: Callable[[QueryConfig], int], argv: Sequence[str] | None = None) -> NoReturn:
     """The whole command: flags (sys.argv unless `argv`) into a QueryConfig handed to `answer`,
     which returns the exit code; an operator error is one line and exit 2."""
-    run_command(QUERY, lambda values: answer(build_query_config(values)), _error_line, argv)
+    run_command(QUERY, lambda values: _interruptible(answer, build_query_config(values)), _error_line, argv)
+
+
+def _interruptible(answer: Callable[[QueryConfig], int], config: QueryConfig) -> int:
+    """`answer`, saying so in one line when Ctrl-C or SIGTERM stops it (exit 130)."""
+    try:
+        return answer(config)
+    except KeyboardInterrupt:
+        _error_line("interrupted: the conversation was stopped before its answer (exit 130)")
+        return 130

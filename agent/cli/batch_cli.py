@@ -17,7 +17,7 @@ from agent.cli.export_cli import build_export_options, check_publishable
 from agent.cli.flag_values import check_required
 from agent.cli.flags import BATCH
 from agent.cli.shared_config import build_agent_config, build_tool_config, check_toolsets
-from agent.config.agent_config import is_embedded, is_loopback
+from agent.config.agent_config import embedded_hint, is_embedded, is_loopback
 from agent.config.run_config import RunConfig, check_run_name
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
@@ -86,7 +86,7 @@ def check_ready(config: RunConfig) -> None:
     if needs_key and not config.agent.api_key:
         raise ConfigError(
             f"no API key for {config.agent.base_url}: "
-            "pass --api_key or set OPENROUTER_API_KEY / OPENAI_API_KEY"
+            "pass --api_key or set OPENROUTER_API_KEY / OPENAI_API_KEY" + embedded_hint(config.agent.model)
         )
     _check_writable(config.run_dir)
     check_publishable(config.export)

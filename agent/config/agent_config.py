@@ -3,6 +3,7 @@ and loaders that turn already-typed flag values into it (flag text is parsed in 
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -142,6 +143,13 @@ class AgentConfig:
 def is_embedded(model: str) -> bool:
     """`embedded` or `embedded:/path/to/model.gguf`: served locally for the run."""
     return model == "embedded" or model.startswith("embedded:")
+
+
+def embedded_hint(model: str) -> str:
+    """A hint for a model name that is almost `embedded` (a typo is not a remote model)."""
+    name = model.split(":", 1)[0]
+    close = difflib.get_close_matches(name, ["embedded"], n=1, cutoff=0.75)
+    return f" (did you mean --model=embedded{model[len(name) :]}?)" if close and name != "embedded" else ""
 
 
 def is_loopback(url: str) -> bool:

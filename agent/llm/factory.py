@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.config.agent_config import AgentConfig, is_loopback
+from agent.config.agent_config import AgentConfig, embedded_hint, is_loopback
 from agent.errors import ConfigError
 from agent.llm.client import OpenAIChatModel
 from agent.llm.rate_limit import AdaptiveLimiter
@@ -19,6 +19,7 @@ def open_chat_model(
     if not key:
         raise ConfigError(
             f"no API key for {config.base_url}: pass --api_key or set OPENROUTER_API_KEY / OPENAI_API_KEY"
+            + embedded_hint(config.model)
         )
     pool: dict[str, int] = {} if max_connections is None else {"max_connections": max_connections}
     return OpenAIChatModel(

@@ -93,8 +93,8 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
         ),
         _cost_line(stats),
         f"Model: {stats.get('model')} · distribution: {stats.get('distribution')} · "
-        f"{plural(stats.get('total_prompts'), 'prompt')}, {plural(stats.get('total_batches'), 'batch')} of "
-        f"{_n(stats.get('batch_size'))} this run",
+        f"dataset {plural(stats.get('total_prompts'), 'prompt')} in "
+        f"{plural(stats.get('total_batches'), 'batch')} of {_n(stats.get('batch_size'))}",
     ]
     lines += _lost_toolsets(stats.get("toolsets") or {})
     lines += dataset_lines(stats.get("dataset") or {})
@@ -146,6 +146,12 @@ def _reasoning(stats: Mapping[str, Any]) -> Text:
         f"{_n(r.get('turns_without_reasoning'))} without); "
         f"{_n(r.get('entries_with_reasoning'))} entries have reasoning"
     )
+    forced = json_int(r.get("turns_with_forced_reasoning"))
+    if forced:  # the endpoint's grammar wrote it (the embedded model): not the model's choice
+        line += (
+            f"\n  {_n(forced)} of those turns' reasoning was forced by the endpoint's output grammar: "
+            f"{r.get('model_written_coverage_percent', 0.0):.2f}% written by the model"
+        )
     if json_int(discarded.get("assistant_turns")):
         line += (
             f"\n  discarded entries (not in the output): {_n(discarded.get('assistant_turns'))} assistant "
