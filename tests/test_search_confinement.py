@@ -72,6 +72,18 @@ async def test_local_results_read_as_sandbox_paths(local_sandbox: LocalSandbox) 
     ] == "src/app.py"
 
 
+async def test_local_pattern_naming_a_sandbox_path_is_searched_as_written(
+    local_sandbox: LocalSandbox,
+) -> None:
+    # a command's /workspace/x becomes the slot's on local: the pattern must not
+    await local_sandbox.write_file("conf/app.cfg", b"data=/workspace/data\n")
+    found = await _search(local_sandbox, pattern="=/workspace/data$", file_glob="*.cfg")
+    assert found["matches"] == [{"path": "conf/app.cfg", "line": 1, "content": "data=/workspace/data"}]
+    listed = await _search(local_sandbox, pattern="./conf/*", target="files")
+    assert listed["files"] == ["conf/app.cfg"]
+    assert (await _search(local_sandbox, pattern="-x"))["total_count"] == 0  # not an option
+
+
 async def test_local_symlink_out_of_the_slot_is_not_followed(
     local_sandbox: LocalSandbox, host_canaries: list[str]
 ) -> None:

@@ -1,5 +1,7 @@
 """search_files: `find` and `grep` run through `Sandbox.exec`, so every backend searches alike;
-the pattern, path and glob reach the shell quoted, never as code.
+the pattern, path and glob reach the shell quoted, never as code, and with no "/" in the
+command's text: the local backend rewrites a command's sandbox paths (/workspace/x) to its
+slot's, which would change a regex or glob that names one.
 
 The search runs *in* the directory it searches (`exec`'s cwd), from ".": the sandbox resolves
 that cwd as its file tools resolve a path, so `/tmp` on the local backend is the slot's /tmp (a
@@ -93,16 +95,16 @@ async def _start(sandbox: Sandbox, path: str) -> _Start:
 
 def _file_search(glob: str, path: str, limit: int) -> str:
     test = "-path" if "/" in glob else "-name"
-    listing = _find(path, f"{test} {shlex.quote(glob)}")
+    listing = _find(path, f"{test} {_literal(glob)}")
     return f"{listing} | awk -v max={limit} 'NR <= max {{ print }} END {{ print \"{_TOTAL}\" NR }}'"
 
 
 def _content_search(regex: str, path: str, file_glob: str | None, limit: int) -> str:
-    quoted = shlex.quote(regex)
+    quoted = _literal(regex)
     # grep exits 2 (busybox: >1) on a bad regex; report its message instead of "no matches".
     # (busybox compiles the regex only when it reads a line, hence the input.)
     check = f'err=$(echo | grep -E -e {quoted} 2>&1 >/dev/null); [ $? -gt 1 ] && {{ echo "$err"; exit 2; }}; '
-    listing = _find(path, f"-name {shlex.quote(file_glob)}" if file_glob else "")
+    listing = _find(path, f"-name {_literal(file_glob)}" if file_glob else "")
     grep = f"tr '\\n' '\\0' | xargs -0 -r grep -nHE -e {quoted} -- 2>/dev/null"
     # Only "path:line:text" lines are matches (old greps print "Binary file x matches").
     count = (
@@ -110,6 +112,14 @@ def _content_search(regex: str, path: str, file_glob: str | None, limit: int) ->
         f'END {{ print "{_TOTAL}" n + 0 }}\''
     )
     return f"{check}{listing} | {grep} | {count}"
+
+
+def _literal(value: str) -> str:
+    """A shell word for `value` that no path rewriting can alter: printf's octal escape for
+    each "/" (POSIX and busybox printf), and for "-" (a leading one would be an option).
+    Command substitution drops trailing newlines, which no one-line regex or glob can use."""
+    escaped = value.replace("\\", "\\\\").replace("%", "%%").replace("/", "\\057").replace("-", "\\055")
+    return f'"$(printf {shlex.quote(escaped)})"'
 
 
 def _find(path: str, test: str) -> str:
