@@ -143,9 +143,15 @@ def _fallback(engine: str, exc: APIError) -> str:
     return NONE
 
 
+def disk_mode(client: Any) -> str | None:
+    """How the engine's containers have their disk capped: LAYER, IMAGE or NONE (None: no
+    container made yet)."""
+    return _disk_mode.get(str(client.api.base_url))
+
+
 def disk_capped(client: Any) -> bool | None:
     """Whether the engine caps our containers' disk (None: no container made yet)."""
-    mode = _disk_mode.get(str(client.api.base_url))
+    mode = disk_mode(client)
     return None if mode is None else mode != NONE
 
 
