@@ -26,7 +26,7 @@ from agent.sandboxes.docker.sandbox import open_sandbox as open_docker_sandbox
 from agent.sandboxes.host.mounts import mounts_under
 from agent.sandboxes.host.owner import current_owner
 from agent.sandboxes.host.sandbox_dirs import OWNER_FILE, kill_processes_using, make_sandbox_dir, remove_tree
-from tests.fixtures.containers import Engine
+from tests.fixtures.containers import MARKED_IMAGE, Engine
 
 pytestmark = pytest.mark.anyio
 SPEC = SandboxSpec(run_name="run-c", prompt_key="prompt-0")
@@ -106,7 +106,7 @@ async def test_a_docker_sandbox_cannot_write_past_its_disk_cap(
     removes; only where no disk image can be mounted (a remote engine, a non-root runner)
     does the sandbox work uncapped (and the log says so)."""
     options = dataclasses.replace(docker_options, disk_mb=32, root=str(tmp_path))
-    spec = SandboxSpec(run_name=unique_run_name, prompt_key="disk", cwd="sub")
+    spec = SandboxSpec(run_name=unique_run_name, prompt_key="disk", cwd="sub", image=MARKED_IMAGE)
     async with open_docker_sandbox(spec, options) as sandbox:
         for path in ("/workspace/big", "/tmp/big"):
             result = await sandbox.exec(WRITE_PAST.format(path=path, count=100), timeout=60)
@@ -121,8 +121,8 @@ async def test_a_docker_sandbox_cannot_write_past_its_disk_cap(
         await sandbox.exec("echo kept > /tmp/t", timeout=30)
         [container] = container_engine.ours(**{LABEL_RUN: unique_run_name})
         restart_container(engine_client(), container.id)  # how a fork bomb is stopped
-        result = await sandbox.exec("pwd; cat f /tmp/t; stat -c %a /tmp", timeout=30)
-        assert result.output == "/workspace/sub\ngoes on\nkept\n1777\n"
+        result = await sandbox.exec("pwd; cat f /tmp/t ../marker; stat -c %a /tmp", timeout=30)
+        assert result.output == "/workspace/sub\ngoes on\nkept\nmarked\n1777\n"  # and what the image holds
     assert container_engine.ours(**{LABEL_RUN: unique_run_name}) == []
     _assert_no_disk_image_left(tmp_path)
 
@@ -142,17 +142,23 @@ def _loop_backing_files() -> list[str]:
     return [path.read_text() for path in Path("/sys/block").glob("loop*/loop/backing_file")]
 
 
+@pytest.mark.docker
 @pytest.mark.skipif(disk_image.unavailable_reason() is not None, reason="no disk image can be mounted here")
-def test_reaping_removes_the_disk_image_of_a_dead_runner(tmp_path: Path) -> None:
-    disk_image.make(str(tmp_path), "dead-owner", 8, "/workspace")
-    disk_image.make(str(tmp_path), "live-owner", 8, "/workspace")
+def test_reaping_removes_the_disk_image_of_a_dead_runner(container_engine: Engine, tmp_path: Path) -> None:
+    client = engine_client()
+    disk_image.make(client, str(tmp_path), "dead-owner", 8)
+    disk_image.make(client, str(tmp_path), "live-owner", 8)
     dead = subprocess.Popen(["true"])
     dead.wait()
     owner_file = tmp_path / (disk_image.DIR_PREFIX + "dead-owner") / OWNER_FILE
     owner_file.write_text(json.dumps({**current_owner(), "pid": str(dead.pid)}))
-    assert disk_image.reap(str(tmp_path)) == [str(owner_file.parent)]
+    reaped = disk_image.reap(client, str(tmp_path))
+    volumes = [f"{disk_image.VOLUME_PREFIX}dead-owner-{place}" for place in ("tmp", "workspace")]
+    dead = [str(owner_file.parent), *volumes]
+    assert set(dead) <= set(reaped) and not [name for name in reaped if "live-owner" in name], reaped
     assert [path.name for path in tmp_path.iterdir()] == [disk_image.DIR_PREFIX + "live-owner"]
-    disk_image.remove(str(tmp_path), "live-owner")
+    disk_image.remove(client, str(tmp_path), "live-owner")
+    assert client.volumes.list(filters={"label": f"{disk_image.VOLUME_LABEL}=1", "name": "-owner-"}) == []
     _assert_no_disk_image_left(tmp_path)
 
 

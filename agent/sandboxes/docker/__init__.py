@@ -20,7 +20,8 @@ class DockerBackend:
 
     def reap_stale(self, options: SandboxOptions) -> list[str]:
         """Remove the containers of ours whose owner process is dead, then their disk images."""
-        return lifecycle.reap_stale(engine_client()) + disk_image.reap(options.root)
+        client = engine_client()
+        return lifecycle.reap_stale(client) + disk_image.reap(client, options.root)
 
     @property
     def pool(self) -> SandboxPool | None:

@@ -119,7 +119,7 @@ def _create_capped(client: Any, plan: ContainerPlan, kwargs: dict[str, Any], opt
                 raise
             _disk_mode[engine] = _fallback(engine, exc)
     if _disk_mode[engine] == IMAGE:
-        kwargs["mounts"] = disk_image.make(options.root, plan.sandbox_id, options.disk_mb, plan.workdir)
+        kwargs["mounts"] = disk_image.make(client, options.root, plan.sandbox_id, options.disk_mb)
     return client.containers.create(plan.image, **kwargs)
 
 

@@ -147,8 +147,8 @@ class DockerSandbox:
             self._failed(message, exc, quiet)
         finally:
             try:  # after the container: it holds the disk image's mount (then detached lazily)
-                disk_image.remove(self._options.root, self._plan.sandbox_id)
-            except (SandboxError, OSError) as exc:
+                disk_image.remove(self._client, self._options.root, self._plan.sandbox_id)
+            except (SandboxError, OSError, *ENGINE_ERRORS) as exc:
                 message = f"could not remove the disk image of {self.name} ({exc}); reap_stale will"
                 self._failed(message, exc, quiet)
 
