@@ -9,8 +9,8 @@ It needs the engine to see this host's mounts (a unix socket: a local engine) an
 runner (mount). The directory, `docker-disk-<sandbox id>` under the sandbox root, holds an
 owner record like a bwrap sandbox's, so a runner killed with SIGKILL leaves nothing that
 `reap` (called at start) does not remove: its mount is detached lazily, the image deleted, its
-volumes (naming a directory now gone) removed;
-the kernel frees the loop device (autoclear) once the last container using it is gone.
+volumes (naming a directory now gone) removed; the kernel frees the loop device (autoclear)
+once the last container using it is gone.
 """
 
 from __future__ import annotations
