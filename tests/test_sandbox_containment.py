@@ -196,3 +196,11 @@ def test_reaping_a_capped_sandbox_kills_only_its_own_processes(bwrap_root: str) 
             proc.kill()
             proc.wait()
         remove_tree(directory)
+
+
+def test_no_disk_image_for_an_engine_on_another_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It could not see the image mounted here: the run goes on uncapped, and the log says why."""
+    monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.7:2375")
+    assert "not on this host" in str(disk_image.unavailable_reason())
+    monkeypatch.setenv("DOCKER_HOST", "ssh://builder")
+    assert "not on this host" in str(disk_image.unavailable_reason())
