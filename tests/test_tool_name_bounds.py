@@ -27,11 +27,9 @@ def invented(count: int) -> list[str]:
 
 def entry(index: int, names: list[str]) -> dict[str, Any]:
     """An entry calling each of `names` once (the first also a second time, failing)."""
-    calls = "".join(f'<tool_call>\n{json.dumps({"name": n, "arguments": {}})}\n</tool_call>\n' for n in names)
-    results = "\n".join(
-        f"<tool_response>\n{json.dumps({'tool_call_id': f'c{i}', 'name': n, 'content': 'ok'})}\n</tool_response>"
-        for i, n in enumerate(names)
-    )
+    calls = "".join(f"<tool_call>\n{json.dumps({'name': n, 'arguments': {}})}\n</tool_call>\n" for n in names)
+    answers = [json.dumps({"tool_call_id": f"c{i}", "name": n, "content": "ok"}) for i, n in enumerate(names)]
+    results = "\n".join(f"<tool_response>\n{a}\n</tool_response>" for a in answers)
     stats = {n: {"count": 1, "success": 1, "failure": 0} for n in names}
     stats[names[0]] = {"count": 2, "success": 1, "failure": 1}
     stats["terminal"] = {"count": 3, "success": 3, "failure": 0}
