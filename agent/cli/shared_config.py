@@ -14,7 +14,7 @@ from agent.config.agent_config import AgentConfig, is_embedded, load_prefill, re
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
 from agent.toolbox.registry import unavailable_toolsets
-from tools.web.backends import FIRECRAWL_URL_VARIABLE, corpus_files, web_keys
+from tools.web.backends import FIRECRAWL_URL_VARIABLE, corpus_files, needs_corpus, web_keys
 
 # AgentConfig fields filled by the flag of the same name.
 _SAME_NAME = (
@@ -88,7 +88,7 @@ TEXT_ONLY = (
 def _corpus_folder(backend: str, folder: str | None) -> str | None:
     """--web_corpus as an absolute path (workers may start elsewhere), checked now."""
     if folder is None:
-        if backend == "corpus":
+        if needs_corpus(backend):
             raise ConfigError("--web_backend=corpus needs --web_corpus=DIR (a folder of .md/.html/.txt)")
         return None
     path = Path(folder).absolute()
