@@ -12,12 +12,14 @@ Exit 0 when both trees wrote the same entries, 1 with the first difference print
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,30 @@ def _corpus(folder: Path) -> None:
     (folder / "notes.md").write_text("# Notes\n\nhello from the corpus\n", encoding="utf-8")
 
 
-def _run(tree: Path, work: Path, backend: str, reasoning: str) -> Path:
+@contextlib.contextmanager
+def _backend_flags(backend: str) -> Iterator[list[str]]:
+    """`--backend` and, for Ray, the address of a 2-node cluster on 127.0.0.1 started for it."""
+    if backend != "ray":
+        yield [f"--backend={backend}"]
+        return
+    from ray.cluster_utils import Cluster
+
+    own_tmp = tempfile.mkdtemp(prefix="same-output-")
+    (Path(own_tmp) / "ray").mkdir()  # where Ray notes the address of the cluster it started
+    os.environ.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0", TMPDIR=own_tmp)
+    tempfile.tempdir = None  # read TMPDIR again
+    node = {"node_ip_address": "127.0.0.1", "num_cpus": 1, "include_dashboard": False}
+    node["temp_dir"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: AF_UNIX paths
+    cluster = Cluster(initialize_head=True, head_node_args=node)
+    try:
+        cluster.add_node(**node)
+        cluster.wait_for_nodes()
+        yield ["--backend=ray", f"--ray_address={cluster.address}"]
+    finally:
+        cluster.shutdown()
+
+
+def _run(tree: Path, work: Path, flags: list[str], reasoning: str) -> Path:
     """One run of `tree`'s runner; the path of its merged trajectories."""
     endpoint = subprocess.Popen(
         [sys.executable, "-m", "agent.servers.simulated", "--port=0", f"--reasoning={reasoning}"],
@@ -55,7 +80,7 @@ def _run(tree: Path, work: Path, backend: str, reasoning: str) -> Path:
             "--batch_size=20", "--run_name=same", f"--output_dir={work / 'runs'}",
             f"--base_url={base_url}", "--api_key=bench", "--model=sim-model", "--num_workers=2",
             "--distribution=balanced", "--allow_missing_toolsets", f"--web_corpus={work / 'corpus'}",
-            "--sandbox=local", "--seed=7", f"--backend={backend}",
+            "--sandbox=local", "--seed=7", *flags,
         ]  # fmt: skip
         done = subprocess.run(
             command, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True
@@ -112,12 +137,13 @@ def main() -> int:
     parser.add_argument("--reasoning", default="field", help="the simulated model's reasoning style")
     args = parser.parse_args()
     found: list[list[Any]] = []
-    for tree in (args.old.resolve(), args.new.resolve()):
-        with tempfile.TemporaryDirectory() as name:
-            work = Path(name)
-            _dataset(work / "prompts.jsonl", args.prompts)
-            _corpus(work / "corpus")
-            found.append(_entries(_run(tree, work, args.backend, args.reasoning)))
+    with _backend_flags(args.backend) as flags:
+        for tree in (args.old.resolve(), args.new.resolve()):
+            with tempfile.TemporaryDirectory() as name:
+                work = Path(name)
+                _dataset(work / "prompts.jsonl", args.prompts)
+                _corpus(work / "corpus")
+                found.append(_entries(_run(tree, work, flags, args.reasoning)))
     old, new = found
     difference = _first_difference(old, new)
     print(f"old {len(old)} entries, new {len(new)} entries: {'different' if difference else 'the same'}")
