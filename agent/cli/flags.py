@@ -180,11 +180,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("sandbox_network", "bool", _default(SandboxOptions, "network"), "allow network inside containers",
          "Sandbox", _BATCH),
     Flag("sandbox_disk_mb", "int", _default(SandboxOptions, "disk_mb"),
-         "MB a prompt may write into its sandbox (bwrap under root, docker; not local)", "Sandbox", _BATCH,
+         "MB a prompt may write into its sandbox (bwrap under root, docker; not local)", "Sandbox",
          minimum=1),
     Flag("sandbox_memory_mb", "int", _default(SandboxOptions, "memory_mb"),
          "MB of memory all of a prompt's sandbox processes may hold together; past it a command is "
-         "killed and its tool result says so (0: no limit)", "Sandbox", _BATCH, minimum=0),
+         "killed and its tool result says so (0: no limit)", "Sandbox", minimum=0),
     # Tools
     Flag("web_backend", "str", _tool("web_backend"),
          "web_search backend (auto: the corpus if --web_corpus, else the first API with a key)", "Tools",
