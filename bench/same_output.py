@@ -55,7 +55,7 @@ def _backend_flags(backend: str) -> Iterator[list[str]]:
     (Path(own_tmp) / "ray").mkdir()  # where Ray notes the address of the cluster it started
     os.environ.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0", TMPDIR=own_tmp)
     tempfile.tempdir = None  # read TMPDIR again
-    node = {"node_ip_address": "127.0.0.1", "num_cpus": 1, "include_dashboard": False}
+    node: dict[str, Any] = {"node_ip_address": "127.0.0.1", "num_cpus": 1, "include_dashboard": False}
     node["temp_dir"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: AF_UNIX paths
     cluster = Cluster(initialize_head=True, head_node_args=node)
     try:
@@ -63,7 +63,7 @@ def _backend_flags(backend: str) -> Iterator[list[str]]:
         cluster.wait_for_nodes()
         yield ["--backend=ray", f"--ray_address={cluster.address}"]
     finally:
-        cluster.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]
 
 
 def _run(tree: Path, work: Path, flags: list[str], reasoning: str) -> Path:

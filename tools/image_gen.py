@@ -55,6 +55,8 @@ SCHEMA: dict[str, Any] = {
 
 
 def unavailable(config: ToolConfig) -> str | None:
+    if config.image_output_unsupported:
+        return config.image_output_unsupported
     if config.artifacts_dir is None:
         return (
             "image_generate needs a directory to save images in (ToolConfig.artifacts_dir): "

@@ -74,6 +74,7 @@ def build_tool_config(values: Mapping[str, Any], artifacts_dir: str | None = Non
         web_api_url=_search_api_url(values),
         artifacts_dir=artifacts_dir,
         images_unsupported=TEXT_ONLY if is_embedded(values["model"]) else None,
+        image_output_unsupported=NO_IMAGE_OUTPUT if is_embedded(values["model"]) else None,
     )
 
 
@@ -82,6 +83,11 @@ def build_tool_config(values: Mapping[str, Any], artifacts_dir: str | None = Non
 TEXT_ONLY = (
     "the embedded model reads text only (no image reaches it, whatever its GGUF); "
     "use a multimodal --model on an endpoint for image tools"
+)
+
+NO_IMAGE_OUTPUT = (
+    "the embedded model makes text only (it serves no images endpoint and no image output); "
+    "use --model on an endpoint that generates images for image_gen"
 )
 
 
