@@ -177,7 +177,12 @@ class Worker:
         try:
             async with asyncio.timeout(run.prompt_timeout):
                 tools = self._tools(job.toolsets)
-                result = await converse(run.agent, self.model, tools, prompt, self.factory, self.shared)
+                agent = (
+                    run.agent
+                    if job.sampling is None
+                    else dataclasses.replace(run.agent, sampling=job.sampling)
+                )
+                result = await converse(agent, self.model, tools, prompt, self.factory, self.shared)
         except TimeoutError:
             return Failed.of(
                 job, "prompt_timeout", f"no outcome within --prompt_timeout={run.prompt_timeout}s"
