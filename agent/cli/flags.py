@@ -153,8 +153,8 @@ FLAGS: tuple[Flag, ...] = (
          f"up to {MAX_STOP} stop sequences: a comma list, or a JSON array for ones holding commas, "
          "newlines or edge spaces", "Conversation", shown="none"),
     Flag("model_seed", "int", _sampling("seed"),
-         "the model's sampling seed (the request's seed; --seed samples toolsets)", "Conversation",
-         shown="none"),
+         "the request's seed, for repeatable sampling where the server supports it (not the toolset --seed)",
+         "Conversation", shown="none"),
     Flag("sampling_extra", "str", None,
          'JSON object of extra request fields for servers that take them: {"top_k": 40, "min_p": 0.05}',
          "Conversation", shown="none"),
