@@ -177,11 +177,7 @@ class Worker:
         try:
             async with asyncio.timeout(run.prompt_timeout):
                 tools = self._tools(job.toolsets)
-                agent = (
-                    run.agent
-                    if job.sampling is None
-                    else dataclasses.replace(run.agent, sampling=job.sampling)
-                )
+                agent = run.agent.with_sampling(job.sampling)  # its row's over the flags'
                 result = await converse(agent, self.model, tools, prompt, self.factory, self.shared)
         except TimeoutError:
             return Failed.of(

@@ -141,6 +141,10 @@ class AgentConfig:
         flags = replace(own, max_tokens=self.max_tokens) if own.max_tokens is None else own
         return flags if row is None else row.over(flags)
 
+    def with_sampling(self, sampling: Sampling | None) -> AgentConfig:
+        """This config sampling with `sampling` (a prompt's, from `prompt_sampling`); None: as is."""
+        return self if sampling is None else replace(self, sampling=sampling)
+
     def public(self) -> dict[str, Any]:
         """The config as JSON-able data without secrets (saved with a run)."""
         data = {k: v for k, v in self.__dict__.items() if k not in ("api_key", "tools", "sampling")}
