@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from agent.batch.row_fields import FieldError, LineFields, parse_line
+from agent.config.sampling import Sampling
 from agent.errors import ConfigError, DatasetError
 from agent.store.keys import prompt_hash
 
@@ -49,6 +50,7 @@ class DatasetRow:
     image: str | None  # `image`, else `docker_image`
     cwd: str | None
     metadata: dict[str, Any]
+    sampling: Sampling | None = None  # the row's `sampling` choices
 
 
 @dataclass
@@ -205,5 +207,6 @@ def iter_rows(
             image=record.image,
             cwd=record.cwd,
             metadata=record.metadata,
+            sampling=record.sampling,
         )
         index += 1

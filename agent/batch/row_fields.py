@@ -17,6 +17,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from agent.batch.row_sampling import parse_sampling
+from agent.config.sampling import Sampling
+
 CWD_RULE = (
     "cwd is a directory inside the sandbox: absolute (/app is /app in the sandbox) or relative "
     "to its workspace (src is /workspace/src), without '..' components"
@@ -41,6 +44,7 @@ class LineFields:
     cwd: str | None
     metadata: dict[str, Any]
     image_field: str  # the field the image came from, for an error about it
+    sampling: Sampling | None = None  # the row's `sampling` choices (agent.batch.row_sampling)
 
 
 def _json_type(value: Any) -> str:
@@ -118,7 +122,10 @@ def _parse(text: str) -> LineFields:
     if metadata is not None and not isinstance(metadata, dict):
         raise FieldError("metadata", f"must be a JSON object (got {_json_type(metadata)})")
     image_field = "image" if image is not None else "docker_image"
-    return LineFields(prompt, image if image is not None else docker_image, cwd, metadata or {}, image_field)
+    sampling = parse_sampling(row.get("sampling"), FieldError)
+    return LineFields(
+        prompt, image if image is not None else docker_image, cwd, metadata or {}, image_field, sampling
+    )
 
 
 def _check_cwd(cwd: str) -> None:

@@ -177,7 +177,8 @@ class Worker:
         try:
             async with asyncio.timeout(run.prompt_timeout):
                 tools = self._tools(job.toolsets)
-                result = await converse(run.agent, self.model, tools, prompt, self.factory, self.shared)
+                agent = run.agent.with_sampling(job.sampling)  # its row's over the flags'
+                result = await converse(agent, self.model, tools, prompt, self.factory, self.shared)
         except TimeoutError:
             return Failed.of(
                 job, "prompt_timeout", f"no outcome within --prompt_timeout={run.prompt_timeout}s"

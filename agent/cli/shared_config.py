@@ -1,5 +1,5 @@
 """The AgentConfig both command lines build from their flag values (the flags they share:
-model, endpoint, turns, reasoning, routing, prompts, retries)."""
+model, endpoint, turns, sampling, reasoning, routing, prompts, retries)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from agent.common.network_policy import NetworkPolicy
 from agent.common.secrets import started_secrets
 from agent.config.agent_config import AgentConfig, is_embedded, load_prefill, reasoning_config
+from agent.config.sampling import flag_sampling
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
 from agent.toolbox.registry import unavailable_toolsets
@@ -43,6 +44,7 @@ def build_agent_config(values: Mapping[str, Any], *, api_key: str | None) -> Age
         **{name: values[name] for name in _SAME_NAME},
         api_key=api_key,
         max_iterations=values["max_turns"],
+        sampling=flag_sampling(values),
         prefill_messages=load_prefill(values["prefill_messages_file"]),
         reasoning_config=reasoning_config(values["reasoning_effort"], values["reasoning_disabled"]),
         tools=build_tool_config(values),
