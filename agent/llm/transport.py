@@ -26,10 +26,11 @@ import httpx2
 from agent.common.fetch import read_capped
 from agent.config.agent_config import DEFAULT_MAX_REPLY_BYTES
 
-# The default cap, DEFAULT_MAX_REPLY_BYTES: a chat completion holds at most ~128k output tokens (~0.5 MB of text); escaped as \uXXXX
-# (×6) and repeated in `reasoning`, `reasoning_content` and `reasoning_details` (×3) that is
-# ~9 MiB. 32 MiB leaves 3× headroom over that worst genuine reply and still bounds what one
-# call can cost: at most the cap per call in flight.
+# The default cap, DEFAULT_MAX_REPLY_BYTES: a chat completion holds at most ~128k output
+# tokens (~0.5 MB of text); escaped as \uXXXX (×6) and repeated in `reasoning`,
+# `reasoning_content` and `reasoning_details` (×3) that is ~9 MiB. 32 MiB leaves 3× headroom
+# over that worst genuine reply and still bounds what one call can cost: at most the cap per
+# call in flight.
 LARGE_BODY = 2**20
 
 
