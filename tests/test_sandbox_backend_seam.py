@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -23,7 +24,15 @@ from agent import sandboxes
 from agent.protocols import RowProblem, Sandbox, SandboxBackend, SandboxOptions, SandboxPool, SandboxSpec
 from agent.sandboxes.local import LocalBackend
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_batch_support import RUN_TIMEOUT, BatchCLI, Finished, human_prompt, read_jsonl, write_dataset
+from tests.test_batch_support import (
+    REPO,
+    RUN_TIMEOUT,
+    BatchCLI,
+    Finished,
+    human_prompt,
+    read_jsonl,
+    write_dataset,
+)
 
 MARKER = "/workspace/.seam"
 NO_IMAGES = "the seam sandbox backend runs no images"
@@ -157,3 +166,25 @@ def test_the_built_in_backends_answer_the_batch_layers_questions() -> None:
     assert docker.run_options(options, default_image_used=False).default_image is None
     assert docker.run_options(options, default_image_used=True) == options
     assert local.run_options(options, default_image_used=False) == options
+
+
+_SCAN_WITHOUT_DOCKER_SDK = """
+import sys
+sys.modules["docker"] = None  # the optional SDK is not installed
+from agent.batch.dataset import scan_dataset
+scan = scan_dataset(sys.argv[1], backend="docker")
+print(scan.valid, scan.error_count)
+"""
+
+
+def test_rows_for_a_backend_whose_dependency_is_missing_are_not_refused(tmp_path: Path) -> None:
+    """Its rules cannot be asked: the run's start says in one line why the backend cannot run."""
+    dataset = write_dataset(tmp_path / "rows.jsonl", [{"prompt": "p", "image": "python:3.11"}])
+    done = subprocess.run(
+        [sys.executable, "-c", _SCAN_WITHOUT_DOCKER_SDK, str(dataset)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert (done.returncode, done.stdout) == (0, "1 0\n"), done.stderr
