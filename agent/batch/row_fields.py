@@ -4,10 +4,11 @@
 `FieldError` naming the field at fault and why; `agent.batch.dataset` adds the file and line
 number. A line is an error when it is not UTF-8 text, not valid JSON, not an object, has no
 `prompt`, a `prompt` that is not a non-blank string, an `image`/`docker_image`/`cwd` that is
-not a non-empty string, a `cwd` against CWD_RULE, an image the run's sandbox backend cannot
-run (when the backend is given: silently ignoring it would run the prompt elsewhere than
-asked), or a `metadata` that is not an object. An optional field set to JSON `null` counts
-as absent: Hugging Face and pandas exports write `null` for a column a row does not use.
+not a non-empty string, a `cwd` against CWD_RULE, an image or cwd the run's sandbox backend
+cannot run as asked (when the backend is given: its `row_problem` says; silently ignoring it
+would run the prompt elsewhere than asked), or a `metadata` that is not an object. An optional
+field set to JSON `null` counts as absent: Hugging Face and pandas exports write `null` for a
+column a row does not use.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from agent import sandboxes
 from agent.batch.row_sampling import parse_sampling
 from agent.config.sampling import Sampling
 
@@ -137,17 +139,12 @@ def _check_cwd(cwd: str) -> None:
 
 
 def _check_sandbox_fields(fields: LineFields, backend: str | None) -> None:
-    """An image the run's sandbox backend would silently ignore is a bad line."""
-    if fields.image is None or backend is None:
+    """An image or cwd the run's sandbox backend would not honour is a bad line."""
+    if backend is None or (fields.image is None and fields.cwd is None):
         return
-    if backend == "local":
-        raise FieldError(fields.image_field, "the local sandbox backend runs no images; use --sandbox=docker")
-    if backend == "bwrap" and not fields.image.startswith("/"):
-        raise FieldError(
-            fields.image_field,
-            f"the bwrap sandbox backend runs no registry images ({fields.image!r}), only an unpacked root "
-            "filesystem named by its absolute path; use --sandbox=docker",
-        )
+    problem = sandboxes.row_problem(backend, fields.image, fields.cwd)
+    if problem is not None:
+        raise FieldError(fields.image_field if problem.field == "image" else "cwd", problem.reason)
 
 
 def _reject_lone_surrogates(row: dict[str, Any]) -> None:
