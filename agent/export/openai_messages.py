@@ -28,8 +28,9 @@ from functools import lru_cache
 from typing import Any
 
 from agent.common.identity_memo import IdentityMemo
-from agent.export.analysis import SEPARATED, Analysis
+from agent.export.analysis import Analysis
 from agent.export.sharegpt import convert, hermes_system_message
+from agent.protocols.turns import SEPARATED, Turn, from_openai_messages
 
 __all__ = ["FORMAT", "Conversation", "OpenAIFormat", "from_sharegpt", "to_sharegpt", "tools_json"]
 
@@ -195,7 +196,7 @@ def to_sharegpt(conversation: Conversation, *, inline: bool = False) -> list[dic
     """The ShareGPT turns of OpenAI messages (`inline`: reasoning is in the content)."""
     system = [m for m in conversation.messages if m.get("role") == "system"]
     rest = [_internal(m, inline) for m in conversation.messages if m.get("role") != "system"]
-    turns = convert(rest, conversation.tools).conversations
+    turns = convert(from_openai_messages(rest), conversation.tools).conversations
     if system:
         turns[0] = {"from": "system", "value": str(system[0].get("content") or "")}
     return turns
@@ -222,12 +223,9 @@ class OpenAIFormat:
     name = "openai"
 
     def render(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tool_schemas: Sequence[Mapping[str, Any]],
-        analysis: Analysis,
+        self, turns: Sequence[Turn], tool_schemas: Sequence[Mapping[str, Any]], analysis: Analysis
     ) -> dict[str, Any]:
-        conversation = from_sharegpt(convert(messages, tool_schemas, analysis).conversations)
+        conversation = from_sharegpt(convert(turns, tool_schemas, analysis).conversations)
         return {"messages": conversation.messages, "tools": tools_json(conversation.tools)}
 
 
