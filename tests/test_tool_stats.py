@@ -11,7 +11,7 @@ import pytest
 
 from agent.export.tool_stats import is_failure, tool_stats, unknown_tools_called
 from agent.protocols import ToolConfig
-from agent.protocols.turns import from_openai_messages
+from agent.protocols.turns import MalformedMessage, from_openai_messages
 from agent.sandboxes.local.sandbox import LocalSandbox
 from agent.toolbox.context import SandboxContext
 from tools.terminal import TOOLSET as TERMINAL
@@ -92,11 +92,13 @@ def test_orphan_duplicate_and_injected_entries_are_ignored() -> None:
         result("a", '{"error": "second answer to the same call"}'),
         calls(("z", "terminal"), injected=True),
         result("z", '{"error": "x"}'),
-        {"role": "assistant", "content": "", "tool_calls": ["not a dict"]},
     ]
     stats, errors = tool_stats(from_openai_messages(messages), ["terminal"])
     assert stats == {"terminal": {"count": 1, "success": 1, "failure": 0, "nonzero_exit": 0}}
     assert errors == {"terminal": 0}
+    # A call entry that is no object is no longer skipped: the history is refused where it is read.
+    with pytest.raises(MalformedMessage, match="message 0: a tool call is no object"):
+        from_openai_messages([{"role": "assistant", "content": "", "tool_calls": ["not a dict"]}])
 
 
 def test_unknown_tools_called() -> None:

@@ -263,12 +263,16 @@ def test_the_first_filter_in_order_is_the_reason_and_every_one_is_recorded() -> 
         "leaked_tool_call",
         "no_reasoning",
     ]
-    event = answer(job(), result(messages=messages), keep_no_reasoning=False)
+    event = answer(job(), result(turns=from_openai_messages(messages)), keep_no_reasoning=False)
     assert isinstance(event, Discarded) and event.reason == "duplicate_call_id"
     assert event.entry["metadata"]["discard_reasons"] == everything
-    event = answer(job(), result(messages=messages), keep_no_reasoning=False, keep_malformed=True)
+    event = answer(
+        job(), result(turns=from_openai_messages(messages)), keep_no_reasoning=False, keep_malformed=True
+    )
     assert isinstance(event, Discarded) and event.reason == "no_reasoning"
-    kept = answer(job(), result(messages=messages), keep_no_reasoning=True, keep_malformed=True)
+    kept = answer(
+        job(), result(turns=from_openai_messages(messages)), keep_no_reasoning=True, keep_malformed=True
+    )
     assert isinstance(kept, Finished) and json.loads(kept.line)["metadata"]["discard_reasons"] == everything
 
 
