@@ -236,7 +236,9 @@ def _assistant_turn(message: Mapping[str, Any], injected: bool) -> AssistantTurn
     renamed = message.get(RENAMED_CALL_IDS) or {}
     listed = message.get("tool_calls") or []
     if not isinstance(listed, list) or not isinstance(renamed, Mapping):
-        raise MalformedMessage("an assistant message's tool_calls must be a list")
+        raise MalformedMessage(
+            f"an assistant message's tool_calls must be a list, {RENAMED_CALL_IDS} an object"
+        )
     details = message.get("reasoning_details")
     return AssistantTurn(
         content,
