@@ -84,10 +84,13 @@ def build_entry(
     rendered = render(
         result.turns, result.tool_schemas, all_tools=TOOL_TO_TOOLSET_MAP, format_name=format_name
     )
+    metadata = _metadata(job, result, usage)
+    if forced := rendered.analysis.reasoning.turns_with_forced_reasoning:  # only then: bytes kept
+        metadata["reasoning_forced_turns"] = forced
     entry = {
         "prompt_index": job.index,
         **rendered.fields,
-        "metadata": _metadata(job, result, usage),
+        "metadata": metadata,
         "completed": result.completed,
         "partial": result.partial,
         "api_calls": result.api_calls,
@@ -95,8 +98,6 @@ def build_entry(
         "tool_stats": rendered.analysis.tool_stats,
         "tool_error_counts": rendered.analysis.tool_errors,
     }
-    if forced := rendered.analysis.reasoning.turns_with_forced_reasoning:  # only then: bytes kept
-        entry["metadata"]["reasoning_forced_turns"] = forced
     return entry, rendered.analysis
 
 

@@ -28,7 +28,7 @@ class TrajectoryFormat(Protocol):
 
     def render(
         self, turns: Sequence[Turn], tool_schemas: Sequence[Mapping[str, Any]], analysis: Analysis
-    ) -> dict[str, Any]: ...
+    ) -> Mapping[str, object]: ...
 
 
 FORMATS: dict[str, TrajectoryFormat] = {fmt.name: fmt for fmt in (sharegpt.FORMAT, openai_messages.FORMAT)}
@@ -47,7 +47,7 @@ def get_format(name: str) -> TrajectoryFormat:
 class Rendered:
     """A conversation in one format (`fields`), with the analysis its entry's statistics come from."""
 
-    fields: dict[str, Any]
+    fields: Mapping[str, object]  # the entry's fields, as JSON values
     analysis: Analysis
 
 

@@ -240,7 +240,7 @@ class OpenAIFormat:
 
     def render(
         self, turns: Sequence[Turn], tool_schemas: Sequence[Mapping[str, Any]], analysis: Analysis
-    ) -> dict[str, Any]:
+    ) -> Mapping[str, object]:
         conversation = from_sharegpt(convert(turns, tool_schemas, analysis).conversations)
         return {"messages": conversation.messages, "tools": tools_json(conversation.tools)}
 

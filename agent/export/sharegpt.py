@@ -183,7 +183,7 @@ class ShareGPTFormat:
 
     def render(
         self, turns: Sequence[Turn], tool_schemas: Sequence[Mapping[str, Any]], analysis: Analysis
-    ) -> dict[str, Any]:
+    ) -> Mapping[str, object]:
         return {"conversations": convert(turns, tool_schemas, analysis).conversations}
 
 
