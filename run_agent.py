@@ -29,8 +29,9 @@ from agent.export.sharegpt import to_sharegpt
 from agent.llm.factory import open_chat_model
 from agent.llm.rate_limit import AdaptiveLimiter
 from agent.loop.agent_loop import converse
-from agent.loop.conversation import Prompt
+from agent.loop.conversation import ConversationResult, Prompt
 from agent.protocols import ChatModel, SandboxFactory, SandboxSpec
+from agent.protocols.turns import to_openai_messages
 from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.toolbox.registry import ResolvedTools, resolve_tools
 
@@ -141,9 +142,33 @@ class AIAgent:
         prompt = Prompt(user_message, spec, self.config.log_prefix)
         result = await converse(self.config, self._chat_model, self.tools, prompt, self._sandboxes)
         if self.save_trajectories:
-            conversations = to_sharegpt(result.messages, result.tool_schemas)
+            conversations = to_sharegpt(result.turns, result.tool_schemas)
             save_trajectory(conversations, self.config.model, result.completed, directory=self.trajectory_dir)
-        return result.as_dict()
+        return result_dict(result)
+
+
+def result_dict(result: ConversationResult) -> dict[str, Any]:
+    """The result dict `run_conversation` returns (the reference's keys and ours); `messages`
+    is the history as OpenAI messages (`agent.protocols.turns.to_openai_message`)."""
+    usage = result.usage.as_dict()
+    return {
+        "outcome": result.outcome.value,
+        "completed": result.completed,
+        "partial": result.partial,
+        "failed": result.failed,
+        "error": result.error,
+        "error_class": result.error_class,
+        "final_response": result.final_response,
+        "messages": to_openai_messages(result.turns),
+        "api_calls": result.api_calls,
+        "model": result.model,
+        "toolsets_used": list(result.toolsets_used),
+        "tool_schemas": list(result.tool_schemas),
+        "usage": usage,
+        "input_tokens": usage["prompt_tokens"],
+        "output_tokens": usage["completion_tokens"],
+        "total_tokens": usage["total_tokens"],
+    }
 
 
 def agent_config(**settings: Any) -> AgentConfig:

@@ -24,6 +24,7 @@ import fire
 
 from agent.export.run_export import export_run
 from agent.export.sharegpt import convert
+from agent.protocols.turns import from_openai_messages
 
 _TOOLS = [
     {
@@ -59,7 +60,7 @@ def synthetic_entry(index: int) -> dict[str, Any]:
     outcome = _OUTCOMES[index % len(_OUTCOMES)]
     return {
         "prompt_index": index,
-        "conversations": convert(history, _TOOLS).conversations,
+        "conversations": convert(from_openai_messages(history), _TOOLS).conversations,
         "metadata": {"source": f"s{index % 7}", "level": index % 5 if index % 2 else "hard", "model": "m",
                      "batch_num": index // 100, "timestamp": "2026-11-23T00:00:00", "prompt_key": f"k{index}",
                      "outcome": outcome, "usage": {"prompt_tokens": 900, "completion_tokens": 300,

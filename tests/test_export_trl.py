@@ -16,6 +16,7 @@ import pytest
 
 from agent.export.run_export import export_run
 from agent.export.sharegpt import convert
+from agent.protocols.turns import from_openai_messages
 from tests.test_openai_messages import HISTORIES, SCHEMAS
 
 datasets = pytest.importorskip("datasets")
@@ -54,7 +55,10 @@ def write_run(run_dir: Path) -> None:
     run_dir.mkdir()
     with (run_dir / "trajectories.jsonl").open("w", encoding="utf-8") as handle:
         for index, history in enumerate(HISTORIES.values()):
-            entry = {"prompt_index": index, "conversations": convert(history, SCHEMAS).conversations}
+            entry = {
+                "prompt_index": index,
+                "conversations": convert(from_openai_messages(history), SCHEMAS).conversations,
+            }
             entry.update(metadata={"outcome": "completed"}, completed=True, toolsets_used=["terminal"])
             handle.write(json.dumps(entry) + "\n")
 

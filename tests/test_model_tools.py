@@ -21,6 +21,7 @@ import toolsets
 from agent.errors import ConfigError
 from agent.export.tool_stats import tool_stats
 from agent.protocols import Sandbox, SandboxSpec, ToolConfig, ToolSpec, on_sandbox
+from agent.protocols.turns import from_openai_messages
 from agent.sandboxes.blocking import blocking_tool
 from agent.sandboxes.local.sandbox import Session
 from agent.sandboxes.local.slots import SlotPool
@@ -299,7 +300,7 @@ async def test_real_results_are_classified_by_tool_stats(local_sandbox: Sandbox)
     for i, (name, args) in enumerate(plan):
         content = await dispatch(name, json.dumps(args), SandboxContext(local_sandbox), allowed)
         messages.append({"role": "tool", "tool_call_id": str(i), "content": content})
-    stats, _ = tool_stats(messages, TOOL_TO_TOOLSET_MAP)
+    stats, _ = tool_stats(from_openai_messages(messages), TOOL_TO_TOOLSET_MAP)
     assert stats["terminal"] == {"count": 1, "success": 1, "failure": 0, "nonzero_exit": 1}  # apart
     assert stats["read_file"] == {"count": 1, "success": 0, "failure": 1}
     assert stats["patch"] == {"count": 1, "success": 0, "failure": 1}

@@ -14,6 +14,7 @@ import pytest
 from agent.export.formats import get_format, render
 from agent.export.openai_messages import Conversation, from_sharegpt, to_sharegpt
 from agent.export.sharegpt import convert, hermes_system_message
+from agent.protocols.turns import from_openai_messages
 from tests.test_trajectory import GOLDEN, TERMINAL, assistant, call, result, user
 
 READ_FILE = {
@@ -93,7 +94,7 @@ HISTORIES: dict[str, list[dict[str, Any]]] = {
 
 
 def sharegpt_of(history: list[dict[str, Any]]) -> list[dict[str, str]]:
-    return convert(history, SCHEMAS).conversations
+    return convert(from_openai_messages(history), SCHEMAS).conversations
 
 
 def through_a_file(conversation: Conversation) -> Conversation:
@@ -215,7 +216,7 @@ def test_what_is_not_our_sharegpt_is_refused_naming_the_turn(
 
 def test_the_openai_trajectory_format_renders_the_same_rows_as_the_export() -> None:
     history = HISTORIES["parallel calls, one tool turn"]
-    fields = render(history, SCHEMAS, format_name="openai").fields
+    fields = render(from_openai_messages(history), SCHEMAS, format_name="openai").fields
     expected = from_sharegpt(sharegpt_of(history))
     assert fields == {"messages": expected.messages, "tools": json.dumps(expected.tools, ensure_ascii=False)}
     assert get_format("openai").name == "openai"

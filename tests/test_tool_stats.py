@@ -11,6 +11,7 @@ import pytest
 
 from agent.export.tool_stats import is_failure, tool_stats, unknown_tools_called
 from agent.protocols import ToolConfig
+from agent.protocols.turns import MalformedMessage, from_openai_messages
 from agent.sandboxes.local.sandbox import LocalSandbox
 from agent.toolbox.context import SandboxContext
 from tools.terminal import TOOLSET as TERMINAL
@@ -72,7 +73,7 @@ def test_counts_match_results_by_call_id_with_every_known_tool_present() -> None
         result("d", '{"error": "Unknown tool"}'),
         calls(("e", "terminal")),  # no result (interrupted): counted as a call only
     ]
-    stats, errors = tool_stats(messages, ["write_file", "terminal", "read_file"])
+    stats, errors = tool_stats(from_openai_messages(messages), ["write_file", "terminal", "read_file"])
     assert stats == {
         "made_up_tool": {"count": 1, "success": 0, "failure": 1},
         "read_file": {"count": 1, "success": 1, "failure": 0},
@@ -91,16 +92,21 @@ def test_orphan_duplicate_and_injected_entries_are_ignored() -> None:
         result("a", '{"error": "second answer to the same call"}'),
         calls(("z", "terminal"), injected=True),
         result("z", '{"error": "x"}'),
-        {"role": "assistant", "content": "", "tool_calls": ["not a dict"]},
     ]
-    stats, errors = tool_stats(messages, ["terminal"])
+    stats, errors = tool_stats(from_openai_messages(messages), ["terminal"])
     assert stats == {"terminal": {"count": 1, "success": 1, "failure": 0, "nonzero_exit": 0}}
     assert errors == {"terminal": 0}
+    # A call entry that is no object is no longer skipped: the history is refused where it is read.
+    with pytest.raises(MalformedMessage, match="message 0: a tool call is no object"):
+        from_openai_messages([{"role": "assistant", "content": "", "tool_calls": ["not a dict"]}])
 
 
 def test_unknown_tools_called() -> None:
     messages = [calls(("a", "terminal"), ("b", "web_serch")), calls(("c", "browser_click"))]
-    assert unknown_tools_called(messages, {"terminal", "read_file"}) == {"web_serch", "browser_click"}
+    assert unknown_tools_called(from_openai_messages(messages), {"terminal", "read_file"}) == {
+        "web_serch",
+        "browser_click",
+    }
     assert unknown_tools_called([], {"terminal"}) == set()
 
 
@@ -127,7 +133,7 @@ async def test_real_tool_results_count_their_own_errors_and_exit_codes(local_san
         result("t", json.dumps(exited)),
         result("f", json.dumps(fine)),
     ]
-    stats, errors = tool_stats(messages, ["web_extract", "terminal"])
+    stats, errors = tool_stats(from_openai_messages(messages), ["web_extract", "terminal"])
     assert stats == {
         "terminal": {"count": 2, "success": 2, "failure": 0, "nonzero_exit": 1},
         "web_extract": {"count": 1, "success": 0, "failure": 1},

@@ -16,6 +16,7 @@ from agent.export.analysis import ReasoningStats, TurnText, analyse, reasoning_s
 from agent.export.formats import FORMATS, get_format, render
 from agent.export.samples_file import save_trajectory
 from agent.export.sharegpt import ShareGPT, convert, hermes_system_message, to_sharegpt
+from agent.protocols.turns import MalformedMessage, from_openai_messages
 
 GOLDEN = Path(__file__).parent / "golden" / "spec_example.json"
 TERMINAL = {
@@ -51,7 +52,7 @@ def gpt_values(conversations: list[dict[str, str]]) -> list[str]:
 
 
 def one_gpt(message: dict[str, Any]) -> str:
-    (value,) = gpt_values(to_sharegpt([user("q"), message], [TERMINAL]))
+    (value,) = gpt_values(to_sharegpt(from_openai_messages([user("q"), message]), [TERMINAL]))
     return value
 
 
@@ -72,7 +73,7 @@ def test_spec_example_reproduced_byte_for_byte() -> None:
         ),
     ]
     expected = json.loads(GOLDEN.read_text(encoding="utf-8"))["conversations"]
-    converted = convert(messages, [TERMINAL])
+    converted = convert(from_openai_messages(messages), [TERMINAL])
     assert json.dumps(converted.conversations) == json.dumps(expected)
     assert converted.warnings == []
 
@@ -121,7 +122,7 @@ def test_with_native_reasoning_a_different_inline_block_is_the_answers_text() ->
 def test_tags_after_the_start_of_the_content_stay_in_the_answer() -> None:
     value = one_gpt(assistant("<think>plan</think>Type <think>x</think> to think."))
     assert value == "<think>\nplan\n</think>\nType <think>x</think> to think."
-    stats = analyse([user("q"), assistant("Type <think>x</think>.")])
+    stats = analyse(from_openai_messages([user("q"), assistant("Type <think>x</think>.")]))
     assert stats.turns[1] == TurnText("", "Type <think>x</think>.") and not stats.reasoning.has_any_reasoning
 
 
@@ -161,7 +162,7 @@ def test_results_grouped_into_one_turn_named_by_call_id_in_history_order() -> No
         result("a", "WRONG", "plain output"),
         assistant("done", "r2"),
     ]
-    turns = to_sharegpt(messages, [TERMINAL])
+    turns = to_sharegpt(from_openai_messages(messages), [TERMINAL])
     assert [t["from"] for t in turns] == ["system", "human", "gpt", "tool", "gpt"]
     first, second = turns[3]["value"].split("\n<tool_response>")
     assert json.loads(first.removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")) == {
@@ -188,7 +189,10 @@ def test_results_grouped_into_one_turn_named_by_call_id_in_history_order() -> No
 )
 def test_tool_content_embedded_as_json_only_when_it_parses(content: str, embedded: Any) -> None:
     turns = to_sharegpt(
-        [user("q"), assistant("", None, [call("x", "terminal", "{}")]), result("x", "t", content)], []
+        from_openai_messages(
+            [user("q"), assistant("", None, [call("x", "terminal", "{}")]), result("x", "t", content)]
+        ),
+        [],
     )
     body = turns[3]["value"].removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")
     assert json.loads(body)["content"] == embedded
@@ -203,7 +207,7 @@ def test_injected_messages_are_skipped_and_later_user_messages_kept() -> None:
         user("a real follow-up"),
         assistant("final", "r3"),
     ]
-    turns = to_sharegpt(messages, [])
+    turns = to_sharegpt(from_openai_messages(messages), [])
     assert [(t["from"], t["value"]) for t in turns[1:]] == [
         ("human", "the prompt"),
         ("gpt", "<think>\nr\n</think>\npartial"),
@@ -215,7 +219,7 @@ def test_injected_messages_are_skipped_and_later_user_messages_kept() -> None:
 def test_multimodal_user_content_keeps_only_its_text() -> None:
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     prompt = user([{"type": "text", "text": "What is shown?"}, image])  # type: ignore[arg-type]
-    assert to_sharegpt([prompt], [])[1] == {"from": "human", "value": "What is shown?"}
+    assert to_sharegpt(from_openai_messages([prompt]), [])[1] == {"from": "human", "value": "What is shown?"}
 
 
 def test_bad_arguments_become_empty_objects_and_are_reported(caplog: pytest.LogCaptureFixture) -> None:
@@ -226,7 +230,7 @@ def test_bad_arguments_become_empty_objects_and_are_reported(caplog: pytest.LogC
     ]
     messages = [user("q"), assistant("", None, calls)] + [result(i, "terminal", "ok") for i in "abc"]
     with caplog.at_level(logging.WARNING, logger="agent.export.sharegpt"):
-        converted = convert(messages, [])
+        converted = convert(from_openai_messages(messages), [])
     assert gpt_values(converted.conversations)[0].count('"arguments": {}') == 3
     assert len(converted.warnings) == 2  # an empty string is a call without arguments, not an error
     assert "not valid JSON" in converted.warnings[0] and '{"command": "ls"' in converted.warnings[0]
@@ -242,17 +246,18 @@ def test_orphan_results_and_unanswered_calls_are_reported() -> None:
         result("a", "terminal", "ok"),
         result("zzz", "terminal", "answers nothing"),
     ]
-    converted = convert(messages, [])
+    converted = convert(from_openai_messages(messages), [])
     assert [t["from"] for t in converted.conversations] == ["system", "human", "gpt", "tool"]
     assert "answers nothing" not in converted.conversations[3]["value"]
     assert len(converted.warnings) == 3
     assert "'b'" in converted.warnings[2] and "no result" in converted.warnings[2]
 
 
-def test_non_object_tool_call_entries_are_dropped_with_a_warning() -> None:
-    converted = convert([user("q"), assistant("", None, ["junk", call("a", "terminal", "{}")])], [])
-    assert gpt_values(converted.conversations)[0].count("<tool_call>") == 1
-    assert any("junk" in w for w in converted.warnings)
+def test_non_object_tool_call_entries_are_refused_by_name() -> None:
+    """A history from elsewhere with a call entry that is no object is refused where it is
+    read (`from_openai_messages`), naming the message and the entry, before any export."""
+    with pytest.raises(MalformedMessage, match=r"message 1: a tool call is no object.*'junk'"):
+        from_openai_messages([user("q"), assistant("", None, ["junk", call("a", "terminal", "{}")])])
 
 
 def test_every_gpt_turn_has_exactly_one_think_block() -> None:
@@ -263,7 +268,7 @@ def test_every_gpt_turn_has_exactly_one_think_block() -> None:
         assistant("<REASONING_SCRATCHPAD>b</REASONING_SCRATCHPAD>y"),
         assistant("plain"),
     ]
-    values = gpt_values(to_sharegpt(messages, []))
+    values = gpt_values(to_sharegpt(from_openai_messages(messages), []))
     assert len(values) == 3
     assert all(v.count("<think>") == 1 and v.startswith("<think>\n") for v in values)
 
@@ -286,11 +291,11 @@ def test_reasoning_stats_count_native_and_inline_but_not_injected_or_blank() -> 
         assistant("<think></think>e"),
         assistant("f", "injected", _injected=True),
     ]
-    stats = reasoning_stats(messages)
+    stats = reasoning_stats(from_openai_messages(messages))
     assert (stats.assistant_turns, stats.turns_with_reasoning, stats.turns_without_reasoning) == (5, 3, 2)
     assert stats.has_any_reasoning
-    assert not reasoning_stats([user("q"), assistant("plain")]).has_any_reasoning
-    assert not reasoning_stats([user("q")]).has_any_reasoning
+    assert not reasoning_stats(from_openai_messages([user("q"), assistant("plain")])).has_any_reasoning
+    assert not reasoning_stats(from_openai_messages([user("q")])).has_any_reasoning
 
 
 # ---------------------------------------------------------------- saving
@@ -376,8 +381,8 @@ def test_one_analysis_feeds_the_conversion_and_the_statistics() -> None:
         result("a", "terminal", '{"error": "boom"}'),
         assistant("answer"),
     ]
-    rendered = render(messages, [TERMINAL], all_tools=["terminal", "read_file"])
-    assert rendered.fields == {"conversations": to_sharegpt(messages, [TERMINAL])}
+    rendered = render(from_openai_messages(messages), [TERMINAL], all_tools=["terminal", "read_file"])
+    assert rendered.fields == {"conversations": to_sharegpt(from_openai_messages(messages), [TERMINAL])}
     assert rendered.analysis.turns[1] == TurnText("inline", "visible")
     assert rendered.analysis.reasoning == ReasoningStats(assistant_turns=2, turns_with_reasoning=1)
     assert rendered.analysis.tool_stats == {
@@ -390,9 +395,11 @@ def test_the_sharegpt_format_renders_from_the_analysis_it_is_given() -> None:
     """The conversion reads each turn's reasoning and content from the analysis, never
     parsing the message again: a doctored analysis shows up in the output."""
     messages = [user("q"), assistant("<think>r</think>a")]
-    analysis = analyse(messages)
+    analysis = analyse(from_openai_messages(messages))
     doctored = dataclasses.replace(analysis, turns={1: TurnText("from the analysis", "content too")})
-    (value,) = gpt_values(get_format("sharegpt").render(messages, [], doctored)["conversations"])
+    (value,) = gpt_values(
+        get_format("sharegpt").render(from_openai_messages(messages), [], doctored)["conversations"]
+    )
     assert value == "<think>\nfrom the analysis\n</think>\ncontent too"
 
 
@@ -428,15 +435,15 @@ def test_the_sharegpt_format_renders_from_the_analysis_it_is_given() -> None:
 def test_the_analysis_notes_what_makes_a_conversation_malformed(
     message: dict[str, Any], flaws: tuple[str, ...]
 ) -> None:
-    assert analyse([user("q"), message], offered={"terminal"}).flaws == flaws
+    assert analyse(from_openai_messages([user("q"), message]), offered={"terminal"}).flaws == flaws
 
 
 def test_offered_tools_are_checked_only_when_known_and_render_knows_them() -> None:
     messages = [user("q"), assistant("", None, [call("a", "web_search", "{}")])]
-    assert analyse(messages).flaws == ()
-    assert render(messages, [TERMINAL]).analysis.flaws == ("tool_not_offered",)
+    assert analyse(from_openai_messages(messages)).flaws == ()
+    assert render(from_openai_messages(messages), [TERMINAL]).analysis.flaws == ("tool_not_offered",)
     api_definition = {"type": "function", "function": {**TERMINAL, "name": "web_search"}}
-    assert render(messages, [api_definition]).analysis.flaws == ()
+    assert render(from_openai_messages(messages), [api_definition]).analysis.flaws == ()
 
 
 def test_repeated_ids_pair_results_with_calls_in_order() -> None:
@@ -449,13 +456,13 @@ def test_repeated_ids_pair_results_with_calls_in_order() -> None:
         assistant("", None, [call("x", "read_file", "{}")]),
         result("x", "read_file", "second turn"),
     ]
-    converted = convert(messages, [TERMINAL])
+    converted = convert(from_openai_messages(messages), [TERMINAL])
     first, second = (
         json.loads(r.split("</tool_response>")[0])
         for r in converted.conversations[3]["value"].split("<tool_response>\n")[1:]
     )
     assert (first["name"], first["content"]) == ("terminal", "from terminal")
     assert (second["name"], second["content"]) == ("read_file", {"error": "from read_file"})
-    stats = analyse(messages).tool_stats
+    stats = analyse(from_openai_messages(messages)).tool_stats
     assert stats["terminal"] == {"count": 1, "success": 1, "failure": 0, "nonzero_exit": 0}
     assert stats["read_file"] == {"count": 2, "success": 1, "failure": 1}

@@ -22,6 +22,7 @@ from agent.llm.factory import open_chat_model
 from agent.loop.agent_loop import converse
 from agent.loop.conversation import ConversationResult, Outcome, Prompt
 from agent.protocols import ChatRequest, ModelReply, ToolCall, Usage
+from agent.protocols.turns import ToolTurn, from_openai_messages, to_openai_message
 from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP, resolve_tools
@@ -69,7 +70,7 @@ def result(
     ]
     base: dict[str, Any] = {
         "outcome": outcome,
-        "messages": messages,
+        "turns": from_openai_messages(messages),
         "api_calls": 2,
         "usage": Usage(10, 4, 1),
         "model": "m",
@@ -205,7 +206,7 @@ def test_the_loop_runs_on_the_whole_config_in_a_sandbox_it_destroys(
     assert (done.outcome, done.final_response, done.api_calls) == (Outcome.COMPLETED, "here", 2)
     assert done.toolsets_used == ("terminal",)
     assert [s["name"] for s in done.tool_schemas] == ["process", "terminal"]
-    shown = json.loads(done.messages[2]["content"])["output"]
+    shown = json.loads(to_openai_message(done.turns[2])["content"])["output"]
     assert shown.startswith("/workspace\npwd-key")  # ran in the prompt's sandbox
     assert done.usage.total_tokens > 0
     assert not list((tmp_path / "sandboxes").rglob("*"))  # destroyed when the conversation ended
@@ -262,12 +263,16 @@ def test_the_first_filter_in_order_is_the_reason_and_every_one_is_recorded() -> 
         "leaked_tool_call",
         "no_reasoning",
     ]
-    event = answer(job(), result(messages=messages), keep_no_reasoning=False)
+    event = answer(job(), result(turns=from_openai_messages(messages)), keep_no_reasoning=False)
     assert isinstance(event, Discarded) and event.reason == "duplicate_call_id"
     assert event.entry["metadata"]["discard_reasons"] == everything
-    event = answer(job(), result(messages=messages), keep_no_reasoning=False, keep_malformed=True)
+    event = answer(
+        job(), result(turns=from_openai_messages(messages)), keep_no_reasoning=False, keep_malformed=True
+    )
     assert isinstance(event, Discarded) and event.reason == "no_reasoning"
-    kept = answer(job(), result(messages=messages), keep_no_reasoning=True, keep_malformed=True)
+    kept = answer(
+        job(), result(turns=from_openai_messages(messages)), keep_no_reasoning=True, keep_malformed=True
+    )
     assert isinstance(kept, Finished) and json.loads(kept.line)["metadata"]["discard_reasons"] == everything
 
 
@@ -289,5 +294,5 @@ def test_the_loop_stops_at_the_configured_turn_limit() -> None:
     done = asyncio.run(converse(config, model, resolve_tools([]), prompt))
     assert (done.outcome, done.api_calls, model.calls) == (Outcome.MAX_ITERATIONS, 2, 2)
     assert done.partial and not done.completed and not done.failed
-    unknown = [m["content"] for m in done.messages if m["role"] == "tool"]
+    unknown = [t.content for t in done.turns if isinstance(t, ToolTurn)]
     assert len(unknown) == 2 and all("Unknown tool 'terminal'" in c for c in unknown)

@@ -3,7 +3,7 @@
 A trajectory entry has exactly the spec's top-level fields; what we add (prompt key,
 outcome, token usage, the dataset row's own metadata) lives inside `metadata`. The
 conversation's fields come from one trajectory format (`agent.export.formats`), rendered
-from the structured messages once, with the analysis the entry's statistics and filters
+from the conversation's typed turns once, with the analysis the entry's statistics and filters
 come from.
 
 Filters: an entry is discarded (kept whole in discarded.jsonl) when the conversation is
@@ -82,12 +82,15 @@ def build_entry(
 ) -> tuple[dict[str, Any], Analysis]:
     """(entry, the analysis it was rendered from) for a conversation that reached an outcome."""
     rendered = render(
-        result.messages, result.tool_schemas, all_tools=TOOL_TO_TOOLSET_MAP, format_name=format_name
+        result.turns, result.tool_schemas, all_tools=TOOL_TO_TOOLSET_MAP, format_name=format_name
     )
+    metadata = _metadata(job, result, usage)
+    if forced := rendered.analysis.reasoning.turns_with_forced_reasoning:  # only then: bytes kept
+        metadata["reasoning_forced_turns"] = forced
     entry = {
         "prompt_index": job.index,
         **rendered.fields,
-        "metadata": _metadata(job, result, usage),
+        "metadata": metadata,
         "completed": result.completed,
         "partial": result.partial,
         "api_calls": result.api_calls,
@@ -95,8 +98,6 @@ def build_entry(
         "tool_stats": rendered.analysis.tool_stats,
         "tool_error_counts": rendered.analysis.tool_errors,
     }
-    if forced := rendered.analysis.reasoning.turns_with_forced_reasoning:  # only then: bytes kept
-        entry["metadata"]["reasoning_forced_turns"] = forced
     return entry, rendered.analysis
 
 

@@ -25,14 +25,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.common.identity_memo import IdentityMemo
-from agent.export.analysis import SEPARATED, Analysis
+from agent.export.analysis import Analysis
 from agent.export.sharegpt import convert, hermes_system_message
+from agent.protocols.turns import SEPARATED, Turn, from_openai_messages
 
 __all__ = ["FORMAT", "Conversation", "OpenAIFormat", "from_sharegpt", "to_sharegpt", "tools_json"]
 
+# The edge: an OpenAI message as the export writes it (every key present, see `message`).
 Message = dict[str, Any]
 _THINK = re.compile(r"\A<think>\n(?:(.*?)\n)?</think>(?:\n|\Z)", re.DOTALL)
 _ROLES = {"human": "user", "gpt": "assistant", "tool": "tool", "system": "system"}
@@ -43,7 +45,22 @@ class Conversation:
     """A conversation as OpenAI messages and the tool schemas (API tool definitions) offered."""
 
     messages: list[Message]
-    tools: list[dict[str, Any]]
+    tools: list[Mapping[str, Any]]
+
+
+class ParsedCall(NamedTuple):
+    """A `<tool_call>` block of a `gpt` turn."""
+
+    name: str
+    arguments: Mapping[str, object]
+
+
+class ToolResponse(NamedTuple):
+    """A `<tool_response>` block of a `tool` turn (its values as the JSON line has them)."""
+
+    tool_call_id: object
+    name: object
+    content: object
 
 
 def message(role: str, content: str | None, **fields: Any) -> Message:
@@ -56,7 +73,7 @@ def message(role: str, content: str | None, **fields: Any) -> Message:
 
 
 @lru_cache(maxsize=64)  # a run offers few tool sets: each system turn is parsed once
-def tools_of_system(value: str) -> list[dict[str, Any]] | None:
+def tools_of_system(value: str) -> list[Mapping[str, Any]] | None:
     """The API tool definitions a Hermes system turn lists, or None when `value` is not exactly
     the template our converter writes for them. The same list for the same turn: read-only."""
     start, end = value.find("<tools>\n"), value.rfind("\n</tools>")
@@ -68,14 +85,14 @@ def tools_of_system(value: str) -> list[dict[str, Any]] | None:
         return None
     if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
         return None
-    tools = [
+    tools: list[Mapping[str, Any]] = [
         {"type": "function", "function": {k: t.get(k) for k in ("name", "description", "parameters")}}
         for t in listed
     ]
     return tools if hermes_system_message(tools) == value else None
 
 
-def _block(lines: Sequence[str], keys: tuple[str, ...], tag: str) -> dict[str, Any] | None:
+def _block(lines: Sequence[str], keys: tuple[str, ...], tag: str) -> Mapping[str, object] | None:
     """The payload of a `<tag>` block whose JSON line is byte for byte what the converter writes."""
     if len(lines) != 3 or lines[0] != f"<{tag}>" or lines[2] != f"</{tag}>":
         return None
@@ -88,23 +105,23 @@ def _block(lines: Sequence[str], keys: tuple[str, ...], tag: str) -> dict[str, A
     return payload
 
 
-def split_gpt(value: str) -> tuple[str, str, list[dict[str, Any]]]:
-    """(reasoning, content, calls as {"name", "arguments"}) of a `gpt` turn."""
+def split_gpt(value: str) -> tuple[str, str, list[ParsedCall]]:
+    """(reasoning, content, calls) of a `gpt` turn."""
     think = _THINK.match(value)
     reasoning = (think.group(1) or "") if think else ""
     lines = value[think.end() :].split("\n") if think else value.split("\n")
-    calls: list[dict[str, Any]] = []
+    calls: list[ParsedCall] = []
     while len(lines) >= 3:
         call = _block(lines[-3:], ("name", "arguments"), "tool_call")
         if call is None or not isinstance(call["name"], str) or not isinstance(call["arguments"], dict):
             break
-        calls.insert(0, call)
+        calls.insert(0, ParsedCall(call["name"], call["arguments"]))
         lines = lines[:-3]
     return reasoning, "\n".join(lines), calls
 
 
-def split_tool(value: str, turn: int) -> list[dict[str, Any]]:
-    """The `{"tool_call_id", "name", "content"}` payloads of the `tool` turn `turn`, in order."""
+def split_tool(value: str, turn: int) -> list[ToolResponse]:
+    """The `<tool_response>` blocks of the `tool` turn `turn`, in order."""
     lines = value.split("\n")
     if len(lines) % 3:
         raise ValueError(f"turn {turn}: a tool turn is not a sequence of <tool_response> blocks")
@@ -113,16 +130,16 @@ def split_tool(value: str, turn: int) -> list[dict[str, Any]]:
         payload = _block(lines[at : at + 3], ("tool_call_id", "name", "content"), "tool_response")
         if payload is None:
             raise ValueError(f"turn {turn}: block {at // 3 + 1} is no <tool_response> as we write it")
-        found.append(payload)
+        found.append(ToolResponse(payload["tool_call_id"], payload["name"], payload["content"]))
     return found
 
 
-def _assistant(reasoning: str, content: str, calls: list[dict[str, Any]], inline: bool) -> Message:
+def _assistant(reasoning: str, content: str, calls: list[ParsedCall], inline: bool) -> Message:
     tool_calls = [
         {
             "id": "",
             "type": "function",
-            "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)},
+            "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
         }
         for c in calls
     ]
@@ -132,15 +149,15 @@ def _assistant(reasoning: str, content: str, calls: list[dict[str, Any]], inline
     return message("assistant", content, reasoning_content=reasoning or None, tool_calls=tool_calls or None)
 
 
-def _answer_calls(assistant: Message | None, results: list[dict[str, Any]], turn: int) -> None:
+def _answer_calls(assistant: Message | None, results: list[ToolResponse], turn: int) -> None:
     """Give each call of `assistant` the id of the result that answers it: the first call, in
     order, with the result's tool name and no id yet."""
     calls = (assistant or {}).get("tool_calls") or []
     for result in results:
-        call = next((c for c in calls if not c["id"] and c["function"]["name"] == result["name"]), None)
+        call = next((c for c in calls if not c["id"] and c["function"]["name"] == result.name), None)
         if call is None:
-            raise ValueError(f"turn {turn}: result {result['tool_call_id']!r} answers no call before it")
-        call["id"] = str(result["tool_call_id"])
+            raise ValueError(f"turn {turn}: result {result.tool_call_id!r} answers no call before it")
+        call["id"] = str(result.tool_call_id)
 
 
 def _name_unanswered(assistant: Message | None, turn: int) -> None:
@@ -150,17 +167,17 @@ def _name_unanswered(assistant: Message | None, turn: int) -> None:
             call["id"] = f"call_{turn}_{number}"
 
 
-def _tool_message(result: Mapping[str, Any]) -> Message:
-    content = result["content"]
+def _tool_message(result: ToolResponse) -> Message:
+    content = result.content
     text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-    return message("tool", text, tool_call_id=str(result["tool_call_id"]), name=result["name"])
+    return message("tool", text, tool_call_id=str(result.tool_call_id), name=result.name)
 
 
 def from_sharegpt(turns: Sequence[Mapping[str, Any]], *, inline: bool = False) -> Conversation:
     """The OpenAI messages and tools of ShareGPT `turns`; ValueError names the turn that is not
     ShareGPT as our converter writes it."""
     messages: list[Message] = []
-    tools: list[dict[str, Any]] = []
+    tools: list[Mapping[str, Any]] = []
     last: tuple[Message | None, int] = (None, 0)  # the last assistant message and its turn
     for turn, item in enumerate(turns):
         role, value = _ROLES.get(str(item.get("from"))), item.get("value")
@@ -183,8 +200,8 @@ def from_sharegpt(turns: Sequence[Mapping[str, Any]], *, inline: bool = False) -
     return Conversation(messages, tools)
 
 
-def _internal(item: Mapping[str, Any], inline: bool) -> dict[str, Any]:
-    """A message in the form the loop keeps (what `sharegpt.convert` reads)."""
+def _internal(item: Mapping[str, Any], inline: bool) -> Message:
+    """An export message in the history form (`agent.protocols.turns`), for the one adapter."""
     found = {k: v for k, v in item.items() if v is not None and k != "reasoning_content"}
     if item.get("role") == "assistant" and not inline:
         found.update(reasoning=item.get("reasoning_content") or "", **{SEPARATED: True})
@@ -195,7 +212,7 @@ def to_sharegpt(conversation: Conversation, *, inline: bool = False) -> list[dic
     """The ShareGPT turns of OpenAI messages (`inline`: reasoning is in the content)."""
     system = [m for m in conversation.messages if m.get("role") == "system"]
     rest = [_internal(m, inline) for m in conversation.messages if m.get("role") != "system"]
-    turns = convert(rest, conversation.tools).conversations
+    turns = convert(from_openai_messages(rest), conversation.tools).conversations
     if system:
         turns[0] = {"from": "system", "value": str(system[0].get("content") or "")}
     return turns
@@ -222,12 +239,9 @@ class OpenAIFormat:
     name = "openai"
 
     def render(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tool_schemas: Sequence[Mapping[str, Any]],
-        analysis: Analysis,
-    ) -> dict[str, Any]:
-        conversation = from_sharegpt(convert(messages, tool_schemas, analysis).conversations)
+        self, turns: Sequence[Turn], tool_schemas: Sequence[Mapping[str, Any]], analysis: Analysis
+    ) -> Mapping[str, object]:
+        conversation = from_sharegpt(convert(turns, tool_schemas, analysis).conversations)
         return {"messages": conversation.messages, "tools": tools_json(conversation.tools)}
 
 

@@ -1,4 +1,4 @@
-"""The ShareGPT trajectory format: an API message history as ShareGPT turns.
+"""The ShareGPT trajectory format: a conversation's typed turns as ShareGPT turns.
 
 One format of the registry in `agent.export.formats`. The conversion follows
 /work/shared/spec/trajectory-format.md and fixes the reference's fidelity bugs:
@@ -7,9 +7,10 @@ One format of the registry in `agent.export.formats`. The conversion follows
 - tool names in tool turns come from the call with the same `tool_call_id`, not from the
   result's position (W-TRAJ-4); when a turn repeats an id, its results answer its calls in
   order, so each call gets its own;
-- messages the agent injected itself (`"_injected": True`) never appear (W-TRAJ-2);
+- turns the agent injected itself never appear (W-TRAJ-2);
 - nothing is dropped silently: invalid call arguments, orphan results and calls without
-  results are reported in `ShareGPT.warnings` (and logged).
+  results are reported in `ShareGPT.warnings` (and logged). (A history from elsewhere whose
+  messages are malformed is refused earlier, by `agent.protocols.turns.from_openai_messages`.)
 JSON inside `<tool_call>` / `<tool_response>` uses `json.dumps` defaults (ASCII escapes), as
 the reference does, so our rows are byte-compatible with its datasets.
 """
@@ -23,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.common.identity_memo import IdentityMemo
-from agent.export.analysis import Analysis, analyse, parse_arguments
+from agent.export.analysis import Analysis, analyse
+from agent.protocols.turns import AssistantTurn, SystemTurn, ToolTurn, Turn, TurnCall, UserTurn
 
 __all__ = ["FORMAT", "ShareGPT", "ShareGPTFormat", "convert", "hermes_system_message", "to_sharegpt"]
 
@@ -94,55 +96,47 @@ class _Converter:
         log.warning("trajectory: %s", text)
         self.warnings.append(text)
 
-    def feed(self, index: int, message: Mapping[str, Any]) -> None:
-        role = message.get("role")
-        if message.get("_injected") or role == "system":
+    def feed(self, index: int, turn: Turn) -> None:
+        if isinstance(turn, SystemTurn) or turn.injected:
             return
-        if role == "tool":
-            self.tool(message)
+        if isinstance(turn, ToolTurn):
+            self.tool(turn)
             return
         self.close_tool_turn()
-        if role == "user":
-            self.turns.append({"from": "human", "value": _text(message.get("content"))})
-        elif role == "assistant":
-            self.assistant(index, message)
+        if isinstance(turn, UserTurn):
+            self.turns.append({"from": "human", "value": turn.text})
         else:
-            self.warn(f"message with unknown role {role!r} dropped")
+            self.assistant(index, turn)
 
-    def assistant(self, index: int, message: Mapping[str, Any]) -> None:
+    def assistant(self, index: int, turn: AssistantTurn) -> None:
         text = self.analysis.turns[index]
         reasoning, content = text.reasoning, text.content
         think = f"<think>\n{reasoning}\n</think>\n" if reasoning else "<think>\n</think>\n"
-        calls = message.get("tool_calls") or []
-        if not calls:
+        if not turn.calls:
             self.turns.append({"from": "gpt", "value": (think + content).strip()})
             return
         value = think + (content + "\n" if content else "")
-        for call in calls:
-            if not isinstance(call, Mapping):
-                self.warn(f"non-object tool call entry dropped: {call!r}")
-                continue
-            fn = call.get("function") or {}
-            name = str(fn.get("name"))
-            self.open_calls.append((str(call.get("id")), name))
-            payload = {"name": name, "arguments": self.arguments(name, fn.get("arguments"))}
+        for call in turn.calls:
+            self.open_calls.append((call.id, call.name))
+            payload = {"name": call.name, "arguments": self.arguments(call)}
             value += f"<tool_call>\n{json.dumps(payload)}\n</tool_call>\n"
         self.turns.append({"from": "gpt", "value": value.rstrip()})
 
-    def arguments(self, name: str, raw: Any) -> Any:
-        parsed, problem = parse_arguments(raw)
-        if problem:
-            self.warn(f"tool call {name!r}: {problem}; saved as {{}}: {raw!r}")
-        return parsed
+    def arguments(self, call: TurnCall) -> Mapping[str, object]:
+        if call.argument_error:
+            self.warn(
+                f"tool call {call.name!r}: {call.argument_error}; saved as {{}}: {call.raw_arguments!r}"
+            )
+        return call.arguments
 
-    def tool(self, message: Mapping[str, Any]) -> None:
-        call_id = str(message.get("tool_call_id"))
+    def tool(self, turn: ToolTurn) -> None:
+        call_id = turn.call_id
         position = next((i for i, (open_id, _) in enumerate(self.open_calls) if open_id == call_id), None)
         if position is None:
             self.warn(f"tool result {call_id!r} does not answer the preceding assistant turn; dropped")
             return
         _, name = self.open_calls.pop(position)
-        payload = {"tool_call_id": call_id, "name": name, "content": _content(message.get("content") or "")}
+        payload = {"tool_call_id": call_id, "name": name, "content": _content(turn.content)}
         self.results.append(f"<tool_response>\n{json.dumps(payload)}\n</tool_response>")
 
     def close_tool_turn(self) -> None:
@@ -153,16 +147,7 @@ class _Converter:
         self.results, self.open_calls = [], []
 
 
-def _text(content: Any) -> str:
-    """A user message's text; multimodal content keeps its text parts (no base64 blobs)."""
-    if isinstance(content, list):
-        return "\n".join(
-            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
-        )
-    return content if isinstance(content, str) else ""
-
-
-def _content(raw: str) -> Any:
+def _content(raw: str) -> object:
     """Tool output embedded as JSON when it is a JSON object or array, else as the raw string."""
     if raw.strip()[:1] in ("{", "["):
         try:
@@ -173,24 +158,22 @@ def _content(raw: str) -> Any:
 
 
 def convert(
-    messages: Sequence[Mapping[str, Any]],
+    turns: Sequence[Turn],
     tool_schemas: Sequence[Mapping[str, Any]],
     analysis: Analysis | None = None,
 ) -> ShareGPT:
-    """ShareGPT turns for an API history (user/assistant/tool messages), plus what was lost;
-    `analysis` is `analyse(messages)` when the caller has it already."""
-    converter = _Converter(tool_schemas, analysis or analyse(messages))
-    for index, message in enumerate(messages):
-        converter.feed(index, message)
+    """ShareGPT turns for a conversation's turns, plus what was lost; `analysis` is
+    `analyse(turns)` when the caller has it already."""
+    converter = _Converter(tool_schemas, analysis or analyse(turns))
+    for index, turn in enumerate(turns):
+        converter.feed(index, turn)
     converter.close_tool_turn()
     return ShareGPT(converter.turns, converter.warnings)
 
 
-def to_sharegpt(
-    messages: Sequence[Mapping[str, Any]], tool_schemas: Sequence[Mapping[str, Any]]
-) -> list[dict[str, str]]:
+def to_sharegpt(turns: Sequence[Turn], tool_schemas: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     """The conversations of `convert` (its warnings are logged; use `convert` to keep them)."""
-    return convert(messages, tool_schemas).conversations
+    return convert(turns, tool_schemas).conversations
 
 
 class ShareGPTFormat:
@@ -199,12 +182,9 @@ class ShareGPTFormat:
     name = "sharegpt"
 
     def render(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tool_schemas: Sequence[Mapping[str, Any]],
-        analysis: Analysis,
-    ) -> dict[str, Any]:
-        return {"conversations": convert(messages, tool_schemas, analysis).conversations}
+        self, turns: Sequence[Turn], tool_schemas: Sequence[Mapping[str, Any]], analysis: Analysis
+    ) -> Mapping[str, object]:
+        return {"conversations": convert(turns, tool_schemas, analysis).conversations}
 
 
 FORMAT = ShareGPTFormat()

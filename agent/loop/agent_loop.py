@@ -8,25 +8,33 @@ the first tool call that needs it: `agent.toolbox.context`); it returns a frozen
 tools) come back from dispatch as tool results; an endpoint that fails for good ends the
 conversation as `api_failure`.
 
-The history the loop keeps is the one every export reads: reasoning separated from content
-(marked `SEPARATED`, so no export splits the content again), and every call of a turn with an
-id of its own (a repeated id is renamed, the model's id kept in `RENAMED_CALL_IDS`), so each
-call's result answers that call only.
+The history the loop keeps is the one every export reads, as typed turns
+(`agent.protocols.turns`): reasoning separated from content (so no export splits the content
+again), every call of a turn with an id of its own and its arguments parsed (a repeated id is
+renamed, the model's id kept on the call), so each call's result answers that call only, and
+each result with whether it reports a failure. The request renders them as OpenAI messages.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from agent.config.agent_config import AgentConfig
 from agent.errors import ModelAPIError
-from agent.export.analysis import FORCED_REASONING, RENAMED_CALL_IDS, SEPARATED
 from agent.llm.request import build_request
 from agent.loop.conversation import ConversationResult, Outcome, Prompt
 from agent.protocols import ChatModel, ModelReply, SandboxFactory, ToolCall, Usage
+from agent.protocols.turns import (
+    AssistantTurn,
+    ToolTurn,
+    Turn,
+    UserTurn,
+    to_openai_messages,
+    tool_turn,
+    turn_call,
+)
 from agent.toolbox.context import ConversationContext, Resources
 from agent.toolbox.dispatch import dispatch
 from agent.toolbox.registry import ResolvedTools
@@ -62,27 +70,17 @@ async def converse(
             await own.aclose()
 
 
-def assistant_message(
-    reply: ModelReply, calls: Sequence[ToolCall], renamed: dict[str, str]
-) -> dict[str, Any]:
+def assistant_turn(reply: ModelReply, calls: Sequence[ToolCall], renamed: Mapping[str, str]) -> AssistantTurn:
     """The assistant turn as kept in history (reasoning separate from content), with `calls`,
-    the reply's calls as `unique_ids` made them."""
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content, "reasoning": reply.reasoning}
-    message[SEPARATED] = True
-    if calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in calls
-        ]
-    if renamed:
-        message[RENAMED_CALL_IDS] = renamed
-    if reply.reasoning_details:
-        message["reasoning_details"] = reply.reasoning_details
-    if reply.reasoning_forced and reply.reasoning:
-        message[FORCED_REASONING] = True
-    if reply.finish_reason == "length":
-        message["truncated"] = True
-    return message
+    the reply's calls as `unique_ids` made them (`renamed`: their ids the model sent)."""
+    return AssistantTurn(
+        reply.content,
+        reply.reasoning,
+        tuple(turn_call(c.id, c.name, c.arguments, renamed.get(c.id)) for c in calls),
+        reasoning_forced=reply.reasoning_forced and bool(reply.reasoning),
+        reasoning_details=tuple(reply.reasoning_details) if reply.reasoning_details else None,
+        truncated=reply.finish_reason == "length",
+    )
 
 
 def unique_ids(calls: Sequence[ToolCall]) -> tuple[tuple[ToolCall, ...], dict[str, str]]:
@@ -104,10 +102,6 @@ def unique_ids(calls: Sequence[ToolCall]) -> tuple[tuple[ToolCall, ...], dict[st
     return tuple(unique), renamed
 
 
-def tool_message(call: ToolCall, content: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
-
-
 class _Loop:
     """One conversation's mutable state while it runs; `end` freezes it into the result."""
 
@@ -121,28 +115,30 @@ class _Loop:
     ) -> None:
         self.config, self.model, self.tools, self.prefix = config, model, tools, log_prefix
         self.context = context
-        self.messages: list[dict[str, Any]] = []
+        self.turns: list[Turn] = []
         self.api_calls = 0
         self.usage = Usage()
 
     async def run(self, text: str) -> ConversationResult:
         """The loop: call the model, run its tool calls, repeat until an outcome."""
         cfg, definitions = self.config, self.tools.definitions
-        self.messages.append({"role": "user", "content": text})
+        self.turns.append(UserTurn(text))
         while self.api_calls < cfg.max_iterations:
             self.api_calls += 1
             try:
-                reply = await self.model.complete(build_request(cfg, self.messages, definitions))
+                reply = await self.model.complete(
+                    build_request(cfg, to_openai_messages(self.turns), definitions)
+                )
             except ModelAPIError as exc:
                 # INFO, not WARNING: the outcome is returned, and the caller reports it once.
                 log.info("%sAPI failure (%s): %s", self.prefix, exc.error_class, exc)
                 return self.end(Outcome.API_FAILURE, error=str(exc), error_class=exc.error_class)
             self.usage += reply.usage
             calls, renamed = unique_ids(reply.tool_calls)
-            self.messages.append(assistant_message(reply, calls, renamed))
+            self.turns.append(assistant_turn(reply, calls, renamed))
             if not calls:
                 return self.answered(reply)
-            self.messages += await self.run_tools(calls)
+            self.turns += await self.run_tools(calls)
         return self.end(Outcome.MAX_ITERATIONS, error=f"no final answer within {cfg.max_iterations} calls")
 
     def answered(self, reply: ModelReply) -> ConversationResult:
@@ -153,7 +149,7 @@ class _Loop:
             return self.end(Outcome.GAVE_UP, error="the model returned an empty reply")
         return self.end(Outcome.COMPLETED, final_response=reply.content)
 
-    async def run_tools(self, calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    async def run_tools(self, calls: Sequence[ToolCall]) -> list[ToolTurn]:
         """Every tool call of a turn, in order; failures become tool results the model reads."""
         n, prefix, allowed = self.config.log_prefix_chars, self.prefix, self.tools.allowed
         results = []
@@ -161,7 +157,7 @@ class _Loop:
             log.debug("%s🔧 %s(%s)", prefix, call.name, call.arguments[:n])
             content = await dispatch(call.name, call.arguments, self.context, allowed)
             log.debug("%s↳ %s", prefix, content[:n])
-            results.append(tool_message(call, content))
+            results.append(tool_turn(call.id, call.name, content))
         return results
 
     def end(
@@ -174,7 +170,7 @@ class _Loop:
     ) -> ConversationResult:
         return ConversationResult(
             outcome=outcome,
-            messages=self.messages,
+            turns=tuple(self.turns),
             api_calls=self.api_calls,
             usage=self.usage + self.context.usage,
             model=self.config.model,

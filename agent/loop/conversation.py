@@ -8,11 +8,13 @@ a finished conversation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from agent.protocols import SandboxSpec, Usage
+from agent.protocols.turns import Turn
 
 
 class Outcome(StrEnum):
@@ -38,15 +40,15 @@ class Prompt:
 
 @dataclass(frozen=True)
 class ConversationResult:
-    """How one conversation ended, with its whole history (structured, OpenAI-style messages)."""
+    """How one conversation ended, with its whole history (typed turns, `agent.protocols.turns`)."""
 
     outcome: Outcome
-    messages: list[dict[str, Any]]
+    turns: tuple[Turn, ...]
     api_calls: int
     usage: Usage
     model: str
     toolsets_used: tuple[str, ...]
-    tool_schemas: tuple[dict[str, Any], ...]  # function schemas offered, in offer order
+    tool_schemas: tuple[Mapping[str, Any], ...]  # JSON Schemas of the functions offered, in offer order
     final_response: str | None = None
     error: str | None = None
     error_class: str | None = None
@@ -62,25 +64,3 @@ class ConversationResult:
     @property
     def failed(self) -> bool:
         return self.outcome is Outcome.API_FAILURE
-
-    def as_dict(self) -> dict[str, Any]:
-        """The result dict `AIAgent.run_conversation` returns (the reference's keys and ours)."""
-        usage = self.usage.as_dict()
-        return {
-            "outcome": self.outcome.value,
-            "completed": self.completed,
-            "partial": self.partial,
-            "failed": self.failed,
-            "error": self.error,
-            "error_class": self.error_class,
-            "final_response": self.final_response,
-            "messages": self.messages,
-            "api_calls": self.api_calls,
-            "model": self.model,
-            "toolsets_used": list(self.toolsets_used),
-            "tool_schemas": list(self.tool_schemas),
-            "usage": usage,
-            "input_tokens": usage["prompt_tokens"],
-            "output_tokens": usage["completion_tokens"],
-            "total_tokens": usage["total_tokens"],
-        }
