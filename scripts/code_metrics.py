@@ -33,12 +33,13 @@ LAYERS = (
 
 # The conversation's path from the loop to the shard line carries typed turns; OpenAI-shaped
 # dicts appear only in its edge functions (rendering a request or an export, reading a foreign
-# history), named by these prefixes.
+# history), named by these prefixes. (agent.export.openai_messages is off the path: it converts
+# one export format, ShareGPT rows, into another, OpenAI message rows, both dicts by nature.)
 CONVERSATION_PATH = (
     "agent.loop",
+    "agent.protocols.turns",
     "agent.export.sharegpt",
     "agent.export.analysis",
-    "agent.export.openai_messages",
     "agent.export.tool_stats",
     "agent.export.formats",
     "agent.batch.records",

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agent.batch.records import answer, build_entry
+from agent.batch.records import answer, render_entry
 from agent.config.agent_config import AgentConfig
 from agent.export.analysis import analyse
 from agent.export.sharegpt import to_sharegpt
@@ -202,7 +202,7 @@ def test_a_real_conversation_carries_its_flags_from_the_loop_to_the_entry(tmp_pa
     assert isinstance(read_file, ToolTurn) and read_file.error and read_file.call_id == "dup~2"
     assert to_openai_messages(done.turns)[1]["_renamed_call_ids"] == {"dup~2": "dup"}
 
-    entry, analysis = build_entry(job(), done, done.usage.as_dict())
+    entry, analysis = render_entry(job(), done, done.usage.as_dict())
     assert analysis.flaws == ("duplicate_call_id",)  # from the id the model sent, kept on the call
     assert entry["metadata"]["reasoning_forced_turns"] == 2
     assert entry["tool_stats"]["read_file"] == {"count": 1, "success": 0, "failure": 1}

@@ -45,7 +45,7 @@ def answer(
     usage = result.usage.as_dict()
     if result.failed:
         return Failed.of(job, result.error_class or "api", result.error or "", usage)
-    entry, analysis = build_entry(job, result, usage)
+    entry, analysis = render_entry(job, result, usage)
     reasons = filters_applying(analysis)
     kept = {"keep_no_reasoning": keep_no_reasoning, "keep_malformed": keep_malformed}
     discarding = [reason for reason in reasons if not kept[KEPT_BY[reason]]]
@@ -77,14 +77,14 @@ def filters_applying(analysis: Analysis) -> list[str]:
     return [*analysis.flaws, *no_reasoning]
 
 
-def build_entry(
+def render_entry(
     job: Job, result: ConversationResult, usage: dict[str, float], format_name: str = DEFAULT_FORMAT
 ) -> tuple[dict[str, Any], Analysis]:
     """(entry, the analysis it was rendered from) for a conversation that reached an outcome."""
     rendered = render(
         result.turns, result.tool_schemas, all_tools=TOOL_TO_TOOLSET_MAP, format_name=format_name
     )
-    metadata = _metadata(job, result, usage)
+    metadata = _render_metadata(job, result, usage)
     if forced := rendered.analysis.reasoning.turns_with_forced_reasoning:  # only then: bytes kept
         metadata["reasoning_forced_turns"] = forced
     entry = {
@@ -101,7 +101,7 @@ def build_entry(
     return entry, rendered.analysis
 
 
-def _metadata(job: Job, result: ConversationResult, usage: dict[str, float]) -> dict[str, Any]:
+def _render_metadata(job: Job, result: ConversationResult, usage: dict[str, float]) -> dict[str, Any]:
     user = {k: v for k, v in job.metadata.items() if k not in _OURS}
     return {
         **user,

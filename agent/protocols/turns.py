@@ -151,7 +151,7 @@ def tool_turn(call_id: str, name: str | None, content: str) -> ToolTurn:
 def to_openai_message(turn: Turn) -> dict[str, Any]:
     """`turn` as the history keeps it: an OpenAI chat message plus our own keys (above)."""
     if isinstance(turn, AssistantTurn):
-        return _assistant_message(turn)
+        return _to_openai_assistant(turn)
     if isinstance(turn, ToolTurn):
         message: dict[str, Any] = {"role": "tool", "tool_call_id": turn.call_id}
         message |= {"name": turn.name} if turn.name is not None else {}
@@ -167,7 +167,7 @@ def to_openai_message(turn: Turn) -> dict[str, Any]:
     return message | {INJECTED: True} if turn.injected else message
 
 
-def _assistant_message(turn: AssistantTurn) -> dict[str, Any]:
+def _to_openai_assistant(turn: AssistantTurn) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": turn.content}
     if turn.reasoning_separated or turn.reasoning is not None:
         message["reasoning"] = turn.reasoning
