@@ -31,11 +31,28 @@ def test_a_burst_seen_by_one_member_cuts_and_pauses_everyone_once() -> None:
 def test_the_limit_is_split_by_demand_not_evenly() -> None:
     hub = LimitHub(64)
     hub.limit = 32.0
-    assert hub.exchange(Report("idle", demand=0)).share == 32  # alone, it may grow into all of it
+    assert hub.exchange(Report("idle", demand=0)).share == 0  # it holds nothing it does not use
     busy = hub.exchange(Report("busy", demand=40))
-    assert busy.share == 32  # the idle member holds nothing it does not use
-    hub.exchange(Report("idle", demand=10))
-    assert hub.exchange(Report("busy", demand=40)).share == 22
+    assert busy.share == 32
+    assert hub.exchange(Report("idle", demand=10)).share == 0  # busy may use all 32 until it reports
+    assert hub.exchange(Report("busy", demand=40, inflight=12)).share == 22
+    assert hub.exchange(Report("idle", demand=10)).share == 10
+
+
+def test_the_shares_never_sum_past_the_limit() -> None:
+    """--max_inflight=3 over two workers: 1 + 2, never 2 + 2 (each rounded up); a share cut
+    while its calls are in flight frees nothing until they end."""
+    hub = LimitHub(3)
+    a = hub.exchange(Report("a", demand=2)).share
+    b = hub.exchange(Report("b", demand=2)).share
+    assert a + b <= 3 and a + b >= 2
+    hub.exchange(Report("a", demand=2, inflight=a))
+    hub.exchange(Report("b", demand=2, inflight=b))
+    hub.limit = 1.0  # a burst cut it: the calls in flight still hold their slots
+    assert hub.exchange(Report("c", demand=2)).share == 0
+    hub.exchange(Report("a", demand=0, inflight=0))
+    hub.exchange(Report("b", demand=0, inflight=0))
+    assert hub.exchange(Report("c", demand=2)).share == 1  # freed: it makes progress
 
 
 def test_successes_from_every_member_grow_the_one_limit() -> None:
@@ -98,6 +115,54 @@ def test_a_member_that_stopped_reporting_holds_no_share(monkeypatch: pytest.Monk
     assert hub.exchange(Report("alive", demand=60)).share == 30
     now[0] += STALE + 1
     assert hub.exchange(Report("alive", demand=60)).share == 60
+
+
+def test_tpm_holds_in_every_minute_across_four_workers(tmp_path: Path) -> None:
+    """`--tpm` is one budget for four workers: the tokens of the calls started in any 60 s
+    window stay within it, give or take one call (a call's tokens are known after it starts).
+    Before, the workers' calls were counted apart: 4 workers started 21,888 tokens in 16 s
+    under --tpm=9000, and at each minute's turn several workers started calls at once. Watched
+    for 65 s, past the first minute's turn; a loaded machine only spreads the starts out."""
+    answer = Turn("done", "thinking")
+    prompts = [f"Budgeted prompt {i}" for i in range(24)]
+    with SimulatedEndpoint() as endpoint:
+        for prompt in prompts:
+            endpoint.script(prompt, [answer])
+        dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        cli = BatchCLI(tmp_path, endpoint)
+        cli.start(
+            f"--dataset_file={dataset}", "--batch_size=24", "--run_name=tpm", "--num_workers=4",
+            "--max_inflight=16", "--tpm=3000", "--distribution=terminal_only",
+        )  # fmt: skip
+        try:
+            wait_until(lambda: len(endpoint.requests) >= 1, "the first call")
+            time.sleep(65)
+            window = list(endpoint.requests)
+        finally:
+            kill_started()
+    starts = sorted((r.received_at, usage_of(r.body, answer)["total_tokens"]) for r in window)
+    largest = max(tokens for _, tokens in starts)
+    worst = max(sum(t for at, t in starts if begin <= at < begin + 60) for begin, _ in starts)
+    assert worst <= 3000 + largest, (worst, [(round(at - starts[0][0], 1), t) for at, t in starts])
+    assert len(starts) > 3000 // largest  # and the second minute's budget is used
+
+
+def test_max_inflight_holds_at_the_endpoint_when_workers_do_not_divide_it(tmp_path: Path) -> None:
+    """`--max_inflight=3` over two workers: at most 3 calls at the endpoint at once. Before, each
+    worker's share was rounded up (2 + 2: 4 in flight, and the summary said 4)."""
+    prompts = [f"Slow prompt {i}" for i in range(8)]
+    with SimulatedEndpoint() as endpoint:
+        for prompt in prompts:
+            endpoint.script(prompt, [Turn("done", "r", delay=1.5)])
+        dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        done = BatchCLI(tmp_path, endpoint).run(
+            f"--dataset_file={dataset}", "--batch_size=8", "--run_name=inflight", "--num_workers=2",
+            "--max_inflight=3", "--distribution=terminal_only",
+        )  # fmt: skip
+        assert done.returncode == 0, done
+        stats = endpoint.stats
+    assert stats.requests_total == len(prompts)  # every prompt made progress
+    assert stats.peak_inflight <= 3, stats
 
 
 def test_tpm_alone_holds_at_the_endpoint(tmp_path: Path) -> None:

@@ -77,6 +77,7 @@ class HubSync:
         report = Report(
             member=self.member,
             demand=limiter.inflight + limiter.waiting,
+            inflight=limiter.inflight,
             want_starts=limiter.permits_wanted,
             successes=self.successes,
             tokens=self.tokens,

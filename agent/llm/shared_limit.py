@@ -48,6 +48,7 @@ class Report:
 
     member: str
     demand: int  # model calls in flight or waiting to start
+    inflight: int = 0  # model calls in flight now
     want_starts: int = 0  # start permits wanted (rpm), beyond those held
     successes: int = 0
     tokens: int = 0
@@ -99,6 +100,8 @@ class LimitHub:
         self.demand: dict[str, int] = {}
         self.seen: dict[str, float] = {}  # member -> when it last reported
         self.held: dict[str, int] = {}  # member -> start permits granted and not given back
+        self.granted: dict[str, int] = {}  # member -> its share in its last grant
+        self.inflight: dict[str, int] = {}  # member -> calls in flight at its last report
         self.spent = 0.0
         self.cuts = 0
 
@@ -111,9 +114,11 @@ class LimitHub:
         self._forget_silent(now)
         self.demand[report.member] = report.demand
         self.seen[report.member] = now
+        self.inflight[report.member] = report.inflight
         self._account(report, now)
+        share = self.granted[report.member] = self._share(report.member)
         return Grant(
-            share=self._share(report.member),
+            share=share,
             starts=self._grant_starts(report, now),
             pause=max(0.0, self.paused_until - now),
             tpm_wait=self._tpm_wait(now),
@@ -143,22 +148,24 @@ class LimitHub:
         """A member that stopped reporting (its process or node is gone) holds no share."""
         for member in [m for m, at in self.seen.items() if at < now - STALE]:
             del self.seen[member], self.demand[member]
-            self.held.pop(member, None)
+            for table in (self.held, self.granted, self.inflight):
+                table.pop(member, None)
 
     def _share(self, member: str) -> int:
-        """Max-min fair split of the limit by demand; what nobody asks for is split evenly, so a
-        process can grow before its next exchange. At least one slot for any process."""
+        """Max-min fair split of the limit by demand, never more than the others leave free:
+        until its next report, another member may use the share it was granted, or more if a
+        cut came while its calls were in flight. So the shares sum to at most the limit (none
+        is handed out beyond a member's demand: an idle member would hold it until it spoke
+        again), and a member may get 0 until one frees (it asks again while its calls wait)."""
         total = int(self.limit)
         demands = sorted(self.demand.items(), key=lambda item: item[1])
-        shares: dict[str, int] = {}
-        left, members = total, len(demands)
+        share, left, members = 0, total, len(demands)
         for name, want in demands:
-            fair = left // members
-            shares[name] = min(want, fair)
-            left -= shares[name]
-            members -= 1
-        spare = left // max(1, len(demands))
-        return max(1, shares.get(member, 0) + spare)
+            fair = min(want, left // members)
+            share = fair if name == member else share
+            left, members = left - fair, members - 1
+        others = sum(max(self.granted.get(m, 0), self.inflight.get(m, 0)) for m in self.demand if m != member)
+        return max(0, min(share, total - others))
 
     def _grant_starts(self, report: Report, now: float) -> tuple[float, ...]:
         """Start permits for `report.member`: none once the budget is spent, no more than the
