@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.llm import shared_limit
-from agent.llm.shared_limit import HORIZON, STALE, LimitHub, Report
+from agent.llm.shared_limit import HORIZON, LAPSE, STALE, LimitHub, Report
 from agent.servers.simulated.replies import usage_of
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.test_batch_support import BatchCLI, kill_started, wait_until, write_dataset
@@ -114,7 +114,22 @@ def test_a_member_that_stopped_reporting_holds_no_share(monkeypatch: pytest.Monk
     hub.exchange(Report("lost", demand=30))
     assert hub.exchange(Report("alive", demand=60)).share == 30
     now[0] += STALE + 1
+    assert hub.exchange(Report("alive", demand=60)).share == 30  # its calls may be in flight yet
+    now[0] += LAPSE
     assert hub.exchange(Report("alive", demand=60)).share == 60
+
+
+def test_a_stalled_member_keeps_its_token_reservations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose loop stalls past STALE (its answers unreported) still reserves its calls'
+    tokens: forgotten at 5 s, 4 workers started 13,680 tokens in a minute under --tpm=9000."""
+    now = [1000.0]
+    monkeypatch.setattr(shared_limit.time, "monotonic", lambda: now[0])
+    hub = LimitHub(16, tpm=9000)
+    hub.exchange(Report("a", demand=1, want_starts=1))
+    hub.exchange(Report("a", demand=6, want_starts=6, successes=1, tokens=1368, released=1))
+    assert hub.held["a"] == 5  # 6 calls of 1,368: 8,208 of 9,000
+    now[0] += STALE + 1  # a stalls with its 5 calls answered and unreported
+    assert hub.exchange(Report("b", demand=4, want_starts=4)).starts == ()
 
 
 def test_tpm_holds_in_every_minute_across_four_workers(tmp_path: Path) -> None:

@@ -40,6 +40,11 @@ from agent.llm.spend import TokenWindow
 DECREASE = 0.5
 HORIZON = 0.5  # seconds ahead for which start permits are granted at once
 STALE = 5.0  # seconds after which a silent member's demand no longer counts (it died, or idles)
+# Seconds after which a silent member's start permits and calls in flight no longer count. Not
+# STALE: a worker whose event loop stalls (a sandbox closing on a loaded machine) still has
+# them, answered and unreported; forgetting them at 5 s let 4 workers start 13,680 tokens in a
+# minute under --tpm=9000. A dead member's lapse after a token window.
+LAPSE = 65.0
 
 
 @dataclass(frozen=True)
@@ -145,11 +150,15 @@ class LimitHub:
         self.held[report.member] = max(0, self.held.get(report.member, 0) - report.released)
 
     def _forget_silent(self, now: float) -> None:
-        """A member that stopped reporting (its process or node is gone) holds no share."""
-        for member in [m for m, at in self.seen.items() if at < now - STALE]:
-            del self.seen[member], self.demand[member]
-            for table in (self.held, self.granted, self.inflight):
-                table.pop(member, None)
+        """A member that stopped reporting (its process or node is gone, or it idles) asks for
+        no share; what it may still have in flight counts until LAPSE."""
+        for member, at in list(self.seen.items()):
+            if at < now - STALE:
+                self.demand.pop(member, None)
+            if at < now - LAPSE:
+                del self.seen[member]
+                for table in (self.held, self.granted, self.inflight):
+                    table.pop(member, None)
 
     def _share(self, member: str) -> int:
         """Max-min fair split of the limit by demand, never more than the others leave free:
@@ -164,7 +173,7 @@ class LimitHub:
             fair = min(want, left // members)
             share = fair if name == member else share
             left, members = left - fair, members - 1
-        others = sum(max(self.granted.get(m, 0), self.inflight.get(m, 0)) for m in self.demand if m != member)
+        others = sum(max(self.granted.get(m, 0), self.inflight.get(m, 0)) for m in self.seen if m != member)
         return max(0, min(share, total - others))
 
     def _grant_starts(self, report: Report, now: float) -> tuple[float, ...]:
