@@ -35,7 +35,8 @@ def test_the_limit_is_split_by_demand_not_evenly() -> None:
     busy = hub.exchange(Report("busy", demand=40))
     assert busy.share == 32
     assert hub.exchange(Report("idle", demand=10)).share == 0  # busy may use all 32 until it reports
-    assert hub.exchange(Report("busy", demand=40, inflight=12)).share == 22
+    assert hub.exchange(Report("busy", demand=40, inflight=12)).share == 22  # 32 in use till it hears
+    assert hub.exchange(Report("busy", demand=40, inflight=12)).share == 22  # now it has heard
     assert hub.exchange(Report("idle", demand=10)).share == 10
 
 
@@ -50,9 +51,21 @@ def test_the_shares_never_sum_past_the_limit() -> None:
     hub.exchange(Report("b", demand=2, inflight=b))
     hub.limit = 1.0  # a burst cut it: the calls in flight still hold their slots
     assert hub.exchange(Report("c", demand=2)).share == 0
-    hub.exchange(Report("a", demand=0, inflight=0))
-    hub.exchange(Report("b", demand=0, inflight=0))
+    for _ in range(2):  # the second report says the grant of 0 reached them
+        hub.exchange(Report("a", demand=0, inflight=0))
+        hub.exchange(Report("b", demand=0, inflight=0))
     assert hub.exchange(Report("c", demand=2)).share == 1  # freed: it makes progress
+
+
+def test_a_share_given_back_frees_nothing_until_the_member_has_heard() -> None:
+    """Between its report and the grant that reaches it, a member still starts calls on its
+    previous share: given away at once, 2 workers each had 1 of --max_inflight=1."""
+    hub = LimitHub(1)
+    assert hub.exchange(Report("a", demand=1)).share == 1
+    assert hub.exchange(Report("a", demand=0)).share == 0  # between two calls: a tool runs
+    assert hub.exchange(Report("b", demand=1)).share == 0  # a may start on its 1 until it hears
+    hub.exchange(Report("a", demand=0))
+    assert hub.exchange(Report("b", demand=1)).share == 1
 
 
 def test_successes_from_every_member_grow_the_one_limit() -> None:

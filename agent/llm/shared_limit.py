@@ -106,6 +106,7 @@ class LimitHub:
         self.seen: dict[str, float] = {}  # member -> when it last reported
         self.held: dict[str, int] = {}  # member -> start permits granted and not given back
         self.granted: dict[str, int] = {}  # member -> its share in its last grant
+        self.previous: dict[str, int] = {}  # member -> the grant before: in use until the last arrives
         self.inflight: dict[str, int] = {}  # member -> calls in flight at its last report
         self.spent = 0.0
         self.cuts = 0
@@ -121,6 +122,7 @@ class LimitHub:
         self.seen[report.member] = now
         self.inflight[report.member] = report.inflight
         self._account(report, now)
+        self.previous[report.member] = self.granted.get(report.member, 0)
         share = self.granted[report.member] = self._share(report.member)
         return Grant(
             share=share,
@@ -157,15 +159,16 @@ class LimitHub:
                 self.demand.pop(member, None)
             if at < now - LAPSE:
                 del self.seen[member]
-                for table in (self.held, self.granted, self.inflight):
+                for table in (self.held, self.granted, self.previous, self.inflight):
                     table.pop(member, None)
 
     def _share(self, member: str) -> int:
         """Max-min fair split of the limit by demand, never more than the others leave free:
-        until its next report, another member may use the share it was granted, or more if a
-        cut came while its calls were in flight. So the shares sum to at most the limit (none
-        is handed out beyond a member's demand: an idle member would hold it until it spoke
-        again), and a member may get 0 until one frees (it asks again while its calls wait)."""
+        until its next report, another member may use the share it was granted, or the one
+        before (until the last grant reaches it), or more if a cut came while its calls were
+        in flight. So the shares sum to at most the limit (none is handed out beyond a member's
+        demand: an idle member would hold it until it spoke again), and a member may get 0
+        until one frees (it asks again while its calls wait)."""
         total = int(self.limit)
         demands = sorted(self.demand.items(), key=lambda item: item[1])
         share, left, members = 0, total, len(demands)
@@ -173,8 +176,11 @@ class LimitHub:
             fair = min(want, left // members)
             share = fair if name == member else share
             left, members = left - fair, members - 1
-        others = sum(max(self.granted.get(m, 0), self.inflight.get(m, 0)) for m in self.seen if m != member)
+        others = sum(self._committed(m) for m in self.seen if m != member)
         return max(0, min(share, total - others))
+
+    def _committed(self, member: str) -> int:
+        return max(self.granted.get(member, 0), self.previous.get(member, 0), self.inflight.get(member, 0))
 
     def _grant_starts(self, report: Report, now: float) -> tuple[float, ...]:
         """Start permits for `report.member`: none once the budget is spent, no more than the
