@@ -7,8 +7,6 @@ stops its own worker (SIGSTOP). A worker killed while idle or busy: tests/test_b
 
 from __future__ import annotations
 
-import os
-import signal
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,14 +16,13 @@ import pytest
 from agent.servers.simulated.server import SimulatedEndpoint
 from tests.test_batch_support import (
     BatchCLI,
-    batch_prompts,
     children_of,
+    interrupt_after_the_quick_prompts,
     kill_started,
     read_json,
     read_jsonl,
     tool_then_answer,
     trajectory_prompts,
-    wait_until,
     write_dataset,
 )
 
@@ -60,18 +57,8 @@ def sleepy_run(tmp_path: Path, endpoint: SimulatedEndpoint, prompts: list[str], 
 
 
 def test_ctrl_c_summary_says_what_is_on_disk_and_the_next_step(tmp_path: Path) -> None:
-    prompts = ["Quick 0", "Slow 0", "Quick 1", "Slow 1"]
     with SimulatedEndpoint() as endpoint:
-        for prompt in prompts:
-            endpoint.script(prompt, tool_then_answer(command="sleep 30" if "Slow" in prompt else "echo hi"))
-        write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
-        cli = BatchCLI(tmp_path, endpoint)
-        flags = ("--dataset_file=d.jsonl", "--batch_size=2", "--run_name=cc", "--num_workers=2")
-        proc = cli.start(*flags)
-        run_dir = cli.run_dir("cc")
-        wait_until(lambda: sum(batch_prompts(run_dir).values()) == 2, "the quick prompts written", 120)
-        os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=90) == 130
+        run_dir = interrupt_after_the_quick_prompts(tmp_path, endpoint, "cc").run_dir("cc")
     err = (tmp_path / "runner.err").read_text()
     flat = " ".join(err.replace("│", " ").split())  # the summary panel wraps at the console width
     assert "Trajectories in merged file: 0" not in flat and "tools available" not in flat

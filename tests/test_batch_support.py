@@ -108,6 +108,28 @@ class BatchCLI:
 # ---------------------------------------------------------------- datasets and scripts
 
 
+QUICK_AND_SLOW = ["Quick 0", "Slow 0", "Quick 1", "Slow 1"]
+
+
+def interrupt_after_the_quick_prompts(tmp_path: Path, endpoint: SimulatedEndpoint, run_name: str) -> BatchCLI:
+    """QUICK_AND_SLOW on 2 workers (the slow ones `sleep 30`), Ctrl-C once the quick two are
+    written: the run exits 130 with the slow two in flight. Flags: `interrupted_flags(run_name)`."""
+    for prompt in QUICK_AND_SLOW:
+        endpoint.script(prompt, tool_then_answer(command="sleep 30" if "Slow" in prompt else "echo hi"))
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in QUICK_AND_SLOW])
+    cli = BatchCLI(tmp_path, endpoint)
+    proc = cli.start(*interrupted_flags(run_name))
+    run_dir = cli.run_dir(run_name)
+    wait_until(lambda: sum(batch_prompts(run_dir).values()) == 2, "the quick prompts written", 120)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=90) == 130
+    return cli
+
+
+def interrupted_flags(run_name: str) -> tuple[str, ...]:
+    return ("--dataset_file=d.jsonl", "--batch_size=2", f"--run_name={run_name}", "--num_workers=2")
+
+
 def write_dataset(path: Path, rows: Iterable[dict[str, Any] | str]) -> Path:
     """One line per row: dicts as JSON, strings written as they are (for bad lines)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,9 +9,7 @@ endpoint over HTTP, with a real Ctrl-C (SIGINT to the runner's process group).
 from __future__ import annotations
 
 import io
-import os
 import re
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,13 +22,14 @@ from agent.store.run_history import join_timelines, previous_invocations, with_h
 from agent.store.statistics import render_statistics
 from agent.store.timeline import COLUMNS, TIMELINE_POINTS
 from tests.test_batch_support import (
+    QUICK_AND_SLOW,
     BatchCLI,
-    batch_prompts,
+    interrupt_after_the_quick_prompts,
+    interrupted_flags,
     kill_started,
     read_json,
     read_jsonl,
     tool_then_answer,
-    wait_until,
     write_dataset,
 )
 
@@ -165,26 +164,17 @@ def test_resume_after_a_finished_run_keeps_the_figures_and_the_report(tmp_path: 
 
 
 def test_an_interrupted_run_and_its_resume_add_up_to_the_data(tmp_path: Path) -> None:
-    prompts = ["Quick 0", "Slow 0", "Quick 1", "Slow 1"]
     with SimulatedEndpoint() as endpoint:
-        for prompt in prompts:
-            endpoint.script(prompt, tool_then_answer(command="sleep 30" if "Slow" in prompt else "echo hi"))
-        write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
-        cli = BatchCLI(tmp_path, endpoint)
-        flags = ("--dataset_file=d.jsonl", "--batch_size=2", "--run_name=ir", "--num_workers=2")
-        proc = cli.start(*flags)
+        cli = interrupt_after_the_quick_prompts(tmp_path, endpoint, "ir")
         run_dir = cli.run_dir("ir")
-        wait_until(lambda: sum(batch_prompts(run_dir).values()) == 2, "the quick prompts written", 120)
-        os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=90) == 130
         interrupted = read_json(run_dir / "statistics.json")
         assert interrupted["completion"]["interrupted_in_flight"] == 2  # running, not "not started"
         assert interrupted["completion"]["not_started"] == 0
         err = " ".join((tmp_path / "runner.err").read_text().replace("│", " ").split())
         assert "Interrupted in flight: 2 prompts (dataset indices 1, 3)" in err
-        for prompt in prompts:
+        for prompt in QUICK_AND_SLOW:
             endpoint.script(prompt, tool_then_answer())
-        resumed = cli.run(*flags, "--resume")
+        resumed = cli.run(*interrupted_flags("ir"), "--resume")
         assert resumed.returncode == 0, resumed
     stats = read_json(run_dir / "statistics.json")
     whole = stats["whole_run"]

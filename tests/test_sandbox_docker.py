@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import http.client
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -23,7 +25,17 @@ from agent.protocols import Sandbox, SandboxSpec
 from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.sandboxes import unavailable_reason as registry_reason
 from agent.sandboxes.blocking import ThreadedSandbox
-from agent.sandboxes.docker.lifecycle import LABEL_HOST, LABEL_PID, LABEL_PROMPT, LABEL_RUN
+from agent.sandboxes.docker import DockerBackend, disk_image
+from agent.sandboxes.docker.engine import engine_client
+from agent.sandboxes.docker.lifecycle import (
+    IMAGE,
+    LABEL_HOST,
+    LABEL_ID,
+    LABEL_PID,
+    LABEL_PROMPT,
+    LABEL_RUN,
+    disk_mode,
+)
 from agent.sandboxes.docker.sandbox import (
     DockerSandbox,
     ensure_image,
@@ -31,6 +43,7 @@ from agent.sandboxes.docker.sandbox import (
     reap_stale,
     unavailable_reason,
 )
+from agent.sandboxes.host.mounts import mounts_under
 from tests.fixtures.containers import MARKED_IMAGE, Engine, exercise_tools
 
 REPO = Path(__file__).resolve().parent.parent
@@ -309,6 +322,13 @@ async def test_reap_stale_removes_containers_of_a_killed_process(
             "alive"
         ]
     assert reap_stale(container_engine.client, unique_run_name) == []
+    # Its disk image (where the engine cannot cap a writable layer) goes with it, mount and all.
+    orphan_disk = os.path.join(tempfile.gettempdir(), disk_image.DIR_PREFIX + orphans[0].labels[LABEL_ID])
+    assert os.path.isdir(orphan_disk) == (disk_mode(engine_client()) == IMAGE)
+    reaped = DockerBackend().reap_stale(dataclasses.replace(docker_options, root=None))
+    assert (orphan_disk in reaped) == (disk_mode(engine_client()) == IMAGE)
+    assert not os.path.exists(orphan_disk)
+    assert mounts_under(orphan_disk, fresh=True) == []
 
 
 def test_unavailable_reason_names_the_missing_image(container_engine: Engine) -> None:

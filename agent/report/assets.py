@@ -110,7 +110,8 @@ SCRIPT = r"""
       shown += 1;
       const row = el("tr");
       row.dataset.index = e.index;
-      const cells = [e.index, stratum(e), e.api_calls, e.tools.join(", "), firstHuman(e)];
+      const tools = e.tools.join(", ") + (e.tools_more ? " … +" + e.tools_more + " more" : "");
+      const cells = [e.index, stratum(e), e.api_calls, tools, firstHuman(e)];
       for (const v of cells) row.append(el("td", "", v));
       row.addEventListener("click", () => open(e, row));
       body.append(row);

@@ -17,6 +17,7 @@ from agent.store.jsonl import json_int
 from agent.store.statistics import has_reasoning
 
 EXAMPLES = 3  # failure messages kept per class
+REPORT_TOOLS = 30  # tools named in the tool plot and table, and per sampled entry; the rest summed
 Readable = dict[str, Any]  # an entry as the trajectory browser shows it
 
 
@@ -169,16 +170,18 @@ class RunDigest:
         stats = entry.get("tool_stats")
         conversations = entry.get("conversations")
         toolsets = entry.get("toolsets_used")
+        tools = sorted(
+            name(tool)
+            for tool, counts in (stats.items() if isinstance(stats, dict) else ())
+            if isinstance(counts, dict) and json_int(counts.get("count"))
+        )
         return {
             "index": _index(entry.get("prompt_index")),
             "outcome": "discarded" if discarded else name(metadata.get("outcome") or "unknown"),
             "reason": discarded or "",
             "toolsets": [name(t) for t in toolsets] if isinstance(toolsets, list) else [],
-            "tools": sorted(
-                name(tool)
-                for tool, counts in (stats.items() if isinstance(stats, dict) else ())
-                if isinstance(counts, dict) and json_int(counts.get("count"))
-            ),
+            "tools": tools[:REPORT_TOOLS],  # the model may invent any number of names
+            "tools_more": max(len(tools) - REPORT_TOOLS, 0),
             "api_calls": json_int(entry.get("api_calls")),
             "tokens": _usage_total(metadata),
             "turns": readable(conversations if isinstance(conversations, list) else (), self._system_id),

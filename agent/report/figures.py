@@ -9,8 +9,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.report.digest import RunDigest
+from agent.report.digest import REPORT_TOOLS, RunDigest
 from agent.report.svg import PALETTE, Part, Series, bar_chart, hbar_chart, line_chart, ticks
+from agent.store.tool_counts import top_rows
 
 BLUE, ORANGE, GREEN, RED, PURPLE, BROWN, TEAL, GREY = PALETTE
 MAX_LINE_POINTS = 120  # rates are averaged over enough ticks to stay under this
@@ -93,7 +94,11 @@ def rate_limits(stats: Mapping[str, Any]) -> str | None:
 
 
 def tools(digest: RunDigest) -> str | None:
-    rows = sorted(digest.tools.items(), key=lambda item: (-item[1]["count"], item[0]))
+    """The REPORT_TOOLS most called tools and one bar for the rest (the model may invent any
+    number of names)."""
+    rows, other = top_rows(digest.tools, REPORT_TOOLS)
+    if other["tools"]:
+        rows.append((f"{other['tools']:,} other tools", other))
     bars = [
         (
             name,

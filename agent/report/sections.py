@@ -10,8 +10,9 @@ from html import escape
 from typing import Any
 
 from agent.report import figures
-from agent.report.digest import RunDigest
+from agent.report.digest import REPORT_TOOLS, RunDigest
 from agent.store.jsonl import json_int
+from agent.store.tool_counts import top_rows
 
 
 def _cell(value: Any) -> str:
@@ -130,7 +131,10 @@ def plots(stats: Mapping[str, Any], digest: RunDigest) -> str:
 
 def tools_table(digest: RunDigest) -> str:
     rows = []
-    for name, row in sorted(digest.tools.items(), key=lambda item: (-item[1]["count"], item[0])):
+    listed, other = top_rows(digest.tools, REPORT_TOOLS)
+    if other["tools"]:  # one row for the rest: the page's size does not grow with invented names
+        listed.append((f"{other['tools']:,} other tools", other))
+    for name, row in listed:
         answered = row["success"] + row["failure"]
         rate = 100.0 * row["failure"] / answered if answered else 0.0
         rows.append((name, row["count"], row["success"], row["failure"], f"{rate:.1f}%", row["entries"]))

@@ -18,6 +18,7 @@ from agent.export.analysis import is_failure
 
 TEXT_CAP = 4000  # characters kept of one text: the head and the tail, the middle cut
 NAME_CAP = 200  # of a name or id (a tool's, a call's, an outcome): the model chooses some
+CALLS_CAP = 50  # calls (and results) shown of one turn: the model chooses how many it makes
 _THINK = re.compile(r"\A\s*<think>\n?(.*?)\n?</think>\n?", re.DOTALL)
 _CALL = re.compile(r"<tool_call>\n?(.*?)\n?</tool_call>\n?", re.DOTALL)
 _RESPONSE = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.DOTALL)
@@ -63,13 +64,16 @@ def split_gpt(value: str) -> Turn:
         return ""
 
     text = _CALL.sub(take, rest).strip()
+    if len(calls) > CALLS_CAP:
+        text += f"\n[{len(calls) - CALLS_CAP:,} more tool calls of this turn not shown]"
+        del calls[CALLS_CAP:]
     return {"role": "gpt", "think": cut(think.group(1)) if think else None, "text": cut(text), "calls": calls}
 
 
 def split_results(value: str) -> list[dict[str, Any]]:
     """The results of one tool turn: `{"name", "id", "content", "error"}` each."""
     results = []
-    for block in _RESPONSE.findall(value):
+    for block in _RESPONSE.findall(value)[:CALLS_CAP]:  # those of the calls shown (`split_gpt`)
         parsed = _json(block)
         if not isinstance(parsed, dict):
             results.append({"name": "?", "id": "", "content": cut(block), "error": False})
@@ -114,8 +118,10 @@ def readable(conversations: Iterable[Any], system_id: Callable[[str], int]) -> l
             results = split_results(value)
             last = turns[-1] if turns and turns[-1]["role"] == "gpt" else None
             left = _pair(last, results) if last is not None else results
-            if left or not results:
-                turns.append({"role": "tool", "results": left, "text": "" if results else cut(value)})
+            more = max(value.count("<tool_response>") - CALLS_CAP, 0)
+            note = f"[{more:,} more tool results of this turn not shown]" if more else ""
+            if left or more or not results:
+                turns.append({"role": "tool", "results": left, "text": note if results else cut(value)})
         else:
             turns.append({"role": name(role), "text": cut(value)})
     return turns

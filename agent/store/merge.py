@@ -22,6 +22,7 @@ from agent.store.durable import atomic_write
 from agent.store.jsonl import encode_line, read_lines
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import TRAJECTORIES_FILE, batch_files
+from agent.store.tool_counts import TOOL_ROWS, cut_name
 
 
 @dataclass
@@ -40,8 +41,17 @@ class MergeReport:
     unkept: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)  # (key, entry)
 
     def as_dict(self) -> dict[str, Any]:
-        """The `merge` section of statistics.json (counts, no keys or entries)."""
-        return {k: v for k, v in vars(self).items() if k not in ("kept_keys", "unkept")}
+        """The `merge` section of statistics.json (counts, no keys or entries). The model
+        invents unknown tools' names: the TOOL_ROWS most called are listed, the rest summed in
+        `unknown_tools_other`, so the file does not grow with the names invented."""
+        counts = {k: v for k, v in vars(self).items() if k not in ("kept_keys", "unkept", "unknown_tools")}
+        listed = self.unknown_tools.most_common(TOOL_ROWS)
+        rest = self.unknown_tools.total() - sum(n for _, n in listed)
+        return {
+            **counts,
+            "unknown_tools": dict(listed),
+            "unknown_tools_other": {"names": len(self.unknown_tools) - len(listed), "entries": rest},
+        }
 
 
 UNKNOWN_TOOL_REASON = "tool_not_offered"  # a tool the registry does not know was offered to no one
@@ -83,7 +93,7 @@ def merge_run(
                     report.duplicates += 1
                 else:
                     if bad := unknown_tools(entry, valid_tools):
-                        report.unknown_tools.update(bad)
+                        report.unknown_tools.update(cut_name(tool) for tool in bad)
                         line, entry = _labelled(line, entry, report)
                         if not _keeps(key, entry, keep_unknown, report):
                             continue

@@ -22,7 +22,7 @@ from typing import Any
 from agent.store.jsonl import json_int
 from agent.store.spend import TOKEN_KEYS, Spend, add_tokens
 from agent.store.summary_view import render_statistics
-from agent.store.tool_counts import add_tool_stats, percent, tool_statistics
+from agent.store.tool_counts import add_tool_stats, other_tools, percent, tool_statistics
 
 __all__ = ["HISTORY_POINTS", "RunStatistics", "has_reasoning", "merge_histories", "render_statistics"]
 
@@ -180,6 +180,11 @@ class RunStatistics:
         worker replaces its earlier snapshot instead of adding to it."""
         self._limiters[worker if worker is not None else ("anonymous", len(self._limiters))] = worker_stats
 
+    def _tool_statistics(self) -> dict[str, Any]:
+        """The most called tools by name, and the rest summed (the model may invent any number)."""
+        tools = self._tools
+        return {"tool_statistics": tool_statistics(tools), "tool_statistics_other": other_tools(tools)}
+
     def _reasoning_statistics(self) -> dict[str, Any]:
         turns, with_reasoning = self._turns["turns"], self._turns["with_reasoning"]
         return {
@@ -241,7 +246,7 @@ class RunStatistics:
             "model": model,
             "completed_at": datetime.now().astimezone().isoformat(),
             "duration_seconds": round(duration_seconds, 2),
-            "tool_statistics": tool_statistics(self._tools),
+            **self._tool_statistics(),
             "reasoning_statistics": self._reasoning_statistics(),
             "discarded_no_reasoning": self._discards["no_reasoning"],
             "discarded": dict(sorted(self._discards.items())),

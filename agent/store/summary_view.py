@@ -16,7 +16,6 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from agent.store.jsonl import json_int
@@ -24,6 +23,7 @@ from agent.store.summary_lines import dataset_lines, endpoint_label, plural, who
 from agent.store.summary_lines import duration as _duration
 from agent.store.summary_lines import n as _n
 from agent.store.summary_lines import usd as _usd
+from agent.store.summary_tools import tool_table as _tool_table
 
 
 def _token_line(tokens: Mapping[str, Any]) -> str:
@@ -112,28 +112,6 @@ def _lost_toolsets(toolsets: Mapping[str, Any]) -> list[str]:
         return []
     per_toolset = _counts_line(toolsets.get("unavailable") or {})
     return [f"Prompts that lost a sampled toolset (unavailable here): {_n(lost)} ({per_toolset})"]
-
-
-def _tool_table(tools: Mapping[str, Mapping[str, Any]]) -> Table | Text:
-    used = {name: row for name, row in tools.items() if json_int(row.get("count"))}
-    if not used:
-        return Text(f"No tool calls ({len(tools)} tools available).")
-    table = Table(title="Tool usage", title_justify="left")
-    table.add_column("Tool")
-    for heading in ("Calls", "Success", "Failure", "Success rate"):
-        table.add_column(heading, justify="right")
-    for name, row in used.items():
-        table.add_row(
-            Text(name),
-            _n(row.get("count")),
-            _n(row.get("success")),
-            _n(row.get("failure")),
-            f"{row.get('success_rate', 0.0):.2f}%",
-        )
-    if len(tools) > len(used):
-        unused = len(tools) - len(used)
-        table.caption = f"{unused} tool{'s' if unused > 1 else ''} with no calls not shown"
-    return table
 
 
 def _reasoning(stats: Mapping[str, Any]) -> Text:
@@ -246,7 +224,8 @@ def render_statistics(stats: Mapping[str, Any], console: Console) -> None:
     if _unmerged(stats):
         parts.append(Text("Tool usage and reasoning: not counted (the merged file was not rewritten)"))
     else:
-        parts += [_tool_table(stats.get("tool_statistics") or {}), _reasoning(stats)]
+        tools, other = stats.get("tool_statistics") or {}, stats.get("tool_statistics_other") or {}
+        parts += [_tool_table(tools, other), _reasoning(stats)]
     parts += [_problems(stats), _rate_limiting(stats)]
     console.print(Group(*parts))
 

@@ -23,7 +23,7 @@ from contextlib import suppress
 from agent.errors import SandboxError
 from agent.sandboxes.blocking import to_the_end
 from agent.sandboxes.host.output_buffer import OutputBuffer
-from agent.sandboxes.host.process_output import read_ready
+from agent.sandboxes.host.process_output import on_output, read_ready
 from agent.sandboxes.host.sandbox_process import DEFAULT_PATH, ProcessOutcome
 
 NAMESPACE_END_WAIT = 10.0  # seconds for a SIGKILLed namespace to be gone (a task in D state is slow)
@@ -67,7 +67,7 @@ class Launch:
         out_fd = self.proc.stdout.fileno()
         os.set_blocking(out_fd, False)
         info_done, exited = loop.create_future(), loop.create_future()
-        loop.add_reader(out_fd, _on_output, loop, out_fd, self.output)
+        loop.add_reader(out_fd, on_output, loop, out_fd, self.output)
         loop.add_reader(self._info_fd, self._read_info, loop, info_done)
         loop.add_reader(self._exit_fd, _settle, loop, self._exit_fd, exited)
         try:
@@ -161,20 +161,6 @@ def _namespace_init(info: bytes) -> int | None:
         os.close(fd)
         return None
     return fd
-
-
-def _on_output(loop: asyncio.AbstractEventLoop, fd: int, output: OutputBuffer) -> None:
-    """One read per wake-up (`yes` must not hold the loop); at EOF the reader goes."""
-    try:
-        chunk = os.read(fd, 65536)
-    except BlockingIOError:
-        return
-    except OSError:  # EIO and the like: nothing more will come
-        chunk = b""
-    if chunk:
-        output.append(chunk)
-    else:
-        loop.remove_reader(fd)
 
 
 def _settle(loop: asyncio.AbstractEventLoop, fd: int, future: asyncio.Future[None]) -> None:

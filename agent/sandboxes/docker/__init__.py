@@ -7,7 +7,7 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 
 from agent.protocols import Sandbox, SandboxBackend, SandboxOptions, SandboxPool, SandboxSpec
-from agent.sandboxes.docker import lifecycle, sandbox
+from agent.sandboxes.docker import disk_image, lifecycle, sandbox
 from agent.sandboxes.docker.engine import engine_client
 
 
@@ -19,8 +19,9 @@ class DockerBackend:
         return sandbox.open_sandbox(spec, options)
 
     def reap_stale(self, options: SandboxOptions) -> list[str]:
-        """Remove the containers of ours whose owner process is dead."""
-        return lifecycle.reap_stale(engine_client())
+        """Remove the containers of ours whose owner process is dead, then their disk images."""
+        client = engine_client()
+        return lifecycle.reap_stale(client) + disk_image.reap(client, options.root)
 
     @property
     def pool(self) -> SandboxPool | None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from docker.errors import APIError, NotFound
 
 from agent.protocols import SandboxSpec
+from agent.sandboxes.docker import disk_image
 from agent.sandboxes.docker.engine import short_error
 from agent.sandboxes.host.owner import FIELDS, current_owner, owner_is_dead
 
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from agent.protocols import SandboxOptions
 
 log = logging.getLogger(__name__)
-_layer_quota: dict[str, bool] = {}  # engine -> whether it caps a writable layer (storage_opt)
+LAYER, IMAGE, NONE = "layer", "image", "none"  # how a container's disk is capped: see _create_capped
+_disk_mode: dict[str, str] = {}  # engine -> LAYER, IMAGE or NONE
 PREFIX = "io.agent-batch-runner"
 LABEL_PROJECT = f"{PREFIX}.sandbox"  # value "1" on every container of ours
 LABEL_RUN = f"{PREFIX}.run"
@@ -93,37 +95,64 @@ def create_container(client: Any, plan: ContainerPlan, options: SandboxOptions) 
     }
     if not options.network:
         kwargs["network_mode"] = "none"
-    container = _create_capped(client, plan.image, kwargs, options.disk_mb)
+    container = _create_capped(client, plan, kwargs, options)
     container.start()
     return container
 
 
-def _create_capped(client: Any, image: str, kwargs: dict[str, Any], disk_mb: int) -> Any:
-    """Create the container with its writable layer capped at `disk_mb` where the engine can
-    (`storage_opt` size: overlay on xfs with pquota, btrfs, zfs): past it a write fails with
-    ENOSPC. Elsewhere (overlay on ext4) it is not capped, said once per engine: tmpfs mounts
-    would be, but a restart (how a fork bomb or a cancelled command is stopped) empties them."""
+def _create_capped(client: Any, plan: ContainerPlan, kwargs: dict[str, Any], options: SandboxOptions) -> Any:
+    """Create the container with its disk capped at `disk_mb`: past it a write fails with
+    ENOSPC. Its writable layer where the engine can (`storage_opt` size: overlay on xfs with
+    pquota, btrfs, zfs); elsewhere (overlay on ext4) /workspace and /tmp, on a disk image of
+    that size (disk_image.py) where the engine is local and the runner root. Otherwise it is
+    not capped, said once per engine. Not a tmpfs: a restart (how a fork bomb or a cancelled
+    command is stopped) would empty it."""
     engine = str(client.api.base_url)
-    if _layer_quota.get(engine, True):
+    if _disk_mode.get(engine, LAYER) == LAYER:
         try:
-            container = client.containers.create(image, storage_opt={"size": f"{disk_mb}m"}, **kwargs)
-            _layer_quota[engine] = True
+            size = {"size": f"{options.disk_mb}m"}
+            container = client.containers.create(plan.image, storage_opt=size, **kwargs)
+            _disk_mode[engine] = LAYER
             return container
         except APIError as exc:
             if "storage-opt" not in str(exc) and "storage opt" not in str(exc).lower():
                 raise
-            _layer_quota[engine] = False
-            log.warning(
-                "the engine at %s cannot cap a container's disk (%s): --sandbox_disk_mb does not hold there",
-                engine,
-                short_error(exc),
-            )
-    return client.containers.create(image, **kwargs)
+            _disk_mode[engine] = _fallback(engine, exc)
+    if _disk_mode[engine] == IMAGE:
+        kwargs["mounts"] = disk_image.make(client, options.root, plan.sandbox_id, options.disk_mb)
+    return client.containers.create(plan.image, **kwargs)
+
+
+def _fallback(engine: str, exc: APIError) -> str:
+    """How the disk is capped on an engine that refused `storage_opt`, said in the log once."""
+    reason = disk_image.unavailable_reason()
+    if reason is None:
+        log.info(
+            "the engine at %s cannot cap a container's writable layer (%s): --sandbox_disk_mb caps "
+            "/workspace and /tmp, on a disk image of that size per sandbox",
+            engine,
+            short_error(exc),
+        )
+        return IMAGE
+    log.warning(
+        "the engine at %s cannot cap a container's disk (%s) and %s: --sandbox_disk_mb does not hold there",
+        engine,
+        short_error(exc),
+        reason,
+    )
+    return NONE
+
+
+def disk_mode(client: Any) -> str | None:
+    """How the engine's containers have their disk capped: LAYER, IMAGE or NONE (None: no
+    container made yet)."""
+    return _disk_mode.get(str(client.api.base_url))
 
 
 def disk_capped(client: Any) -> bool | None:
     """Whether the engine caps our containers' disk (None: no container made yet)."""
-    return _layer_quota.get(str(client.api.base_url))
+    mode = disk_mode(client)
+    return None if mode is None else mode != NONE
 
 
 def remove_sandbox(client: Any, sandbox_id: str, container_id: str | None = None) -> None:

@@ -33,6 +33,7 @@ from agent.errors import SandboxError, SandboxPathError
 from agent.protocols import ExecResult, SandboxOptions, SandboxSpec
 from agent.sandboxes import shell_scripts
 from agent.sandboxes.blocking import ThreadedSandbox, opened_in_thread
+from agent.sandboxes.docker import disk_image
 from agent.sandboxes.docker.container_exec import (
     COMMAND_SCRIPT,
     ExecNotStarted,
@@ -143,9 +144,19 @@ class DockerSandbox:
             remove_sandbox(self._client, self._plan.sandbox_id, container_id)
         except ENGINE_ERRORS as exc:
             message = f"could not remove container {self.name} ({short_error(exc)}); reap_stale will"
-            if not quiet:
-                raise SandboxError(message) from exc
-            log.warning("%s", message)
+            self._failed(message, exc, quiet)
+        finally:
+            try:  # after the container: it holds the disk image's mount (then detached lazily)
+                disk_image.remove(self._client, self._options.root, self._plan.sandbox_id)
+            except (SandboxError, OSError, *ENGINE_ERRORS) as exc:
+                message = f"could not remove the disk image of {self.name} ({exc}); reap_stale will"
+                self._failed(message, exc, quiet)
+
+    @staticmethod
+    def _failed(message: str, exc: BaseException, quiet: bool) -> None:
+        if not quiet:
+            raise SandboxError(message) from exc
+        log.warning("%s", message)
 
     def _resolve(self, path: str) -> str:
         if not path or "\0" in path:

@@ -21,6 +21,7 @@ import secrets
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
@@ -138,15 +139,22 @@ def _write(path: str, text: str) -> None:
         handle.write(text)
 
 
-@cache
-def _discovered() -> tuple[Hierarchy | None, str]:
+def first_working(
+    kinds: tuple[str, ...], probe_kind: Callable[[str], tuple[Hierarchy | None, str]]
+) -> tuple[Hierarchy | None, str]:
+    """The first of `kinds` whose probe finds a hierarchy, or None and each kind's reason."""
     reasons = []
-    for kind in KINDS:
-        found, reason = probe(kind)
+    for kind in kinds:
+        found, reason = probe_kind(kind)
         if found is not None:
             return found, ""
         reasons.append(f"{kind}: {reason}")
     return None, "; ".join(reasons)
+
+
+@cache
+def _discovered() -> tuple[Hierarchy | None, str]:
+    return first_working(KINDS, probe)
 
 
 def hierarchy() -> Hierarchy | None:

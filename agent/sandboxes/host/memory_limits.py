@@ -32,13 +32,7 @@ def oom_message(limit_mb: int) -> str:
 
 @cache
 def _discovered() -> tuple[Hierarchy | None, str]:
-    reasons = []
-    for kind in KINDS:
-        found, reason = probe(kind)
-        if found is not None:
-            return found, ""
-        reasons.append(f"{kind}: {reason}")
-    return None, "; ".join(reasons)
+    return cgroups.first_working(KINDS, probe)
 
 
 def hierarchy() -> Hierarchy | None:

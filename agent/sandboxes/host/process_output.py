@@ -64,7 +64,7 @@ async def watch(proc: subprocess.Popen[bytes], output: OutputBuffer, timeout: fl
     eof, exited = loop.create_future(), loop.create_future()
     try:
         os.set_blocking(fd, False)
-        loop.add_reader(fd, _on_output, loop, fd, output, eof)
+        loop.add_reader(fd, on_output, loop, fd, output, eof)
         loop.add_reader(exit_fd, _on_exit, loop, exit_fd, exited)
         try:
             async with asyncio.timeout_at(deadline):
@@ -80,10 +80,11 @@ async def watch(proc: subprocess.Popen[bytes], output: OutputBuffer, timeout: fl
         os.close(exit_fd)
 
 
-def _on_output(
-    loop: asyncio.AbstractEventLoop, fd: int, output: OutputBuffer, eof: asyncio.Future[None]
+def on_output(
+    loop: asyncio.AbstractEventLoop, fd: int, output: OutputBuffer, eof: asyncio.Future[None] | None = None
 ) -> None:
-    """One read per wake-up: `yes` must not hold the loop."""
+    """A reader callback, one read per wake-up (`yes` must not hold the loop); at EOF the reader
+    goes and `eof`, if given, is set."""
     try:
         chunk = os.read(fd, 65536)
     except BlockingIOError:
@@ -94,7 +95,7 @@ def _on_output(
         output.append(chunk)
         return
     loop.remove_reader(fd)
-    if not eof.done():
+    if eof is not None and not eof.done():
         eof.set_result(None)
 
 
