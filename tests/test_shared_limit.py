@@ -16,7 +16,7 @@ from agent.llm import shared_limit
 from agent.llm.shared_limit import HORIZON, LAPSE, STALE, LimitHub, Report
 from agent.servers.simulated.replies import usage_of
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_batch_support import BatchCLI, kill_started, wait_until, write_dataset
+from tests.test_batch_support import BatchCLI, kill_started, tool_then_answer, wait_until, write_dataset
 
 
 def test_a_burst_seen_by_one_member_cuts_and_pauses_everyone_once() -> None:
@@ -175,22 +175,29 @@ def test_tpm_holds_in_every_minute_across_four_workers(tmp_path: Path) -> None:
     assert len(starts) > 3000 // largest  # and the second minute's budget is used
 
 
-def test_max_inflight_holds_at_the_endpoint_when_workers_do_not_divide_it(tmp_path: Path) -> None:
-    """`--max_inflight=3` over two workers: at most 3 calls at the endpoint at once. Before, each
-    worker's share was rounded up (2 + 2: 4 in flight, and the summary said 4)."""
-    prompts = [f"Slow prompt {i}" for i in range(8)]
+@pytest.mark.parametrize("workers", [2, 4])
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_max_inflight_holds_at_the_endpoint_for_any_number_of_workers(
+    tmp_path: Path, slots: int, workers: int
+) -> None:
+    """`--max_inflight` is a cap on the calls at the endpoint at once, whatever the number of
+    workers, also with more workers than slots (some wait for a grant of their first one), and
+    every prompt finishes. Each conversation makes two calls with a tool call between (demand
+    comes and goes). Before, each worker's share was rounded up: 3 over 2 workers put 4 calls
+    at the endpoint, and 2 over 4 workers 4."""
+    prompts = [f"Slow prompt {i}" for i in range(workers + 2)]
     with SimulatedEndpoint() as endpoint:
         for prompt in prompts:
-            endpoint.script(prompt, [Turn("done", "r", delay=1.5)])
+            endpoint.script(prompt, tool_then_answer(delay=0.4))
         dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
         done = BatchCLI(tmp_path, endpoint).run(
-            f"--dataset_file={dataset}", "--batch_size=8", "--run_name=inflight", "--num_workers=2",
-            "--max_inflight=3", "--distribution=terminal_only",
+            f"--dataset_file={dataset}", f"--batch_size={len(prompts)}", "--run_name=inflight",
+            f"--num_workers={workers}", f"--max_inflight={slots}", "--distribution=terminal_only",
         )  # fmt: skip
         assert done.returncode == 0, done
         stats = endpoint.stats
-    assert stats.requests_total == len(prompts)  # every prompt made progress
-    assert stats.peak_inflight <= 3, stats
+    assert stats.requests_total == 2 * len(prompts)  # every prompt made progress
+    assert stats.peak_inflight <= slots, stats
 
 
 def test_tpm_alone_holds_at_the_endpoint(tmp_path: Path) -> None:
