@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.llm import shared_limit
-from agent.llm.shared_limit import HORIZON, LAPSE, STALE, LimitHub, Report
+from agent.llm.shared_limit import HORIZON, LAPSE, STALE, TURN, LimitHub, Report
 from agent.servers.simulated.replies import usage_of
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.test_batch_support import BatchCLI, kill_started, tool_then_answer, wait_until, write_dataset
@@ -68,6 +68,37 @@ def test_a_share_given_back_frees_nothing_until_the_member_has_heard() -> None:
     assert hub.exchange(Report("b", demand=1)).share == 1
 
 
+def test_more_workers_than_slots_each_get_turns_and_the_cap_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """2 slots, 4 members that always have a call waiting; each call ends by the member's next
+    report, 0.3 s later, and a member starts calls on the share it holds, also before its report
+    is answered. Never more than 2 calls in flight, and every member gets a call within 3
+    TURNs of its last. Before, the split's left-over slots went to the members listed last: the first two
+    never got one while the others kept asking."""
+    now = [1000.0]
+    monkeypatch.setattr(shared_limit.time, "monotonic", lambda: now[0])
+    hub, members = LimitHub(2), "abcd"
+    share, inflight, calls = dict.fromkeys(members, 0), dict.fromkeys(members, 0), dict.fromkeys(members, 0)
+    called: dict[str, list[float]] = {member: [1000.0] for member in members}
+
+    def start(member: str) -> None:
+        while inflight[member] < min(1, share[member]):
+            inflight[member] += 1
+            calls[member] += 1
+            called[member].append(now[0])
+            assert sum(inflight.values()) <= 2, (inflight, share)
+
+    for _ in range(60):
+        for member in members:
+            now[0] += 0.3 / len(members)
+            inflight[member] = 0  # its call ended: the next one waits
+            start(member)  # on the share it holds, before the hub answers
+            share[member] = hub.exchange(Report(member, demand=1, inflight=inflight[member])).share
+            start(member)
+    waits = {m: max(b - a for a, b in itertools.pairwise(times)) for m, times in called.items()}
+    assert max(waits.values()) < 3 * TURN, waits  # a turn within a bounded time
+    assert min(calls.values()) >= 10 and sum(calls.values()) >= 90, calls
+
+
 def test_successes_from_every_member_grow_the_one_limit() -> None:
     hub = LimitHub(8)
     hub.limit = 4.0
@@ -76,7 +107,9 @@ def test_successes_from_every_member_grow_the_one_limit() -> None:
     assert 5.0 < grown < 6.5  # about one slot per window of the limit's size, from both
 
 
-def test_start_permits_follow_one_pace_across_members() -> None:
+def test_start_permits_follow_one_pace_across_members(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One clock reading for both exchanges: on a loaded machine the second came 30 ms later.
+    monkeypatch.setattr(shared_limit.time, "monotonic", lambda: 1000.0)
     hub = LimitHub(64, rpm=600)  # one start per 0.1 s
     a = hub.exchange(Report("a", demand=10, want_starts=10)).starts
     b = hub.exchange(Report("b", demand=10, want_starts=10)).starts
