@@ -17,6 +17,7 @@ from agent.llm.shared_limit import HORIZON, LAPSE, STALE, TURN, LimitHub, Report
 from agent.servers.simulated.replies import usage_of
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.test_batch_support import BatchCLI, kill_started, tool_then_answer, wait_until, write_dataset
+from tests.test_ray_backend import RayCluster, ray_args, ray_cluster  # noqa: F401 (a fixture: its 3 nodes)
 
 
 def test_a_burst_seen_by_one_member_cuts_and_pauses_everyone_once() -> None:
@@ -231,6 +232,27 @@ def test_max_inflight_holds_at_the_endpoint_for_any_number_of_workers(
         stats = endpoint.stats
     assert stats.requests_total == 2 * len(prompts)  # every prompt made progress
     assert stats.peak_inflight <= slots, stats
+
+
+def test_max_inflight_holds_at_the_endpoint_over_more_ray_actors_than_slots(
+    tmp_path: Path,
+    ray_cluster: RayCluster,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """`--backend=ray`: `--max_inflight=2` over three actors on three nodes (their hub is an
+    actor): at most 2 calls at the endpoint at once, and every prompt finishes."""
+    prompts = [f"Slow prompt {i}" for i in range(6)]
+    with SimulatedEndpoint() as endpoint:
+        for prompt in prompts:
+            endpoint.script(prompt, tool_then_answer(delay=0.4))
+        dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        done = BatchCLI(tmp_path, endpoint).run(
+            f"--dataset_file={dataset}", f"--batch_size={len(prompts)}", "--run_name=onray",
+            "--max_inflight=2", "--distribution=terminal_only", *ray_args(ray_cluster),
+        )  # fmt: skip
+        assert done.returncode == 0, done
+        stats = endpoint.stats
+    assert stats.requests_total == 2 * len(prompts)
+    assert stats.peak_inflight <= 2, stats
 
 
 def test_tpm_alone_holds_at_the_endpoint(tmp_path: Path) -> None:
