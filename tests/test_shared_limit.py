@@ -240,10 +240,10 @@ def test_max_inflight_holds_at_the_endpoint_over_more_ray_actors_than_slots(
 ) -> None:
     """`--backend=ray`: `--max_inflight=2` over three actors on three nodes (their hub is an
     actor): at most 2 calls at the endpoint at once, and every prompt finishes."""
-    prompts = [f"Slow prompt {i}" for i in range(6)]
+    prompts = [f"Slow prompt {i}" for i in range(9)]
     with SimulatedEndpoint() as endpoint:
         for prompt in prompts:
-            endpoint.script(prompt, tool_then_answer(delay=0.4))
+            endpoint.script(prompt, tool_then_answer(delay=1.0))
         dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
         done = BatchCLI(tmp_path, endpoint).run(
             f"--dataset_file={dataset}", f"--batch_size={len(prompts)}", "--run_name=onray",
