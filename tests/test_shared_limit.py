@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
 import statistics
 import time
 from pathlib import Path
 
 import pytest
 
+from agent.batch.limit_pipes import HubServer
 from agent.llm import shared_limit
 from agent.llm.shared_limit import HORIZON, LAPSE, STALE, TURN, LimitHub, Report
 from agent.servers.simulated.replies import usage_of
@@ -164,6 +166,35 @@ def test_a_member_that_stopped_reporting_holds_no_share(monkeypatch: pytest.Monk
     assert hub.exchange(Report("alive", demand=60)).share == 30  # its calls may be in flight yet
     now[0] += LAPSE
     assert hub.exchange(Report("alive", demand=60)).share == 60
+
+
+def test_a_worker_that_exited_frees_its_slots_at_once_and_its_permits_after_lapse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The parent's hub server reads a worker's exit as its pipe's EOF: its slots go to the
+    others at once (silent, they counted until LAPSE), and the tokens its permits reserve count
+    until LAPSE without passing to its replacement, which reports under the same name."""
+    hub = LimitHub(4, tpm=9000)
+    hub.exchange(Report("worker-1", demand=1, want_starts=1))
+    hub.exchange(Report("worker-1", demand=4, want_starts=3, successes=1, tokens=2000, released=1))
+    assert hub.exchange(Report("worker-0", demand=4)).share == 0  # worker-1 holds the 4 slots
+    here, there = multiprocessing.Pipe()
+    server = HubServer(hub, [here])
+    server.start()
+    try:
+        there.send(Report("worker-1", demand=4, inflight=3))
+        assert there.recv().share == 2  # split with worker-0; it may still start on its 4
+        there.close()  # the worker is gone
+        wait_until(lambda: "worker-1" not in hub.granted, "the hub to hear of the exit")
+    finally:
+        server.stop()
+    assert hub.exchange(Report("worker-0", demand=4)).share == 4
+    assert hub.exchange(Report("worker-1", demand=1)).share == 0  # its replacement
+    assert sum(hub.held.values()) == 3 and hub.held["worker-1"] == 0  # 3 calls of 2,000 reserved
+    now = time.monotonic()
+    monkeypatch.setattr(shared_limit.time, "monotonic", lambda: now + LAPSE + 1)
+    hub.exchange(Report("worker-0", demand=0))
+    assert sum(hub.held.values()) == 0
 
 
 def test_a_stalled_member_keeps_its_token_reservations(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -115,6 +115,7 @@ class LimitHub:
         self.previous: dict[str, int] = {}  # member -> the grant before: in use until the last arrives
         self.inflight: dict[str, int] = {}  # member -> calls in flight at its last report
         self.hungry: dict[str, float] = {}  # member -> since when it has asked and held no slot
+        self.departures = 0
         self.spent = 0.0
         self.cuts = 0
 
@@ -145,6 +146,19 @@ class LimitHub:
             spent=self.spent,
             budget_reached=self.budget_reached,
         )
+
+    def leave(self, member: str) -> None:
+        """`member`'s process is gone (its pipe closed): its calls in flight went with it, so its
+        slots are free at once. Its start permits' tokens may have been spent at the endpoint:
+        they count until LAPSE, under a name of their own (a replacement process reports under
+        the same name, and would never give them back)."""
+        for table in (self.demand, self.granted, self.previous, self.inflight, self.hungry):
+            table.pop(member, None)
+        held, seen = self.held.pop(member, 0), self.seen.pop(member, None)
+        if held and seen is not None:
+            self.departures += 1
+            gone = f"{member} (gone #{self.departures})"
+            self.held[gone], self.seen[gone] = held, seen
 
     def _account(self, report: Report, now: float) -> None:
         if report.burst_generation == self.generation:  # the first report of this burst cuts
