@@ -4,10 +4,12 @@ per worker, `--rpm=240` gave a lone busy worker 120 rpm)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import multiprocessing
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +17,10 @@ import pytest
 
 from agent.batch.limit_pipes import HubServer
 from agent.llm import shared_limit
-from agent.llm.shared_limit import HORIZON, LAPSE, STALE, TURN, LimitHub, Report
+from agent.llm.client import OpenAIChatModel
+from agent.llm.rate_limit import AdaptiveLimiter
+from agent.llm.shared_limit import HORIZON, LAPSE, STALE, TURN, Grant, LimitHub, Report
+from agent.protocols import ChatRequest
 from agent.servers.simulated.replies import usage_of
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.test_batch_support import BatchCLI, kill_started, tool_then_answer, wait_until, write_dataset
@@ -208,6 +213,70 @@ def test_a_stalled_member_keeps_its_token_reservations(monkeypatch: pytest.Monke
     assert hub.held["a"] == 5  # 6 calls of 1,368: 8,208 of 9,000
     now[0] += STALE + 1  # a stalls with its 5 calls answered and unreported
     assert hub.exchange(Report("b", demand=4, want_starts=4)).starts == ()
+
+
+class DirectLink:
+    """A member's link to a hub in this process (the parent's hub thread, without the pipe)."""
+
+    def __init__(self, hub: LimitHub, lock: threading.Lock) -> None:
+        self.hub, self.lock = hub, lock
+
+    async def exchange(self, report: Report) -> Grant:
+        with self.lock:
+            return self.hub.exchange(report)
+
+
+def _member(endpoint: SimulatedEndpoint, link: DirectLink, name: str, until: float, stall: bool) -> None:
+    """One worker's event loop: 3 conversations asking one call after another through the real
+    client and a limiter on the hub, until `until`; with `stall`, the loop blocks for STALE + 3 s
+    once its calls are in flight after the first answer (its answers arrive, unreported)."""
+
+    async def ask(model: OpenAIChatModel, prompt: str) -> None:
+        while True:
+            await model.complete(ChatRequest(messages=[{"role": "user", "content": prompt}], tools=[]))
+
+    async def go() -> None:
+        limiter = AdaptiveLimiter(3, tpm=140, hub=link, member=name)
+        model = OpenAIChatModel(base_url=endpoint.base_url, api_key="k", model="sim-model", limiter=limiter)
+        tasks = [asyncio.create_task(ask(model, f"{name} {i}")) for i in range(3)]
+        try:
+            while stall and not (limiter.inflight and link.hub.window and link.hub.window.per_call):
+                await asyncio.sleep(0.01)
+            if stall:
+                time.sleep(STALE + 3)  # blocks this loop, as a sandbox closing on a loaded machine did
+            await asyncio.sleep(until - time.monotonic())
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await model.aclose()
+            assert limiter.sync is not None
+            await limiter.sync.aclose()
+
+    asyncio.run(go())
+
+
+def test_tpm_holds_over_four_members_while_one_stalls_past_stale(sim_endpoint: SimulatedEndpoint) -> None:
+    """Four members on their own event loops, `--tpm=140` (10 calls of 14 tokens), one member's
+    loop blocked past STALE with its calls answered and unreported: the tokens the endpoint
+    answers stay within the minute's budget, give or take one call. Before, the hub forgot the
+    stalled member's reservations at STALE and the others started their calls' worth more."""
+    answer = Turn("done", "thinking", delay=0.5)
+    sim_endpoint.set_default_script([answer])
+    hub, lock = LimitHub(12, tpm=140), threading.Lock()
+    until = time.monotonic() + STALE + 6
+    members = [
+        threading.Thread(target=_member, args=(sim_endpoint, DirectLink(hub, lock), f"m{i}", until, i == 0))
+        for i in range(4)
+    ]
+    for member in members:
+        member.start()
+    for member in members:
+        member.join(timeout=60)
+    requests = sim_endpoint.requests
+    assert requests[-1].received_at - requests[0].received_at < 50  # all within one minute's budget
+    tokens = [usage_of(request.body, answer)["total_tokens"] for request in requests]
+    assert sum(tokens) <= 140 + max(tokens), tokens
 
 
 def test_tpm_holds_in_every_minute_across_four_workers(tmp_path: Path) -> None:
