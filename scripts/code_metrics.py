@@ -1,5 +1,7 @@
 """Structure figures for the code outside tests/, bench/ and data/: module and function sizes
-(lines, from Python's `ast`) and import cycles between the project's modules.
+(lines, from Python's `ast`), import cycles and upward imports between the project's modules,
+`dict[str, Any]` per package (none on the conversation's path outside its edge functions) and
+backend names compared outside a backend's own package.
 
     python scripts/code_metrics.py            # the figures
     python scripts/code_metrics.py --check    # exit 1 when a limit is broken (used by check.sh)
@@ -27,6 +29,24 @@ LAYERS = (
     ("agent.cli",),
     ("batch_runner", "run_agent", "model_tools", "toolsets"),
 )
+
+
+# The conversation's path from the loop to the shard line carries typed turns; OpenAI-shaped
+# dicts appear only in its edge functions (rendering a request or an export, reading a foreign
+# history), named by these prefixes.
+CONVERSATION_PATH = (
+    "agent.loop",
+    "agent.export.sharegpt",
+    "agent.export.analysis",
+    "agent.export.openai_messages",
+    "agent.export.tool_stats",
+    "agent.export.formats",
+    "agent.batch.records",
+)
+EDGE_PREFIXES = ("to_openai", "from_openai", "render_", "parse_", "to_sharegpt", "to_wire")
+# A choice of backend is made in the backend's own package (its registry included); anywhere
+# else, comparing a backend's name is knowledge leaking past the seam.
+BACKEND_PACKAGES = ("agent.sandboxes", "agent.cluster", "agent.runners", "tools.web")
 
 
 def layer(module: str) -> int:
@@ -94,6 +114,62 @@ def imports(tree: ast.AST, name: str, is_package: bool, known: set[str]) -> set[
     return found
 
 
+def _within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _is_dict_str_any(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "dict"
+        and isinstance(node.slice, ast.Tuple)
+        and [getattr(e, "id", None) for e in node.slice.elts] == ["str", "Any"]
+    )
+
+
+def dict_any(tree: ast.AST) -> list[tuple[int, str]]:
+    """Each `dict[str, Any]` with the name of the function holding it ("" at module level)."""
+    found: list[tuple[int, str]] = []
+
+    def walk(node: ast.AST, owner: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            owner = node.name
+        if _is_dict_str_any(node):
+            found.append((node.lineno, owner))  # type: ignore[attr-defined]
+        for child in ast.iter_child_nodes(node):
+            walk(child, owner)
+
+    walk(tree, "")
+    return found
+
+
+def _names_backend(node: ast.AST) -> bool:
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+    return isinstance(name, str) and name.endswith("backend")
+
+
+def _is_constant_name(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.Name):
+        return node.id.isupper()
+    if isinstance(node, ast.Tuple | ast.Set | ast.List):
+        return bool(node.elts) and all(_is_constant_name(e) for e in node.elts)
+    return False
+
+
+def backend_compares(tree: ast.AST) -> list[int]:
+    """Lines comparing something named `*backend` with a literal name."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and any(_names_backend(o) for o in [node.left, *node.comparators])
+        and any(_is_constant_name(o) for o in [node.left, *node.comparators])
+    )
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -127,6 +203,38 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+class Typing:
+    """The untyped-value and backend-seam figures, gathered module by module."""
+
+    def __init__(self) -> None:
+        self.per_package: dict[str, int] = {}
+        self.path_dicts: list[str] = []
+        self.compares: list[str] = []
+
+    def add(self, name: str, where: str, tree: ast.AST) -> None:
+        found = dict_any(tree)
+        package = ".".join(name.split(".")[:2]) if name.startswith(("agent.", "tools.")) else name
+        self.per_package[package] = self.per_package.get(package, 0) + len(found)
+        if _within(name, CONVERSATION_PATH):
+            self.path_dicts += [
+                f"{where}:{line} {owner or '<module>'}"
+                for line, owner in found
+                if not owner.lstrip("_").startswith(EDGE_PREFIXES)
+            ]
+        if not _within(name, BACKEND_PACKAGES):
+            self.compares += [f"{where}:{line}" for line in backend_compares(tree)]
+
+    def print(self) -> None:
+        counts = ", ".join(f"{p} {n}" for p, n in sorted(self.per_package.items()) if n)
+        print(f"dict[str, Any]: {sum(self.per_package.values())} ({counts})")
+        for where in self.path_dicts:
+            print(f"  dict[str, Any] on the conversation's path: {where}")
+        print(f"dict[str, Any] on the conversation's path outside its edges: {len(self.path_dicts)}")
+        for where in self.compares:
+            print(f"  backend name compared outside its package: {where}")
+        print(f"backend names compared outside their package: {len(self.compares)}")
+
+
 def main(argv: list[str]) -> int:
     paths = sources()
     names = {module_name(p): p for p in paths}
@@ -134,6 +242,7 @@ def main(argv: list[str]) -> int:
     module_lines: list[tuple[int, str]] = []
     functions: list[tuple[int, str]] = []
     graph: dict[str, set[str]] = {}
+    typed = Typing()
     for name, path in names.items():
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
@@ -142,6 +251,7 @@ def main(argv: list[str]) -> int:
             module_lines.append((len(text.splitlines()), where))
         functions += function_sizes(tree, where)
         graph[name] = imports(tree, name, path.name == "__init__.py", known)
+        typed.add(name, where, tree)
     sizes = sorted(n for n, _ in module_lines)
     fsizes = sorted(n for n, _ in functions)
     p90 = fsizes[int(0.9 * (len(fsizes) - 1))]
@@ -163,7 +273,8 @@ def main(argv: list[str]) -> int:
     for edge in up:
         print(f"  upward import: {edge}")
     print(f"upward imports: {len(up)}")
-    broken = bool(over or long or found_cycles or up)
+    typed.print()
+    broken = bool(over or long or found_cycles or up or typed.path_dicts or typed.compares)
     broken |= statistics.median(sizes) > MODULE_MEDIAN or p90 > FUNCTION_P90
     return 1 if "--check" in argv and broken else 0
 

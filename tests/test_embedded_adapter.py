@@ -200,6 +200,13 @@ def test_max_tokens_fits_the_longest_allowed_turn_unless_the_caller_asks_for_les
     assert asked["max_tokens"] == 40 and asked["temperature"] == 0.7
 
 
+def test_sampling_fields_llama_cpp_reads_are_passed_and_stop_is_not() -> None:
+    sampling = {"seed": 7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.1}
+    asked = build_llama_request(body(QUESTION, stop=["END"], presence_penalty=None, **sampling), POLICY)
+    assert {key: asked.get(key) for key in sampling} == sampling
+    assert "stop" not in asked and "presence_penalty" not in asked  # a JSON turn is never cut
+
+
 # ---------------------------------------------------------------- the rendered prompt
 
 

@@ -22,13 +22,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.common.fetch import FetchError, fetch
+from agent.common.fetch import FetchError, FetchRules, fetch_once
 from agent.common.images import sniff
 from agent.common.network_policy import NetworkPolicy
 from agent.errors import ModelAPIError
 from agent.protocols import JSON, ImageModel, ImageRequest, ToolConfig, ToolContext, Toolset, ToolSpec
 
 MAX_IMAGE_BYTES = 32 * 2**20
+# A generated image the API links to: any media type (its bytes are sniffed), slow hosts waited on.
+GENERATED_RULES = FetchRules(max_bytes=MAX_IMAGE_BYTES, timeout=120.0)
 IMAGES_DIR = "images"
 # aspect_ratio -> (images API size, chat image_config aspect ratio)
 SHAPES = {"landscape": ("1536x1024", "3:2"), "square": ("1024x1024", "1:1"), "portrait": ("1024x1536", "2:3")}
@@ -55,6 +57,8 @@ SCHEMA: dict[str, Any] = {
 
 
 def unavailable(config: ToolConfig) -> str | None:
+    if config.image_output_unsupported:
+        return config.image_output_unsupported
     if config.artifacts_dir is None:
         return (
             "image_generate needs a directory to save images in (ToolConfig.artifacts_dir): "
@@ -100,7 +104,7 @@ async def image_generate(args: Mapping[str, Any], context: ToolContext) -> JSON:
 async def _download(url: str, config: ToolConfig) -> bytes:
     """An image the API answered with by link, fetched under the run's network policy."""
     policy = NetworkPolicy.from_allow_list(config.allow_hosts)
-    return (await fetch(url, policy, max_bytes=MAX_IMAGE_BYTES, timeout=120.0)).body
+    return (await fetch_once(url, policy, GENERATED_RULES)).body
 
 
 def _file_stem(prompt_key: str) -> str:

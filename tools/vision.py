@@ -14,13 +14,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.common.fetch import FetchError, fetch
+from agent.common.fetch import FetchError, FetchRules, fetch_once
 from agent.common.images import from_data_url, sniff, to_data_url
 from agent.common.network_policy import NetworkPolicy
 from agent.errors import ModelAPIError, SandboxPathError
 from agent.protocols import JSON, ChatRequest, ToolContext, Toolset, ToolSpec, sees_images
 
 MAX_IMAGE_BYTES = 20 * 2**20  # the largest image OpenAI's vision input accepts
+# What a server calls an image, or says nothing about, is read; its bytes are checked anyway.
+IMAGE_RULES = FetchRules(
+    max_bytes=MAX_IMAGE_BYTES, content_types=("image/", "application/octet-stream"), wanted="an image"
+)
 
 SCHEMA: dict[str, Any] = {
     "name": "vision_analyze",
@@ -90,13 +94,9 @@ async def load_image(source: str, context: ToolContext) -> str:
 async def _download(url: str, context: ToolContext) -> bytes:
     policy = NetworkPolicy.from_allow_list(context.config.allow_hosts)
     try:
-        fetched = await fetch(url, policy, max_bytes=MAX_IMAGE_BYTES)
+        return (await fetch_once(url, policy, IMAGE_RULES)).body
     except FetchError as exc:
         raise ImageSourceError(str(exc)) from None
-    declared = fetched.content_type
-    if declared and not declared.startswith("image/") and declared != "application/octet-stream":
-        raise ImageSourceError(f"{url}: not an image (Content-Type: {declared})")
-    return fetched.body
 
 
 async def _read_sandbox_file(path: str, context: ToolContext) -> bytes:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from agent.batch.row_fields import FieldError, LineFields, parse_line
+from agent.config.sampling import Sampling
 from agent.errors import ConfigError, DatasetError
 from agent.store.keys import prompt_hash
 
@@ -49,6 +50,7 @@ class DatasetRow:
     image: str | None  # `image`, else `docker_image`
     cwd: str | None
     metadata: dict[str, Any]
+    sampling: Sampling | None = None  # the row's `sampling` choices
 
 
 @dataclass
@@ -139,8 +141,8 @@ def scan_dataset(
     """Validate every line of the dataset (first pass). Raises DatasetError when the file
     cannot be read or (with `require_valid`) has no valid row. A caller that reports the bad
     lines itself passes `require_valid=False` and calls `require_valid_rows`. With the run's
-    sandbox `backend` ("local", "bwrap", "docker"), a row naming an image that backend cannot
-    run is a bad line; pass the same `backend` to `iter_rows`."""
+    sandbox `backend` (its name), a row asking for an image or cwd that backend cannot run as
+    asked is a bad line; pass the same `backend` to `iter_rows`."""
     _check_max_samples(max_samples)
     path = Path(path)
     scan = DatasetScan(path=str(path), total_lines=0, valid=0, errors=[])
@@ -205,5 +207,6 @@ def iter_rows(
             image=record.image,
             cwd=record.cwd,
             metadata=record.metadata,
+            sampling=record.sampling,
         )
         index += 1

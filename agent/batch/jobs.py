@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agent.config.sampling import Sampling
 from agent.protocols import SandboxSpec
 
 
@@ -20,10 +21,19 @@ class Job:
     metadata: dict[str, Any]  # the dataset row's own metadata
     batch_num: int  # the shard `batch_N.jsonl` its line goes to
     toolsets: tuple[str, ...]  # sampled from the run's distribution
+    sampling: Sampling | None = (
+        None  # its row's over the flags' (AgentConfig.prompt_sampling); None: the run's
+    )
 
     @property
     def log_prefix(self) -> str:
         return f"[B{self.batch_num}:P{self.index}] "
+
+    def sampling_record(self) -> dict[str, Any]:
+        """The entry's `metadata.sampling`: the sampling fields its requests carried; nothing
+        when none was chosen (the entry's bytes are then those of a run without the feature)."""
+        sent = self.sampling.sent() if self.sampling is not None else {}
+        return {"sampling": sent} if sent else {}
 
     def sandbox_spec(self, run_name: str) -> SandboxSpec:
         return SandboxSpec(run_name, self.key, image=self.image, cwd=self.cwd)

@@ -112,4 +112,5 @@ def _metadata(job: Job, result: ConversationResult, usage: dict[str, float]) -> 
         "usage": usage,
         # sampled toolsets none of whose tools could run here (--allow_missing_toolsets)
         "toolsets_unavailable": [t for t in job.toolsets if t not in result.toolsets_used],
+        **job.sampling_record(),  # the sampling fields sent, when any was chosen
     }

@@ -4,10 +4,11 @@
 `FieldError` naming the field at fault and why; `agent.batch.dataset` adds the file and line
 number. A line is an error when it is not UTF-8 text, not valid JSON, not an object, has no
 `prompt`, a `prompt` that is not a non-blank string, an `image`/`docker_image`/`cwd` that is
-not a non-empty string, a `cwd` against CWD_RULE, an image the run's sandbox backend cannot
-run (when the backend is given: silently ignoring it would run the prompt elsewhere than
-asked), or a `metadata` that is not an object. An optional field set to JSON `null` counts
-as absent: Hugging Face and pandas exports write `null` for a column a row does not use.
+not a non-empty string, a `cwd` against CWD_RULE, an image or cwd the run's sandbox backend
+cannot run as asked (when the backend is given: its `row_problem` says; silently ignoring it
+would run the prompt elsewhere than asked), or a `metadata` that is not an object. An optional
+field set to JSON `null` counts as absent: Hugging Face and pandas exports write `null` for a
+column a row does not use.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ import json
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from agent import sandboxes
+from agent.batch.row_sampling import parse_sampling
+from agent.config.sampling import Sampling
 
 CWD_RULE = (
     "cwd is a directory inside the sandbox: absolute (/app is /app in the sandbox) or relative "
@@ -41,6 +46,7 @@ class LineFields:
     cwd: str | None
     metadata: dict[str, Any]
     image_field: str  # the field the image came from, for an error about it
+    sampling: Sampling | None = None  # the row's `sampling` choices (agent.batch.row_sampling)
 
 
 def _json_type(value: Any) -> str:
@@ -118,7 +124,10 @@ def _parse(text: str) -> LineFields:
     if metadata is not None and not isinstance(metadata, dict):
         raise FieldError("metadata", f"must be a JSON object (got {_json_type(metadata)})")
     image_field = "image" if image is not None else "docker_image"
-    return LineFields(prompt, image if image is not None else docker_image, cwd, metadata or {}, image_field)
+    sampling = parse_sampling(row.get("sampling"), FieldError)
+    return LineFields(
+        prompt, image if image is not None else docker_image, cwd, metadata or {}, image_field, sampling
+    )
 
 
 def _check_cwd(cwd: str) -> None:
@@ -130,17 +139,12 @@ def _check_cwd(cwd: str) -> None:
 
 
 def _check_sandbox_fields(fields: LineFields, backend: str | None) -> None:
-    """An image the run's sandbox backend would silently ignore is a bad line."""
-    if fields.image is None or backend is None:
+    """An image or cwd the run's sandbox backend would not honour is a bad line."""
+    if backend is None or (fields.image is None and fields.cwd is None):
         return
-    if backend == "local":
-        raise FieldError(fields.image_field, "the local sandbox backend runs no images; use --sandbox=docker")
-    if backend == "bwrap" and not fields.image.startswith("/"):
-        raise FieldError(
-            fields.image_field,
-            f"the bwrap sandbox backend runs no registry images ({fields.image!r}), only an unpacked root "
-            "filesystem named by its absolute path; use --sandbox=docker",
-        )
+    problem = sandboxes.row_problem(backend, fields.image, fields.cwd)
+    if problem is not None:
+        raise FieldError(fields.image_field if problem.field == "image" else "cwd", problem.reason)
 
 
 def _reject_lone_surrogates(row: dict[str, Any]) -> None:

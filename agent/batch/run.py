@@ -1,12 +1,11 @@
 """One batch run, start to finish: validate, resume, schedule, write, merge, report.
 
-Exactly once: a prompt is done when its line is in a batch file (or its discard record in
-discarded.jsonl). Everything else — checkpoint.json, statistics.json, trajectories.jsonl —
-is derived from those append-only files and rewritten atomically. So is the exit code: a fresh
-scan at the end splits the dataset into done, discarded, failed and not started
-(`agent.batch.completion`); filters re-apply both ways on start (`agent.batch.recovery`);
-statistics.json describes the whole run, this invocation one record of it (`run_history`).
-A prompt keeps the prompt_index it was first written with (`agent.store.index`).
+Exactly once: a prompt is done when its line is in a batch file (or its discard record in discarded.jsonl).
+Everything else — checkpoint.json, statistics.json, trajectories.jsonl — is derived from those append-only
+files and rewritten atomically. So is the exit code: a fresh scan at the end splits the dataset into done,
+discarded, failed and not started (`agent.batch.completion`); filters re-apply both ways on start
+(`agent.batch.recovery`); statistics.json describes the whole run, this invocation one record of it
+(`run_history`). A prompt keeps the prompt_index it was first written with (`agent.store.index`).
 """
 
 from __future__ import annotations
@@ -171,6 +170,7 @@ class BatchRun:
                 metadata=row.metadata,
                 batch_num=number // cfg.batch_size,
                 toolsets=tuple(sample_toolsets_from_distribution(cfg.distribution, rng)),
+                sampling=cfg.agent.prompt_sampling(row.sampling),
             )
 
     def _schedule(self, todo: int, already_done: int) -> Tally:

@@ -32,8 +32,7 @@ from agent.llm.rate_limit import AdaptiveLimiter
 from agent.llm.shared_limit import LimitLink
 from agent.loop.agent_loop import converse
 from agent.loop.conversation import Prompt
-from agent.sandboxes import sandbox_pool, throttled
-from agent.sandboxes.host import orphans
+from agent.sandboxes import prepare_worker, sandbox_pool, throttled
 from agent.toolbox.context import Resources
 from agent.toolbox.registry import ResolvedTools, resolve_tools
 
@@ -52,11 +51,10 @@ def main(worker_id: int, config: RunConfig, jobs: Any, events: Any, parent_pid: 
     """Process entry point (multiprocessing spawn target); `jobs`, `events` and `hub` are our
     ends of this worker's own pipes to the parent (`agent.batch.channels`)."""
     _die_with_parent(parent_pid)
-    if config.sandbox.backend == "local":  # every child of ours is then a command or its orphan
-        orphans.adopt_orphans()  # so closing a sandbox looks at our children, not all of /proc
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how Ctrl-C ends the run
     sink = PipeSink(events)
     forward_logs(sink, config.verbose)
+    prepare_worker(config.sandbox)  # after forward_logs: what the backend says reaches the parent
     # The SDK's imports leave ~10^5 long-lived objects (pydantic models of every API type) that
     # every full collection would walk again; frozen, collections only see what the run makes.
     gc.freeze()
@@ -177,7 +175,8 @@ class Worker:
         try:
             async with asyncio.timeout(run.prompt_timeout):
                 tools = self._tools(job.toolsets)
-                result = await converse(run.agent, self.model, tools, prompt, self.factory, self.shared)
+                agent = run.agent.with_sampling(job.sampling)  # its row's over the flags'
+                result = await converse(agent, self.model, tools, prompt, self.factory, self.shared)
         except TimeoutError:
             return Failed.of(
                 job, "prompt_timeout", f"no outcome within --prompt_timeout={run.prompt_timeout}s"

@@ -50,7 +50,11 @@ def build_query_config(values: Mapping[str, Any]) -> QueryConfig:
     return QueryConfig(
         query=values["query"],
         agent=agent,
-        sandbox=SandboxOptions(backend=resolve_backend(values["sandbox"])),
+        sandbox=SandboxOptions(
+            backend=resolve_backend(values["sandbox"]),
+            disk_mb=values["sandbox_disk_mb"],
+            memory_mb=values["sandbox_memory_mb"],
+        ),
         save_trajectories=values["save_trajectories"] or config_file_saves(),
         verbose=values["verbose"],
         quiet=values["quiet"],

@@ -21,7 +21,13 @@ from agent.config.agent_config import embedded_hint, is_embedded, is_loopback
 from agent.config.run_config import RunConfig, check_run_name
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
-from agent.sandboxes import SandboxOptions, available_backends, resolve_backend, unavailable_reason
+from agent.sandboxes import (
+    SandboxOptions,
+    available_backends,
+    resolve_backend,
+    run_options,
+    unavailable_reason,
+)
 from agent.toolbox.distributions import format_distributions, get_distribution
 from agent.toolbox.registry import toolset_availability, toolset_backends
 
@@ -103,10 +109,10 @@ def check_ready(config: RunConfig) -> None:
 
 def ready_sandbox(config: RunConfig, scan: DatasetScan) -> RunConfig:
     """`config` once its sandbox backend is known to run here, checked after the dataset scan:
-    with docker, the default image (--image) matters only when some row names no image of its
-    own, so it is checked (and recorded) only then."""
-    if config.sandbox.backend == "docker" and scan.without_image == 0:
-        config = replace(config, sandbox=replace(config.sandbox, default_image=None))
+    what the backend needs may depend on the rows (docker checks and records the default image,
+    --image, only when some row names no image of its own)."""
+    sandbox = run_options(config.sandbox, default_image_used=scan.without_image > 0)
+    config = replace(config, sandbox=sandbox)
     reason = unavailable_reason(config.sandbox)
     if reason is not None:
         raise ConfigError(f"--sandbox={config.sandbox.backend} is unavailable here: {reason}")

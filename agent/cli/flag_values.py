@@ -68,6 +68,13 @@ def _positive(flag: Flag, text: str) -> float:
     return number
 
 
+def _number(flag: Flag, text: str) -> float:
+    """Any finite decimal: a "number" flag's range is its config's to check (0 is a temperature)."""
+    if not _DECIMAL.fullmatch(text):
+        raise ConfigError(f"--{flag.name} must be a number, got {text!r}")
+    return float(text)
+
+
 def _boolean(flag: Flag, text: str) -> bool:
     word = text.strip().lower()
     if word in TRUE or word in FALSE:
@@ -86,6 +93,8 @@ def convert(flag: Flag, text: str) -> Any:
         return _integer(flag, text)
     if flag.kind == "float":
         return _positive(flag, text)
+    if flag.kind == "number":
+        return _number(flag, text)
     if flag.kind == "list":
         return tuple(item.strip() for item in text.split(",") if item.strip())
     if flag.choices:

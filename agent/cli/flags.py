@@ -15,10 +15,11 @@ from typing import Any, Literal
 from agent.config.agent_config import DIALECTS, PROVIDER_SORTS, REASONING_EFFORTS, AgentConfig
 from agent.config.export_config import REASONING_PLACES, ExportOptions
 from agent.config.run_config import RUN_BACKENDS, RunConfig
+from agent.config.sampling import MAX_STOP, Sampling
 from agent.protocols import IMAGE_APIS, WEB_BACKENDS, ToolConfig
 from agent.sandboxes import AUTO, BACKENDS, SandboxOptions
 
-Kind = Literal["str", "int", "float", "bool", "list"]
+Kind = Literal["str", "int", "float", "number", "bool", "list"]
 
 BATCH = "batch_runner.py"
 QUERY = "run_agent.py"
@@ -44,7 +45,8 @@ GROUPS = (
 @dataclass(frozen=True)
 class Flag:
     """One flag. `shown` replaces the default in `--help` where the value alone says too little
-    (None defaults, environment fallbacks). Floats are always positive and finite."""
+    (None defaults, environment fallbacks). Floats are always positive and finite; a "number"
+    is any finite decimal, its range checked by the config it fills (a temperature may be 0)."""
 
     name: str
     kind: Kind
@@ -89,6 +91,10 @@ def _tool(name: str) -> Any:
 
 def _export(name: str) -> Any:
     return _default(ExportOptions, name)
+
+
+def _sampling(name: str) -> Any:
+    return _default(Sampling, name)
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -139,6 +145,19 @@ FLAGS: tuple[Flag, ...] = (
          minimum=1),
     Flag("max_tokens", "int", _agent("max_tokens"), "output-token cap per model call", "Conversation",
          minimum=1, shown="model default"),
+    Flag("temperature", "number", _sampling("temperature"), "sampling temperature, from 0 to 2",
+         "Conversation", shown="server default (not sent)"),
+    Flag("top_p", "number", _sampling("top_p"), "nucleus sampling: above 0, at most 1", "Conversation",
+         shown="server default (not sent)"),
+    Flag("stop", "str", None,
+         f"up to {MAX_STOP} stop sequences: a comma list, or a JSON array for ones holding commas, "
+         "newlines or edge spaces", "Conversation", shown="none"),
+    Flag("model_seed", "int", _sampling("seed"),
+         "the request's seed, for repeatable sampling where the server supports it (not the toolset --seed)",
+         "Conversation", shown="none"),
+    Flag("sampling_extra", "str", None,
+         'JSON object of extra request fields for servers that take them: {"top_k": 40, "min_p": 0.05}',
+         "Conversation", shown="none"),
     Flag("reasoning_effort", "str", None, "reasoning effort requested", "Conversation",
          choices=REASONING_EFFORTS, shown="model default"),
     Flag("reasoning_disabled", "bool", False, 'disable reasoning: sends {"effort": "none"}',
@@ -180,11 +199,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("sandbox_network", "bool", _default(SandboxOptions, "network"), "allow network inside containers",
          "Sandbox", _BATCH),
     Flag("sandbox_disk_mb", "int", _default(SandboxOptions, "disk_mb"),
-         "MB a prompt may write into its sandbox (bwrap under root, docker; not local)", "Sandbox", _BATCH,
+         "MB a prompt may write into its sandbox (bwrap under root, docker; not local)", "Sandbox",
          minimum=1),
     Flag("sandbox_memory_mb", "int", _default(SandboxOptions, "memory_mb"),
          "MB of memory all of a prompt's sandbox processes may hold together; past it a command is "
-         "killed and its tool result says so (0: no limit)", "Sandbox", _BATCH, minimum=0),
+         "killed and its tool result says so (0: no limit)", "Sandbox", minimum=0),
     # Tools
     Flag("web_backend", "str", _tool("web_backend"),
          "web_search backend (auto: the corpus if --web_corpus, else the first API with a key)", "Tools",

@@ -31,7 +31,7 @@ _VALUES = (
     "lists are comma-separated (--providers_allowed=anthropic,openai). An unknown flag or a bad",
     "value stops the command with exit 2 before anything is read or sent.",
 )
-_METAVAR = {"str": "TEXT", "int": "N", "float": "SECONDS", "bool": "BOOL", "list": "A,B"}
+_METAVAR = {"number": "NUMBER", "str": "TEXT", "int": "N", "float": "SECONDS", "bool": "BOOL", "list": "A,B"}
 
 
 def _usage(flag: Flag) -> str:

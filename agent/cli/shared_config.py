@@ -1,5 +1,5 @@
 """The AgentConfig both command lines build from their flag values (the flags they share:
-model, endpoint, turns, reasoning, routing, prompts, retries)."""
+model, endpoint, turns, sampling, reasoning, routing, prompts, retries)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from typing import Any
 from agent.common.network_policy import NetworkPolicy
 from agent.common.secrets import started_secrets
 from agent.config.agent_config import AgentConfig, is_embedded, load_prefill, reasoning_config
+from agent.config.sampling import flag_sampling
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
 from agent.toolbox.registry import unavailable_toolsets
-from tools.web.backends import FIRECRAWL_URL_VARIABLE, corpus_files, web_keys
+from tools.web.backends import FIRECRAWL_URL_VARIABLE, corpus_files, needs_corpus, web_keys
 
 # AgentConfig fields filled by the flag of the same name.
 _SAME_NAME = (
@@ -43,6 +44,7 @@ def build_agent_config(values: Mapping[str, Any], *, api_key: str | None) -> Age
         **{name: values[name] for name in _SAME_NAME},
         api_key=api_key,
         max_iterations=values["max_turns"],
+        sampling=flag_sampling(values),
         prefill_messages=load_prefill(values["prefill_messages_file"]),
         reasoning_config=reasoning_config(values["reasoning_effort"], values["reasoning_disabled"]),
         tools=build_tool_config(values),
@@ -74,6 +76,7 @@ def build_tool_config(values: Mapping[str, Any], artifacts_dir: str | None = Non
         web_api_url=_search_api_url(values),
         artifacts_dir=artifacts_dir,
         images_unsupported=TEXT_ONLY if is_embedded(values["model"]) else None,
+        image_output_unsupported=NO_IMAGE_OUTPUT if is_embedded(values["model"]) else None,
     )
 
 
@@ -84,11 +87,16 @@ TEXT_ONLY = (
     "use a multimodal --model on an endpoint for image tools"
 )
 
+NO_IMAGE_OUTPUT = (
+    "the embedded model makes text only (it serves no images endpoint and no image output); "
+    "use --model on an endpoint that generates images for image_gen"
+)
+
 
 def _corpus_folder(backend: str, folder: str | None) -> str | None:
     """--web_corpus as an absolute path (workers may start elsewhere), checked now."""
     if folder is None:
-        if backend == "corpus":
+        if needs_corpus(backend):
             raise ConfigError("--web_backend=corpus needs --web_corpus=DIR (a folder of .md/.html/.txt)")
         return None
     path = Path(folder).absolute()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agent.config.sampling import Sampling
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
 
@@ -102,6 +103,7 @@ class AgentConfig:
     ephemeral_system_prompt: str | None = None
     prefill_messages: tuple[dict[str, Any], ...] = ()
     max_tokens: int | None = None
+    sampling: Sampling = field(default_factory=Sampling)  # temperature, top_p, stop, seed, extra fields
     reasoning_config: dict[str, Any] | None = None
     providers_allowed: tuple[str, ...] = ()
     providers_ignored: tuple[str, ...] = ()
@@ -132,9 +134,21 @@ class AgentConfig:
             return "openai"
         return "generic"
 
+    def prompt_sampling(self, row: Sampling | None = None) -> Sampling:
+        """What one prompt's requests are sampled with: a dataset row's choices over the
+        flags' (`--max_tokens` included, so the result says every field that is sent)."""
+        own = self.sampling
+        flags = replace(own, max_tokens=self.max_tokens) if own.max_tokens is None else own
+        return flags if row is None else row.over(flags)
+
+    def with_sampling(self, sampling: Sampling | None) -> AgentConfig:
+        """This config sampling with `sampling` (a prompt's, from `prompt_sampling`); None: as is."""
+        return self if sampling is None else replace(self, sampling=sampling)
+
     def public(self) -> dict[str, Any]:
         """The config as JSON-able data without secrets (saved with a run)."""
-        data = {k: v for k, v in self.__dict__.items() if k not in ("api_key", "tools")}
+        data = {k: v for k, v in self.__dict__.items() if k not in ("api_key", "tools", "sampling")}
+        data["sampling"] = self.sampling.public()
         data["api_key_set"] = self.api_key is not None
         data["tools"] = self.tools.public()
         return json.loads(json.dumps(data))  # type: ignore[no-any-return]

@@ -23,7 +23,7 @@ from openai._types import RequestOptions
 
 from agent.common.identity_memo import IdentityMemo
 from agent.config.agent_config import DEFAULT_MAX_REPLY_BYTES
-from agent.errors import ModelAPIError
+from agent.errors import FailureClass, ModelAPIError
 from agent.llm.images import DEFAULT_MODELS, parse_image_reply, request_body
 from agent.llm.rate_limit import AdaptiveLimiter
 from agent.llm.reply import parse_reply
@@ -45,37 +45,32 @@ BACKOFF_CAP = 60.0
 RETRY_AFTER_CAP = 120.0
 HONOURED = 3  # attempts that wait just the server's Retry-After before the backoff grows
 _PERMANENT = {
-    openai.AuthenticationError: "auth",
-    openai.PermissionDeniedError: "auth",
-    openai.NotFoundError: "not_found",
-    openai.BadRequestError: "bad_request",
-    openai.UnprocessableEntityError: "bad_request",
+    openai.AuthenticationError: FailureClass.AUTH,
+    openai.PermissionDeniedError: FailureClass.AUTH,
+    openai.NotFoundError: FailureClass.NOT_FOUND,
+    openai.BadRequestError: FailureClass.BAD_REQUEST,
+    openai.UnprocessableEntityError: FailureClass.BAD_REQUEST,
 }
 
 
-def classify(exc: Exception) -> tuple[str, bool]:
+def classify(exc: Exception) -> tuple[FailureClass, bool]:
     """(error_class, retryable) for an exception raised by the SDK."""
     # The transport's own errors count as the SDK's wrappers of them do, wherever they surface
     # (a reply cut at its deadline while its body is read is a timeout, never a bad reply).
     if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
-        return "timeout", True
+        return FailureClass.TIMEOUT, True
     if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
-        return "connection", True
+        return FailureClass.CONNECTION, True
     if isinstance(exc, openai.RateLimitError):
-        return "rate_limit", True
+        return FailureClass.RATE_LIMIT, True
     for kind, name in _PERMANENT.items():
         if isinstance(exc, kind):
             return name, False
     if isinstance(exc, openai.APIStatusError):
-        return (
-            ("server_error", True)
-            if exc.status_code >= 500 or exc.status_code in (408, 409)
-            else (
-                "bad_request",
-                False,
-            )
-        )
-    return "invalid_response", False
+        if exc.status_code >= 500 or exc.status_code in (408, 409):
+            return FailureClass.SERVER_ERROR, True
+        return FailureClass.BAD_REQUEST, False
+    return FailureClass.INVALID_RESPONSE, False
 
 
 def retry_after(exc: Exception) -> float | None:
@@ -186,7 +181,7 @@ class OpenAIChatModel:
         "auto": this client's `image_api`), with the same limiter and retries as chat."""
         api = self.image_api if request.api == "auto" else request.api
         if api not in DEFAULT_MODELS:
-            raise ModelAPIError("bad_request", f"unknown image API {api!r}: images or chat")
+            raise ModelAPIError(FailureClass.BAD_REQUEST, f"unknown image API {api!r}: images or chat")
         path, body = request_body(request, api)
 
         async def send() -> bytes:
@@ -213,7 +208,7 @@ class OpenAIChatModel:
             try:
                 return await self._attempt(send, parse)
             except ReplyTooLarge as exc:  # the same request would get the same: not retried
-                raise ModelAPIError("invalid_response", str(exc), attempts=attempt + 1) from exc
+                raise ModelAPIError(FailureClass.INVALID_RESPONSE, str(exc), attempts=attempt + 1) from exc
             except (openai.APIError, httpx2.HTTPError) as exc:
                 error_class, retryable = classify(exc)
                 if not retryable or attempt >= self.max_retries:

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from agent.common.images import from_data_url
-from agent.errors import ModelAPIError
+from agent.errors import FailureClass, ModelAPIError
 from agent.llm.reply import parse_reply, read_usage
 from agent.protocols import ImageReply, ImageRequest, Usage
 
@@ -50,10 +50,10 @@ def parse_image_reply(raw: bytes, api: str) -> ImageReply:
         reply = _images_reply(raw) if api == "images" else _chat_reply(raw)
     except (ValueError, LookupError, TypeError) as exc:
         shown = raw[:200].decode("utf-8", "replace")
-        raise ModelAPIError("invalid_response", f"not an image reply ({exc}): {shown}") from exc
+        raise ModelAPIError(FailureClass.INVALID_RESPONSE, f"not an image reply ({exc}): {shown}") from exc
     if not reply.images:
         said = f": the model said {reply.text[:200]!r}" if reply.text else ""
-        raise ModelAPIError("invalid_response", f"the reply holds no image{said}")
+        raise ModelAPIError(FailureClass.INVALID_RESPONSE, f"the reply holds no image{said}")
     return reply
 
 

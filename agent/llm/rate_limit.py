@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 
-from agent.errors import ModelAPIError
+from agent.errors import FailureClass, ModelAPIError
 from agent.llm.hub_sync import HubSync
 from agent.llm.shared_limit import Grant, LimitLink
 from agent.llm.spend import TokenWindow
@@ -58,7 +58,7 @@ class Ticket:
         """Succeeded, with the reply's usage: its tokens, and its cost at the run's prices."""
         self.succeeded(usage.total_tokens, usage.priced(self.limiter.prices).cost_usd)
 
-    def failed(self, error_class: str, retry_after: float | None) -> None:
+    def failed(self, error_class: FailureClass, retry_after: float | None) -> None:
         self.done = True
         self.limiter._on_failure(self, error_class, retry_after)
 
@@ -190,7 +190,7 @@ class AdaptiveLimiter:
                 await asyncio.wait_for(changed.wait(), timeout)
         if self.budget_spent is not None:
             raise ModelAPIError(
-                "budget",
+                FailureClass.BUDGET,
                 f"--max_cost reached (${self.budget_spent:.6f} spent by the run's model calls): "
                 "no model call starts after it",
             )
@@ -247,9 +247,9 @@ class AdaptiveLimiter:
         limited = sum(earlier.limited for earlier in window)
         return self.limited_share >= BURST_SHARE and limited >= BURST_SHARE * len(window)
 
-    def _on_failure(self, ticket: Ticket, error_class: str, retry_after: float | None) -> None:
-        self._observe(error_class == "rate_limit")
-        if error_class == "rate_limit":
+    def _on_failure(self, ticket: Ticket, error_class: FailureClass, retry_after: float | None) -> None:
+        self._observe(error_class == FailureClass.RATE_LIMIT)
+        if error_class == FailureClass.RATE_LIMIT:
             self.stats.rate_limited += 1
             ticket.limited = True
             if ticket.generation == self.generation and self._burst(ticket):
@@ -261,10 +261,10 @@ class AdaptiveLimiter:
                 if retry_after:
                     self.paused_until = max(self.paused_until, time.monotonic() + retry_after)
                 self._note()
-        elif error_class == "server_error":
+        elif error_class == FailureClass.SERVER_ERROR:
             self.stats.server_errors += 1
-        elif error_class == "timeout":
+        elif error_class == FailureClass.TIMEOUT:
             self.stats.timeouts += 1
-        elif error_class == "connection":
+        elif error_class == FailureClass.CONNECTION:
             self.stats.connection_errors += 1
         self._wake()

@@ -1,7 +1,7 @@
 """Reading a chat-completions response body into our `ModelReply`, whatever the endpoint sent.
 
 Anything that is not a completion with at least one choice is an invalid response
-(`ModelAPIError("invalid_response")`, never retried): malformed or too deeply nested JSON,
+(`ModelAPIError(FailureClass.INVALID_RESPONSE)`, never retried): malformed or too deeply nested JSON,
 a message or a tool-call list of the wrong type, or more tool calls than any model emits in
 one turn (each would run in the sandbox, one after the other). Fields we only carry along
 (ids, names, finish reason, token counts) are coerced to their type rather than trusted.
@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from agent.common.unicode_text import encodable_json, may_hold_surrogates
-from agent.errors import ModelAPIError
+from agent.errors import FailureClass, ModelAPIError
 from agent.llm import reasoning
 from agent.protocols import ModelReply, ToolCall, Usage
 
@@ -96,10 +96,12 @@ def parse_reply(raw: bytes) -> ModelReply:
         completion, choice, message = _message(raw)
         calls = _tool_calls(message)
     except RecursionError:
-        raise ModelAPIError("invalid_response", "not a chat completion (JSON nested too deeply)") from None
+        raise ModelAPIError(
+            FailureClass.INVALID_RESPONSE, "not a chat completion (JSON nested too deeply)"
+        ) from None
     except (ValueError, LookupError, TypeError) as exc:
         shown = raw[:200].decode("utf-8", "replace")
-        raise ModelAPIError("invalid_response", f"not a chat completion ({exc}): {shown}") from exc
+        raise ModelAPIError(FailureClass.INVALID_RESPONSE, f"not a chat completion ({exc}): {shown}") from exc
     content = message.get("content")
     text, content = reasoning.extract(message, content if isinstance(content, str) else "")
     usage = completion.get("usage")

@@ -2,7 +2,9 @@
 
 The ephemeral system prompt and prefill messages are added here, at call time, and never
 enter the saved history. Provider routing and reasoning control go where the endpoint's
-dialect understands them; a flag that cannot be honoured is said once in the log.
+dialect understands them; a flag that cannot be honoured is said once in the log. Sampling
+fields (`agent.config.sampling`) are standard OpenAI fields, sent the same in every dialect, and
+only when chosen.
 """
 
 from __future__ import annotations
@@ -99,6 +101,15 @@ def build_request(
     messages += [dict(m) for m in config.prefill_messages]
     messages += [_api_copy(m) for m in history]
     extra, params = _dialect_fields(config)
+    sampling = config.prompt_sampling()
+    sent = sampling.sent()
+    max_tokens = sent.pop("max_tokens", None)  # the client names it as the dialect does
+    for name in sampling.extra:  # extra fields in the body's top level, as the SDK's extra_body
+        extra[name] = sent.pop(name)
     return ChatRequest(
-        messages=messages, tools=tools, max_tokens=config.max_tokens, extra_body=extra, extra_params=params
+        messages=messages,
+        tools=tools,
+        max_tokens=max_tokens,
+        extra_body=extra,
+        extra_params={**params, **sent},
     )

@@ -23,13 +23,14 @@ from typing import Any
 import aiohttp
 import httpx2
 
+from agent.common.fetch import read_capped
 from agent.config.agent_config import DEFAULT_MAX_REPLY_BYTES
 
-# A chat completion holds at most ~128k output tokens (~0.5 MB of text); escaped as \uXXXX
-# (×6) and repeated in `reasoning`, `reasoning_content` and `reasoning_details` (×3) that is
-# ~9 MiB. 32 MiB leaves 3× headroom over that worst genuine reply and still bounds what one
-# call can cost: at most the cap per call in flight.
-READ_CHUNK = 2**16
+# The default cap, DEFAULT_MAX_REPLY_BYTES: a chat completion holds at most ~128k output
+# tokens (~0.5 MB of text); escaped as \uXXXX (×6) and repeated in `reasoning`,
+# `reasoning_content` and `reasoning_details` (×3) that is ~9 MiB. 32 MiB leaves 3× headroom
+# over that worst genuine reply and still bounds what one call can cost: at most the cap per
+# call in flight.
 LARGE_BODY = 2**20
 
 
@@ -57,13 +58,11 @@ async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes:
     if declared is not None and declared > cap and "content-encoding" not in response.headers:
         response.close()
         raise ReplyTooLarge(cap)
-    body = bytearray()
-    async for chunk in response.content.iter_chunked(READ_CHUNK):
-        body += chunk
-        if len(body) > cap:
-            response.close()  # the rest is never read: the connection is dropped, not reused
-            raise ReplyTooLarge(cap)
-    return bytes(body)
+    body = await read_capped(response, cap)
+    if len(body) > cap:
+        response.close()  # the rest is never read: the connection is dropped, not reused
+        raise ReplyTooLarge(cap)
+    return body
 
 
 def _payload(body: bytes) -> bytes | io.BytesIO | None:

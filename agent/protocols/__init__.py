@@ -21,6 +21,7 @@ from agent.protocols.model import (
 from agent.protocols.sandbox import (
     DEFAULT_IMAGE,
     ExecResult,
+    RowProblem,
     Sandbox,
     SandboxBackend,
     SandboxFactory,
@@ -59,6 +60,7 @@ __all__ = [
     "ModelReply",
     "Prices",
     "Responder",
+    "RowProblem",
     "RunStore",
     "Sandbox",
     "SandboxBackend",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 DEFAULT_IMAGE = "python:3.11-slim"
 
@@ -70,9 +70,19 @@ SandboxFactory = Callable[[SandboxSpec], AbstractAsyncContextManager[Sandbox]]
 SandboxPool = Callable[[SandboxOptions, str], AbstractAsyncContextManager[SandboxFactory]]
 
 
+@dataclass(frozen=True)
+class RowProblem:
+    """Why a dataset row's sandbox fields do not suit a backend: a bad line, since running it
+    anyway would run the prompt elsewhere than it asks."""
+
+    field: Literal["image", "cwd"]  # "image": the dataset layer names the field it came from
+    reason: str
+
+
 class SandboxBackend(Protocol):
     """A kind of sandbox (`agent.sandboxes.local`, `bwrap`, `docker`): each backend package
-    exposes one `BACKEND` of this type, which `agent.sandboxes` loads by name when asked."""
+    exposes one `BACKEND` of this type, which `agent.sandboxes` loads by name when asked.
+    Everything the batch layer must know of a backend is asked here, never by its name."""
 
     def unavailable_reason(self, options: SandboxOptions) -> str | None:
         """Why this backend cannot run here (with how to fix it); None when it can."""
@@ -89,4 +99,20 @@ class SandboxBackend(Protocol):
     @property
     def pool(self) -> SandboxPool | None:
         """The backend's factory for a whole run in one process, or None: a fresh `open` each time."""
+        ...
+
+    def row_problem(self, image: str | None, cwd: str | None) -> RowProblem | None:
+        """What is wrong with a row asking for `image` (a registry image, or an absolute path
+        to an unpacked root filesystem) and `cwd` (a path inside the sandbox, its '..' already
+        refused by the dataset's own rule) here; None when the row can run as it asks."""
+        ...
+
+    def run_options(self, options: SandboxOptions, *, default_image_used: bool) -> SandboxOptions:
+        """`options` for a run whose rows are known (checked at its start, before
+        `unavailable_reason`): `default_image_used` says whether some row names no image."""
+        ...
+
+    def prepare_worker(self, options: SandboxOptions) -> None:
+        """Set up a worker process, once, before its event loop and any sandbox. What a worker
+        keeps open for its sandboxes is the `pool`'s, closed with its block."""
         ...

@@ -34,6 +34,7 @@ class ToolConfig:
     vision_model: str | None = None  # None: the run's model
     images_unsupported: str | None = None  # why the run's model reads no images; None: it may
     image_model: str | None = None  # None: the image backend's default
+    image_output_unsupported: str | None = None  # why the run's endpoint makes no images; None: it may
     image_api: str = "auto"  # IMAGE_APIS: images endpoint, image-output chat, or by endpoint
     moa_models: tuple[str, ...] = ()  # reference models of mixture_of_agents
     moa_aggregator: str | None = None  # None: the run's model

@@ -1,9 +1,11 @@
 """Sandbox backends and the choice between them.
 
 A backend is a package (`local`, `bwrap`, `docker`) exposing `BACKEND`, a `SandboxBackend`
-(agent/protocols.py): how to open a sandbox, why it cannot run here, how to reap what dead
-processes left, and optionally a pool for a whole run. Backends are imported lazily, by name,
-so that a missing optional dependency of one backend (the docker SDK) never breaks another.
+(agent/protocols/sandbox.py): how to open a sandbox, why it cannot run here, how to reap what
+dead processes left, optionally a pool for a whole run, which dataset rows it can run, and what
+a run's start and each worker process need of it. Backends are imported lazily, by name, so
+that a missing optional dependency of one backend (the docker SDK) never breaks another; one
+kept elsewhere joins the registry with `register`.
 `auto` (the default) names the strongest backend usable here (see `choice`): the CLI edge
 resolves it once with `resolve_backend`; a SandboxOptions still saying `auto` is resolved
 where it is used.
@@ -19,7 +21,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from agent.errors import ConfigError, SandboxUnavailable
-from agent.protocols import Sandbox, SandboxBackend, SandboxFactory, SandboxOptions, SandboxSpec
+from agent.protocols import RowProblem, Sandbox, SandboxBackend, SandboxFactory, SandboxOptions, SandboxSpec
 from agent.sandboxes.blocking import to_the_end
 from agent.sandboxes.choice import AUTO, probe
 from agent.sandboxes.session import sandbox_session, throttled
@@ -30,8 +32,13 @@ __all__ = [
     "SandboxOptions",
     "available_backends",
     "backend",
+    "names",
+    "prepare_worker",
     "reap_stale",
+    "register",
     "resolve_backend",
+    "row_problem",
+    "run_options",
     "sandbox_factory",
     "sandbox_pool",
     "sandbox_session",
@@ -42,7 +49,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("local", "bwrap", "docker")  # each is the package agent.sandboxes.<name>
+BACKENDS = ("local", "bwrap", "docker")  # the built-in ones: each is the package agent.sandboxes.<name>
+_modules = {name: f"agent.sandboxes.{name}" for name in BACKENDS}  # the registry: name -> module
 _chosen: dict[str | None, str] = {}  # auto's choice in this process, by sandbox root
 UNSUPPORTED = {
     "singularity": "Singularity/Apptainer is not supported yet (not installable on these machines)",
@@ -60,12 +68,26 @@ def resolve_backend(flag: str | None, root: str | None = None) -> str:
     if name == AUTO:
         name = (os.environ.get("TERMINAL_ENV") or AUTO).strip().lower()
     if name in UNSUPPORTED:
-        raise ConfigError(f"--sandbox={name}: {UNSUPPORTED[name]}; use one of {', '.join(BACKENDS)}")
-    if name != AUTO and name not in BACKENDS:
-        raise ConfigError(f"--sandbox={name}: unknown backend; use one of {AUTO}, {', '.join(BACKENDS)}")
+        raise ConfigError(f"--sandbox={name}: {UNSUPPORTED[name]}; use one of {', '.join(names())}")
+    if name != AUTO and name not in _modules:
+        raise ConfigError(f"--sandbox={name}: unknown backend; use one of {AUTO}, {', '.join(names())}")
     if name == "local":
         _say_local_tracking()
     return strongest(root) if name == AUTO else name
+
+
+def register(name: str, module: str) -> None:
+    """Make `module`'s BACKEND (a SandboxBackend) the backend `name` (--sandbox=name). A run's
+    worker processes need it too: register it at the import of the program's main module,
+    which each spawned worker imports again."""
+    if name == AUTO or name in UNSUPPORTED or _modules.get(name, module) != module:
+        raise ValueError(f"sandbox backend name {name!r} is taken")
+    _modules[name] = module
+
+
+def names() -> tuple[str, ...]:
+    """Every registered backend's name: the built-in ones first."""
+    return tuple(_modules)
 
 
 def strongest(root: str | None = None) -> str:
@@ -127,12 +149,12 @@ def concrete(options: SandboxOptions) -> SandboxOptions:
 
 
 def backend(name: str) -> SandboxBackend:
-    """The backend called `name` (one of BACKENDS, or `auto`), its package imported now if not yet."""
+    """The backend called `name` (registered, or `auto`), its module imported now if not yet."""
     if name == AUTO:
         name = strongest()
-    if name not in BACKENDS:
-        raise ConfigError(f"unknown sandbox backend {name!r}; use one of {', '.join(BACKENDS)}")
-    found: SandboxBackend = importlib.import_module(f"agent.sandboxes.{name}").BACKEND
+    if name not in _modules:
+        raise ConfigError(f"unknown sandbox backend {name!r}; use one of {', '.join(names())}")
+    found: SandboxBackend = importlib.import_module(_modules[name]).BACKEND
     return found
 
 
@@ -150,8 +172,34 @@ def available_backends(options: SandboxOptions | None = None) -> dict[str, str |
     """Every backend with its unavailability reason (None = works on this machine)."""
     base = options or SandboxOptions()
     return {
-        name: unavailable_reason(SandboxOptions(**{**base.__dict__, "backend": name})) for name in BACKENDS
+        name: unavailable_reason(SandboxOptions(**{**base.__dict__, "backend": name})) for name in names()
     }
+
+
+def row_problem(name: str, image: str | None, cwd: str | None) -> RowProblem | None:
+    """What is wrong with a dataset row's `image` and `cwd` for the backend `name`; None: nothing."""
+    try:
+        chosen = backend(name)
+    except ImportError:  # not checkable: why the backend cannot run is the run's start-up line
+        return None
+    return chosen.row_problem(image, cwd)
+
+
+def run_options(options: SandboxOptions, *, default_image_used: bool) -> SandboxOptions:
+    """`options` for a run whose rows are known (`default_image_used`: some row names no image),
+    to be checked with `unavailable_reason` next."""
+    options = concrete(options)
+    try:
+        chosen = backend(options.backend)
+    except ImportError:  # said by `unavailable_reason`, next
+        return options
+    return chosen.run_options(options, default_image_used=default_image_used)
+
+
+def prepare_worker(options: SandboxOptions) -> None:
+    """Set up this worker process for `options.backend`, before its event loop and sandboxes."""
+    options = concrete(options)
+    backend(options.backend).prepare_worker(options)
 
 
 def reap_stale(options: SandboxOptions) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, TypeVar
 
-from agent.errors import ModelAPIError, SandboxError, SandboxStartError
+from agent.errors import FailureClass, ModelAPIError, SandboxError, SandboxStartError
 from agent.protocols import (
     ChatModel,
     ChatRequest,
@@ -122,7 +122,9 @@ class _NoModel:
     """The chat model of a context outside a conversation: a tool that needs one fails."""
 
     async def complete(self, request: ChatRequest) -> ModelReply:
-        raise ModelAPIError("bad_request", "no chat model here: the tool was called outside a conversation")
+        raise ModelAPIError(
+            FailureClass.BAD_REQUEST, "no chat model here: the tool was called outside a conversation"
+        )
 
 
 class SandboxContext(ConversationContext):

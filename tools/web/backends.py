@@ -29,6 +29,11 @@ def search_backend(config: ToolConfig) -> str | None:
     return next((name for name in wanted if _keyed(name, config)), None)
 
 
+def needs_corpus(web_backend: str) -> bool:
+    """Whether `--web_backend` names the corpus, which serves only with `--web_corpus`."""
+    return web_backend == CORPUS
+
+
 def extract_backend(config: ToolConfig) -> str:
     """`corpus` (served from the folder, no network) or `fetch` (pages fetched directly)."""
     return CORPUS if search_backend(config) == CORPUS else "fetch"

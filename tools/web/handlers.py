@@ -11,7 +11,8 @@ from typing import Any
 
 import aiohttp
 
-from agent.common.network_policy import NetworkPolicy, PolicyRefusal
+from agent.common.fetch import FetchError, FetchRefused, fetch
+from agent.common.network_policy import NetworkPolicy
 from agent.protocols import ToolConfig, ToolContext
 from agent.sandboxes.blocking import in_thread
 from tools.web.backends import CORPUS, MAX_URLS, extract_backend, search_backend, search_unavailable
@@ -19,7 +20,7 @@ from tools.web.corpus_documents import document_content
 from tools.web.corpus_index import CorpusError, CorpusIndex, ensure_index
 from tools.web.extract import capped
 from tools.web.extractors import ExtractionFailed, Extractors, open_extractors
-from tools.web.fetch import FetchFailed, fetch, fetch_session
+from tools.web.fetch import PAGE_RULES, fetch_session
 from tools.web.search_apis import RESULTS, SEARCH_APIS
 from tools.web.search_client import SearchFailed, api_session
 from tools.web.search_client import search as api_search
@@ -86,10 +87,10 @@ async def _fetched(
     session: aiohttp.ClientSession, policy: NetworkPolicy, extractors: Extractors, url: str
 ) -> dict[str, Any]:
     try:
-        page = await fetch(session, policy, url)
-    except PolicyRefusal as refusal:
+        page = await fetch(session, policy, url, PAGE_RULES)
+    except FetchRefused as refusal:
         return {"url": url, "error": str(refusal)}
-    except FetchFailed as exc:
+    except FetchError as exc:
         return {"url": url, "error": f"{exc} (the browser tool may still open it)"}
     try:
         return await extractors.convert(page)  # in a child process, killed past its time bound

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
 
-from agent.protocols import Sandbox, SandboxBackend, SandboxOptions, SandboxPool, SandboxSpec
+from agent.protocols import RowProblem, Sandbox, SandboxBackend, SandboxOptions, SandboxPool, SandboxSpec
 from agent.sandboxes.bwrap import sandbox
 
 
@@ -23,6 +23,21 @@ class BwrapBackend:
     @property
     def pool(self) -> SandboxPool | None:
         return None  # a sandbox costs one directory: nothing worth reusing
+
+    def row_problem(self, image: str | None, cwd: str | None) -> RowProblem | None:
+        if image is not None and not image.startswith("/"):
+            return RowProblem(
+                "image",
+                f"the bwrap sandbox backend runs no registry images ({image!r}), only an unpacked root "
+                "filesystem named by its absolute path; use --sandbox=docker",
+            )
+        return None
+
+    def run_options(self, options: SandboxOptions, *, default_image_used: bool) -> SandboxOptions:
+        return options
+
+    def prepare_worker(self, options: SandboxOptions) -> None:
+        return None  # each command's bwrap is its own process tree, gone with its namespace
 
 
 BACKEND: SandboxBackend = BwrapBackend()

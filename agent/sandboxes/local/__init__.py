@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 from contextlib import AbstractAsyncContextManager
 
-from agent.protocols import Sandbox, SandboxBackend, SandboxOptions, SandboxPool, SandboxSpec
+from agent.protocols import RowProblem, Sandbox, SandboxBackend, SandboxOptions, SandboxPool, SandboxSpec
+from agent.sandboxes.host import orphans
 from agent.sandboxes.local import sandbox, slots, tracking
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,19 @@ class LocalBackend:
     @property
     def pool(self) -> SandboxPool:
         return sandbox.open_pool
+
+    def row_problem(self, image: str | None, cwd: str | None) -> RowProblem | None:
+        if image is not None:  # commands run on the host's own files: an image would be ignored
+            return RowProblem("image", "the local sandbox backend runs no images; use --sandbox=docker")
+        return None
+
+    def run_options(self, options: SandboxOptions, *, default_image_used: bool) -> SandboxOptions:
+        return options
+
+    def prepare_worker(self, options: SandboxOptions) -> None:
+        # A batch worker starts every child of its own through a sandbox, so each is a command or
+        # its orphan: adopting them, closing a sandbox looks at our children, not all of /proc.
+        orphans.adopt_orphans()
 
 
 BACKEND: SandboxBackend = LocalBackend()

@@ -151,6 +151,14 @@ def output_bound(plan: TurnPlan, policy: AdapterPolicy) -> int:
     return policy.reasoning_max_chars + longest + 64
 
 
+# Sampling fields llama.cpp's server reads, passed as they came (--model_seed, --top_p and
+# --sampling_extra or a row's `sampling`). `stop` is not: the reply is a JSON turn under a
+# grammar, which a stop string would cut into an unreadable one.
+PASSED_SAMPLING = (
+    "seed", "top_p", "top_k", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
+)  # fmt: skip
+
+
 def build_llama_request(body: _Body, policy: AdapterPolicy) -> _Body:
     """The chat request for llama.cpp: our prompt, the turn schema, no `tools` field."""
     plan = plan_turn(body, policy)
@@ -174,8 +182,7 @@ def build_llama_request(body: _Body, policy: AdapterPolicy) -> _Body:
         "max_tokens": max_tokens,
         "stream": False,
     }
-    if "seed" in body:
-        request["seed"] = body["seed"]
+    request.update({key: body[key] for key in PASSED_SAMPLING if body.get(key) is not None})
     return request
 
 
