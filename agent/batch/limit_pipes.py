@@ -29,6 +29,7 @@ class HubServer:
         self.hub = hub
         self.conns = list(conns)
         self._joining: list[Connection] = []
+        self._latest: dict[str, Connection] = {}  # member -> the pipe it last reported on
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="limit-hub", daemon=True)
@@ -60,10 +61,20 @@ class HubServer:
                 assert isinstance(ready, Connection)
                 try:
                     report = ready.recv()
+                    self._latest[report.member] = ready
                     ready.send(self.hub.exchange(report))
                 except (EOFError, OSError):  # that worker exited
-                    self.conns.remove(ready)
-                    ready.close()
+                    self._gone(ready)
+
+    def _gone(self, conn: Connection) -> None:
+        """A worker exited: the hub frees its slots now, not after LAPSE (until then the other
+        workers could not use them), and its start permits do not pass to its replacement."""
+        self.conns.remove(conn)
+        conn.close()
+        for member, latest in list(self._latest.items()):
+            if latest is conn:
+                del self._latest[member]
+                self.hub.leave(member)
 
 
 def _settle(future: asyncio.Future[None]) -> None:

@@ -44,6 +44,9 @@ class HubSync:
         self._need = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.exchanges = 0
+        self._share: int | None = None
+        self._ack = False  # the last grant changed our share: say we heard it (the hub keeps
+        # counting the old one for us until then, `LimitHub._committed`)
 
     def need(self) -> None:
         """Exchange soon: a call waits on something only the hub can give."""
@@ -77,6 +80,7 @@ class HubSync:
         report = Report(
             member=self.member,
             demand=limiter.inflight + limiter.waiting,
+            inflight=limiter.inflight,
             want_starts=limiter.permits_wanted,
             successes=self.successes,
             tokens=self.tokens,
@@ -101,7 +105,8 @@ class HubSync:
     async def _run(self) -> None:
         failing = False
         while True:
-            active = self.limiter.inflight or self.limiter.waiting or self.successes or self.released
+            limiter = self.limiter
+            active = limiter.inflight or limiter.waiting or self.successes or self.released or self._ack
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._need.wait(), PERIOD if active else None)
             self._need.clear()
@@ -118,5 +123,6 @@ class HubSync:
                 continue
             failing = False
             self.exchanges += 1
+            self._ack, self._share = grant.share != self._share, grant.share
             self.limiter.apply(grant)
             await asyncio.sleep(MIN_GAP)

@@ -94,13 +94,13 @@ class AdaptiveLimiter:
         costs when the endpoint does not say) make every call start on the hub's permit."""
         self.maximum = max(1, maximum)
         self.minimum = max(1, min(minimum, self.maximum))
-        self.limit = float(initial or self.maximum)
+        # Under a hub, no call starts before its first grant: the shares sum to the run's limit.
+        self.limit = 0.0 if hub is not None else float(initial or self.maximum)
         self.inflight = 0
         self.generation = 0
         self.paused_until = 0.0
         self.limited_share = 0.0  # moving share of recent calls answered 429
-        self.rpm = rpm
-        self.tpm = tpm
+        self.rpm, self.tpm = rpm, tpm
         self.stats = LimiterStats()
         self._start = time.monotonic()
         self._next_start = 0.0
@@ -162,7 +162,7 @@ class AdaptiveLimiter:
     def apply(self, grant: Grant) -> None:
         """A hub's answer: our share of its limit, its pause, tpm verdict and start permits."""
         now = time.monotonic()
-        self.limit = float(max(1, min(self.maximum, grant.share)))
+        self.limit = float(max(0, min(self.maximum, grant.share)))
         self.generation = max(self.generation, grant.generation)
         self.paused_until = max(self.paused_until, now + grant.pause)
         self._tpm_until = now + grant.tpm_wait
@@ -257,7 +257,7 @@ class AdaptiveLimiter:
                     self.sync.burst(self.generation, retry_after)
                 self.generation += 1
                 self._sent.clear()  # the next window starts at the cut
-                self.limit = max(float(self.minimum), self.limit * DECREASE)
+                self.limit = min(self.limit, max(float(self.minimum), self.limit * DECREASE))
                 if retry_after:
                     self.paused_until = max(self.paused_until, time.monotonic() + retry_after)
                 self._note()

@@ -24,7 +24,9 @@ process keeps after a burst, and how long the tokens-per-minute budget is spent 
   per generation: the other processes' 429s from the same burst carry the old generation)
   and pauses every process for the server's Retry-After; successes from all grow it back.
   It is divided by demand (max-min fair), not blindly: a process with nothing to send holds
-  no slots that another could use.
+  no slots that another could use. The shares never sum past it (a share counts until its
+  holder has heard of the next one), so with more processes than slots some hold none and
+  wait; one that waited past `TURN` gets the next slot that frees.
 
 Times cross as seconds from now, never as clock readings: nodes' clocks differ.
 """
@@ -40,6 +42,15 @@ from agent.llm.spend import TokenWindow
 DECREASE = 0.5
 HORIZON = 0.5  # seconds ahead for which start permits are granted at once
 STALE = 5.0  # seconds after which a silent member's demand no longer counts (it died, or idles)
+# Seconds after which a silent member's start permits and calls in flight no longer count. Not
+# STALE: a worker whose event loop stalls (a sandbox closing on a loaded machine) still has
+# them, answered and unreported; forgetting them at 5 s let 4 workers start 13,680 tokens in a
+# minute under --tpm=9000. A dead member's lapse after a token window.
+LAPSE = 65.0
+# Seconds a member with calls waiting and no slot (more members want one than there are) waits
+# before the slots left over by the even split go to it first: a holder yields after its call
+# in flight, so every member gets a turn. Not 0: each hand-over idles a slot for an exchange.
+TURN = 1.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,7 @@ class Report:
 
     member: str
     demand: int  # model calls in flight or waiting to start
+    inflight: int = 0  # model calls in flight now
     want_starts: int = 0  # start permits wanted (rpm), beyond those held
     successes: int = 0
     tokens: int = 0
@@ -99,6 +111,11 @@ class LimitHub:
         self.demand: dict[str, int] = {}
         self.seen: dict[str, float] = {}  # member -> when it last reported
         self.held: dict[str, int] = {}  # member -> start permits granted and not given back
+        self.granted: dict[str, int] = {}  # member -> its share in its last grant
+        self.previous: dict[str, int] = {}  # member -> the grant before: in use until the last arrives
+        self.inflight: dict[str, int] = {}  # member -> calls in flight at its last report
+        self.hungry: dict[str, float] = {}  # member -> since when it has asked and held no slot
+        self.departures = 0
         self.spent = 0.0
         self.cuts = 0
 
@@ -111,9 +128,16 @@ class LimitHub:
         self._forget_silent(now)
         self.demand[report.member] = report.demand
         self.seen[report.member] = now
+        self.inflight[report.member] = report.inflight
         self._account(report, now)
+        self.previous[report.member] = self.granted.get(report.member, 0)
+        share = self.granted[report.member] = self._share(report.member, now)
+        if report.demand > 0 and share == 0:
+            self.hungry.setdefault(report.member, now)
+        else:
+            self.hungry.pop(report.member, None)
         return Grant(
-            share=self._share(report.member),
+            share=share,
             starts=self._grant_starts(report, now),
             pause=max(0.0, self.paused_until - now),
             tpm_wait=self._tpm_wait(now),
@@ -122,6 +146,19 @@ class LimitHub:
             spent=self.spent,
             budget_reached=self.budget_reached,
         )
+
+    def leave(self, member: str) -> None:
+        """`member`'s process is gone (its pipe closed): its calls in flight went with it, so its
+        slots are free at once. Its start permits' tokens may have been spent at the endpoint:
+        they count until LAPSE, under a name of their own (a replacement process reports under
+        the same name, and would never give them back)."""
+        for table in (self.demand, self.granted, self.previous, self.inflight, self.hungry):
+            table.pop(member, None)
+        held, seen = self.held.pop(member, 0), self.seen.pop(member, None)
+        if held and seen is not None:
+            self.departures += 1
+            gone = f"{member} (gone #{self.departures})"
+            self.held[gone], self.seen[gone] = held, seen
 
     def _account(self, report: Report, now: float) -> None:
         if report.burst_generation == self.generation:  # the first report of this burst cuts
@@ -140,25 +177,41 @@ class LimitHub:
         self.held[report.member] = max(0, self.held.get(report.member, 0) - report.released)
 
     def _forget_silent(self, now: float) -> None:
-        """A member that stopped reporting (its process or node is gone) holds no share."""
-        for member in [m for m, at in self.seen.items() if at < now - STALE]:
-            del self.seen[member], self.demand[member]
-            self.held.pop(member, None)
+        """A member that stopped reporting (its process or node is gone, or it idles) asks for
+        no share; what it may still have in flight counts until LAPSE."""
+        for member, at in list(self.seen.items()):
+            if at < now - STALE:
+                self.demand.pop(member, None)
+                self.hungry.pop(member, None)
+            if at < now - LAPSE:
+                del self.seen[member]
+                for table in (self.held, self.granted, self.previous, self.inflight):
+                    table.pop(member, None)
 
-    def _share(self, member: str) -> int:
-        """Max-min fair split of the limit by demand; what nobody asks for is split evenly, so a
-        process can grow before its next exchange. At least one slot for any process."""
+    def _share(self, member: str, now: float) -> int:
+        """Its part of the max-min fair split (`fair_split`), never more than the others leave
+        free: until its next report, another member may use the share it was granted, or the
+        one before (until the last grant reaches it), or more if a cut came while its calls
+        were in flight. So the shares sum to at most the limit (none is handed out beyond a
+        member's demand: an idle member would hold it until it spoke again), and a member may
+        get 0 until one frees (it asks again while its calls wait)."""
         total = int(self.limit)
-        demands = sorted(self.demand.items(), key=lambda item: item[1])
-        shares: dict[str, int] = {}
-        left, members = total, len(demands)
-        for name, want in demands:
-            fair = left // members
-            shares[name] = min(want, fair)
-            left -= shares[name]
-            members -= 1
-        spare = left // max(1, len(demands))
-        return max(1, shares.get(member, 0) + spare)
+        wants = {name: want for name, want in self.demand.items() if want > 0}
+        first = sorted(wants, key=lambda name: self._precedence(name, now))
+        share = fair_split(total, wants, first).get(member, 0)
+        others = sum(self._committed(m) for m in self.seen if m != member)
+        return max(0, min(share, total - others))
+
+    def _precedence(self, member: str, now: float) -> tuple[int, float]:
+        """Who gets the slots the split leaves over: a member that has waited past TURN with
+        none, longest first; then those holding slots (a grant does not move for nothing)."""
+        since = self.hungry.get(member)
+        if since is not None and now - since >= TURN:
+            return (0, since)
+        return (1, -self.granted.get(member, 0))
+
+    def _committed(self, member: str) -> int:
+        return max(self.granted.get(member, 0), self.previous.get(member, 0), self.inflight.get(member, 0))
 
     def _grant_starts(self, report: Report, now: float) -> tuple[float, ...]:
         """Start permits for `report.member`: none once the budget is spent, no more than the
@@ -192,3 +245,23 @@ class LimitHub:
         if self.window is None:
             return 0.0
         return self.window.wait(now, sum(self.held.values()))
+
+
+def fair_split(total: int, wants: dict[str, int], first: list[str]) -> dict[str, int]:
+    """Max-min fair split of `total` slots by demand: a member wanting less than an even part
+    gets what it wants; the others share the rest evenly, and the slots that do not divide
+    evenly go one each in the order of `first` (without it, the member listed last in a dict
+    won every tie, and the first starved while the others kept asking)."""
+    pending = sorted(wants, key=lambda name: wants[name])
+    shares: dict[str, int] = {}
+    left = total
+    while pending and wants[pending[0]] <= left // len(pending):
+        name = pending.pop(0)
+        shares[name] = wants[name]
+        left -= wants[name]
+    if pending:
+        level, extra = divmod(left, len(pending))
+        order = {name: rank for rank, name in enumerate(first)}
+        ranked = sorted(pending, key=order.__getitem__)
+        shares.update((name, level + int(rank < extra)) for rank, name in enumerate(ranked))
+    return shares
