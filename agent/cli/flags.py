@@ -179,7 +179,7 @@ FLAGS: tuple[Flag, ...] = (
     # Workers and budgets
     Flag("num_workers", "int", _run("num_workers"), "worker processes", "Workers and budgets", _BATCH,
          minimum=1),
-    Flag("max_inflight", "int", _run("max_inflight"), "conversations in flight across all workers",
+    Flag("max_inflight", "int", _run("max_inflight"), "model calls in flight at once across all workers",
          "Workers and budgets", _BATCH, minimum=1),
     Flag("prompt_timeout", "float", _run("prompt_timeout"), "wall-clock seconds per prompt",
          "Workers and budgets", _BATCH, shown="none"),
