@@ -24,6 +24,7 @@ from typing import Any
 from agent.batch.events import Answer, Discarded, Failed, Finished
 from agent.batch.jobs import Job
 from agent.config.run_config import KEPT_BY
+from agent.errors import FailureClass
 from agent.export.analysis import FLAWS, Analysis
 from agent.export.formats import DEFAULT_FORMAT, render
 from agent.loop.conversation import ConversationResult
@@ -44,7 +45,7 @@ def answer(
     a discard when a filter applies that the run does not keep, else the finished entry's line."""
     usage = result.usage.as_dict()
     if result.failed:
-        return Failed.of(job, result.error_class or "api", result.error or "", usage)
+        return Failed.of(job, result.error_class or FailureClass.API, result.error or "", usage)
     entry, analysis = render_entry(job, result, usage)
     reasons = filters_applying(analysis)
     kept = {"keep_no_reasoning": keep_no_reasoning, "keep_malformed": keep_malformed}
@@ -57,7 +58,10 @@ def answer(
         line = encode_line(entry)
     except (ValueError, TypeError) as exc:  # a bug fails its prompt here, not the run in the parent
         return Failed.of(
-            job, "exception", f"the entry cannot be written as JSON: {type(exc).__name__}: {exc}", usage
+            job,
+            FailureClass.EXCEPTION,
+            f"the entry cannot be written as JSON: {type(exc).__name__}: {exc}",
+            usage,
         )
     return Finished(
         job.key,

@@ -26,7 +26,7 @@ from agent.batch.limit_pipes import PipeLink
 from agent.batch.pulse import send_pulses
 from agent.batch.records import answer
 from agent.config.run_config import RunConfig
-from agent.errors import AgentError, SandboxError
+from agent.errors import AgentError, FailureClass, SandboxError
 from agent.llm.factory import open_chat_model
 from agent.llm.rate_limit import AdaptiveLimiter
 from agent.llm.shared_limit import LimitLink
@@ -179,14 +179,14 @@ class Worker:
                 result = await converse(agent, self.model, tools, prompt, self.factory, self.shared)
         except TimeoutError:
             return Failed.of(
-                job, "prompt_timeout", f"no outcome within --prompt_timeout={run.prompt_timeout}s"
+                job, FailureClass.PROMPT_TIMEOUT, f"no outcome within --prompt_timeout={run.prompt_timeout}s"
             )
         except SandboxError as exc:
-            return Failed.of(job, "sandbox", str(exc))
+            return Failed.of(job, FailureClass.SANDBOX, str(exc))
         except AgentError as exc:
-            return Failed.of(job, "exception", f"{type(exc).__name__}: {exc}")
+            return Failed.of(job, FailureClass.EXCEPTION, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - a bug costs one prompt, not the run; reported, not swallowed
             log.error("%s\n%s", exc, traceback.format_exc())
-            return Failed.of(job, "exception", f"{type(exc).__name__}: {exc}")
+            return Failed.of(job, FailureClass.EXCEPTION, f"{type(exc).__name__}: {exc}")
         result = dataclasses.replace(result, usage=result.usage.priced(run.prices))
         return answer(job, result, keep_no_reasoning=run.keep_no_reasoning, keep_malformed=run.keep_malformed)

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from agent.config.agent_config import AgentConfig
-from agent.errors import ModelAPIError
+from agent.errors import FailureClass, ModelAPIError
 from agent.llm.request import build_request
 from agent.loop.conversation import ConversationResult, Outcome, Prompt
 from agent.protocols import ChatModel, ModelReply, SandboxFactory, ToolCall, Usage
@@ -166,7 +166,7 @@ class _Loop:
         *,
         final_response: str | None = None,
         error: str | None = None,
-        error_class: str | None = None,
+        error_class: FailureClass | None = None,
     ) -> ConversationResult:
         return ConversationResult(
             outcome=outcome,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from agent.errors import FailureClass
 from agent.protocols import SandboxSpec, Usage
 from agent.protocols.turns import Turn
 
@@ -51,7 +52,7 @@ class ConversationResult:
     tool_schemas: tuple[Mapping[str, Any], ...]  # JSON Schemas of the functions offered, in offer order
     final_response: str | None = None
     error: str | None = None
-    error_class: str | None = None
+    error_class: FailureClass | None = None
 
     @property
     def completed(self) -> bool:
