@@ -76,18 +76,18 @@ class BatchRun:
         try:
             index = self._open_run()
             todo = self._plan(index)
-            tally = None
+            ended = None
             if todo:
-                tally = self._schedule(todo, already_done=scan.valid - todo)
+                ended = self._schedule(todo, already_done=scan.valid - todo)
             else:
                 self.console.print("Every prompt of the dataset is already done; merging.")
             self._checkpoint()
-            done = self._finish(scan, started, tally, ran=bool(todo))
+            done = self._finish(scan, started, ended, ran=bool(todo))
         finally:
             self.store.close()
         return done.exit_code
 
-    def _completion(self, tally: Tally | None, merged: set[str] | None) -> Completion:
+    def _completion(self, ended: Tally | None, merged: set[str] | None) -> Completion:
         """What the run directory now holds for each valid prompt (a fresh scan, not our
         counts), and with `merged` whether each done prompt is in the merged output."""
         return Completion.of(
@@ -96,8 +96,8 @@ class BatchRun:
             self.tally.failed_keys,
             cancelled=self.tally.cancelled_keys,
             merged=merged,
-            interrupted=tally is not None and tally.interrupted,
-            stopped_by=tally.stopped_by if tally is not None else None,
+            interrupted=ended is not None and ended.interrupted,
+            stopped_by=ended.stopped_by if ended is not None else None,
         )
 
     def _open_run(self) -> StoredKeys:
@@ -124,9 +124,8 @@ class BatchRun:
         pending: list[tuple[str, int]] = []
         for row in self._rows():
             if row.key in index.done or row.key in index.discarded:
-                self.tally.plan(
-                    index.indices.get(row.key, row.index), done=True
-                )  # a line without one: its row's
+                number = index.indices.get(row.key, row.index)  # a line without one: its row's
+                self.tally.plan(number, done=True)
             else:
                 pending.append((row.key, row.index))
         self.numbers = number_prompts(pending, index.indices)
@@ -169,9 +168,9 @@ class BatchRun:
         self.monitor = RunMonitor(progress, self.timeline, self.config)
         with progress:
             self.backend = self.make_backend(self.config, self._on_event, self._tick)
-            tally = drive(self.backend, self._jobs())
+            ended = drive(self.backend, self._jobs())
             self.monitor.finish()
-            return tally
+            return ended
 
     def _tick(self) -> None:
         self._checkpoint()
@@ -190,18 +189,8 @@ class BatchRun:
                 self.store.append_failure(event.record(attempt=self.tally.attempt(event.key)))
         advance = self.tally.count(event)
         if self.monitor is not None:
-            self._show(event, advance)
+            _show(self.monitor, event, advance)
         self._check_budget(isinstance(event, Failed) and event.error_class == "budget")
-
-    def _show(self, event: WorkerEvent, advance: str | None) -> None:
-        assert self.monitor is not None
-        if isinstance(event, LimiterPulse):
-            self.monitor.pulse(event)
-        if isinstance(event, Failed):
-            message = f"prompt {event.prompt_index} failed ({event.error_class}): {event.message[:200]}"
-            self.monitor.progress.log(message)
-        if advance is not None and isinstance(event, Finished | Discarded | Failed):
-            self.monitor.advance(advance, event.usage)
 
     def _check_budget(self, cut: bool) -> None:
         """At --max_cost, start no new prompt: the hub (`agent.llm.shared_limit`) already starts
@@ -217,27 +206,27 @@ class BatchRun:
         """Group commit: write_json makes the appended lines durable before describing them."""
         self.store.write_json("checkpoint.json", self.tally.checkpoint(self.config.run_name))
 
-    def _finish(self, scan: DatasetScan, started: float, tally: Tally | None, *, ran: bool) -> Completion:
+    def _finish(self, scan: DatasetScan, started: float, ended: Tally | None, *, ran: bool) -> Completion:
         """Merge (unless interrupted), split the dataset by what is on disk, and write
         statistics.json and the report for the whole run."""
         summary = run_summary(self.config, scan, time.monotonic() - started)
         report = RunReport(self.config.run_dir)
         merged_keys: set[str] | None = None
         checked: dict[str, Any] = {}
-        if tally is None or not tally.interrupted:
+        if ended is None or not ended.interrupted:
             merged_keys, checked = self._merge(report, summary)
-        done = self._completion(tally, merged_keys)
+        done = self._completion(ended, merged_keys)
         moved = {"recovered_discards": self.recovered, "withdrawn_entries": self.withdrawn}
-        notes = filters_and_budget(self.config, self.tally.stats, moved, tally)
+        notes = filters_and_budget(self.config, self.tally.stats, moved, ended)
         extra = {
             "completion": done.as_dict(),
             "merged": merged_keys is not None,
             **notes,
-            **worker_losses(tally),
+            **worker_losses(ended),
             **checked,
         }
         stats = self.tally.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
-        stats["rate_limiting"]["partial"] = bool(tally is not None and tally.dead_workers)
+        stats["rate_limiting"]["partial"] = bool(ended is not None and ended.dead_workers)
         stats = with_history(stats, self.previous, ran=ran)
         self.store.write_json("statistics.json", stats)
         render_statistics(stats, self.console)
@@ -269,3 +258,15 @@ class BatchRun:
             check.entry(entry)
 
         return on_entry
+
+
+def _show(monitor: RunMonitor, event: WorkerEvent, advance: str | None) -> None:
+    """The live progress of one event: a worker's load, a failure's line, a prompt answered."""
+    if isinstance(event, LimiterPulse):
+        monitor.pulse(event)
+    if isinstance(event, Failed):
+        monitor.progress.log(
+            f"prompt {event.prompt_index} failed ({event.error_class}): {event.message[:200]}"
+        )
+    if advance is not None and isinstance(event, Finished | Discarded | Failed):
+        monitor.advance(advance, event.usage)
