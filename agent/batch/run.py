@@ -20,7 +20,6 @@ from typing import Any
 
 from rich.console import Console
 
-from agent.backends import backend_factory
 from agent.batch.backend import Backend, BackendFactory, Tally, drive
 from agent.batch.capacity import raise_fd_limit
 from agent.batch.completion import Completion
@@ -53,18 +52,19 @@ class BatchRun:
         config: RunConfig,
         console: Console,
         store: RunStore | None = None,
-        backend: BackendFactory | None = None,  # where prompts run: by default `config.backend`'s
+        *,
+        backend: BackendFactory,  # where prompts run: the CLI edge resolves --backend (agent.backends)
     ) -> None:
         self.config = config
         self.console = console
         self.store: RunStore = store if store is not None else RunDirectory(config.run_dir)
-        self.make_backend: BackendFactory = backend or backend_factory(config.backend)
+        self.make_backend = backend
         self.tally = RunTally(config.batch_size)  # every counter of this invocation, fed by events
         self.done_keys: set[str] = set()
         self.numbers: dict[str, int] = {}  # key -> prompt_index, for the prompts not yet done
         self.monitor: RunMonitor | None = None
         self.timeline = Timeline()
-        self.backend: Backend | None = None
+        self.workers: Backend | None = None  # the backend running the prompts, while it runs
         self.recovered, self.withdrawn = Counter[str](), Counter[str]()
         self.tombstoned: set[str] = set()  # keys whose result a filter moved to discarded.jsonl
         self.previous: Any = None  # the statistics.json of the earlier invocations
@@ -167,15 +167,15 @@ class BatchRun:
         progress = RunProgress(todo + already_done, already_done, console=self.console)
         self.monitor = RunMonitor(progress, self.timeline, self.config)
         with progress:
-            self.backend = self.make_backend(self.config, self._on_event, self._tick)
-            ended = drive(self.backend, self._jobs())
+            self.workers = self.make_backend(self.config, self._on_event, self._tick)
+            ended = drive(self.workers, self._jobs())
             self.monitor.finish()
             return ended
 
     def _tick(self) -> None:
         self._checkpoint()
-        if self.monitor is not None and self.backend is not None:
-            self.monitor.tick(len(self.backend.tally.running))
+        if self.monitor is not None and self.workers is not None:
+            self.monitor.tick(len(self.workers.tally.running))
 
     def _on_event(self, event: WorkerEvent) -> None:
         """Write the answer (before counting it: a count never runs ahead of the disk), count
@@ -196,11 +196,11 @@ class BatchRun:
         """At --max_cost, start no new prompt: the hub (`agent.llm.shared_limit`) already starts
         no model call, so the prompts in flight fail as `budget` (`cut`), for --resume."""
         budget = self.config.max_cost
-        if budget is None or self.backend is None or (self.tally.stats.cost_usd < budget and not cut):
+        if budget is None or self.workers is None or (self.tally.stats.cost_usd < budget and not cut):
             return
-        if self.backend.tally.stopped_by is None:
+        if self.workers.tally.stopped_by is None:
             log.warning("--max_cost=%g reached: no model call starts; cut prompts fail as budget", budget)
-            self.backend.stop_feeding("max_cost")
+            self.workers.stop_feeding("max_cost")
 
     def _checkpoint(self) -> None:
         """Group commit: write_json makes the appended lines durable before describing them."""
