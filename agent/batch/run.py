@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -65,7 +64,6 @@ class BatchRun:
         self.monitor: RunMonitor | None = None
         self.timeline = Timeline()
         self.workers: Backend | None = None  # the backend running the prompts, while it runs
-        self.recovered, self.withdrawn = Counter[str](), Counter[str]()
         self.tombstoned: set[str] = set()  # keys whose result a filter moved to discarded.jsonl
         self.previous: Any = None  # the statistics.json of the earlier invocations
 
@@ -109,7 +107,7 @@ class BatchRun:
         # a resume continues the run's figures; a fresh run's directory has no results to add to
         self.previous = self.store.read_json("statistics.json") if self.config.resume else None
         self.store.write_json("run_config.json", self.config.public())
-        self.withdrawn, self.recovered = reapply_filters(self.config, self.store, index)
+        self.tally.withdrawn, self.tally.recovered = reapply_filters(self.config, self.store, index)
         self.tombstoned = set(index.tombstoned)
         return index
 
@@ -216,7 +214,7 @@ class BatchRun:
         if ended is None or not ended.interrupted:
             merged_keys, checked = self._merge(report, summary)
         done = self._completion(ended, merged_keys)
-        moved = {"recovered_discards": self.recovered, "withdrawn_entries": self.withdrawn}
+        moved = {"recovered_discards": self.tally.recovered, "withdrawn_entries": self.tally.withdrawn}
         notes = filters_and_budget(self.config, self.tally.stats, moved, ended)
         extra = {
             "completion": done.as_dict(),
@@ -241,7 +239,7 @@ class BatchRun:
         merged, withdrawn = merge_output(
             self.config, self.store, self._on_merged(report, check), self.tombstoned
         )
-        self.withdrawn += withdrawn
+        self.tally.withdrawn += withdrawn
         summary["merge"] = merged.as_dict()
         for entry in current_discards(self.config.run_dir, merged.kept_keys):
             self.tally.stats.add_discarded_entry(entry)

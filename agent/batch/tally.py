@@ -1,7 +1,8 @@
 """A run's counters, one object fed by its events (`RunTally`): what this invocation did (the
 statistics' `this_invocation` side, `RunStatistics`), which prompts are done, the per-batch
 counts of checkpoint.json, the prompts that failed or were cancelled, each prompt's earlier
-failed attempts; and what it counted of each entry it wrote.
+failed attempts, the entries the re-applied filters moved; and what it counted of each entry it
+wrote.
 
 The merge does not count this invocation's prompts again: it describes the merged data (every
 invocation's entries) and checks this invocation's entries in it against what the run counted
@@ -12,6 +13,7 @@ merge, a bug) is one warning line and the `merge_check` section of statistics.js
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -110,6 +112,8 @@ class RunTally:
         self.failed_keys: set[str] = set()
         self.cancelled_keys: set[str] = set()  # in flight when the run was stopped
         self.written: dict[str, Counted] = {}  # key -> what was counted of the entry written
+        # entries the re-applied filters moved, per reason (`agent.batch.recovery`)
+        self.recovered, self.withdrawn = Counter[str](), Counter[str]()
 
     def plan(self, prompt_index: int, *, done: bool) -> None:
         """A prompt of this run: already done (or discarded), or to run."""
