@@ -251,9 +251,8 @@ class BatchRun:
         over the output."""
 
         def on_entry(entry: dict[str, Any]) -> None:
-            self.tally.stats.add_entry(entry)
+            self.tally.stats.add_entry(entry, check.entry(entry))  # this run's figures: counted
             report.add_entry(entry)
-            check.entry(entry)
 
         return on_entry
 

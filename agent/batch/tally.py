@@ -20,7 +20,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from agent.batch.events import Cancelled, Discarded, Failed, Finished, LimiterReport, WorkerEvent
-from agent.batch.monitor import usage_tokens
+from agent.loop.conversation import PARTIAL
+from agent.store.figures import EntryFigures
 from agent.store.jsonl import json_int
 from agent.store.statistics import RunStatistics
 
@@ -28,53 +29,33 @@ log = logging.getLogger("agent.batch.run")
 
 Advance = Literal["done", "partial", "discarded", "failed"]  # a prompt answered, for the progress
 NAMED = 10  # prompt keys named in the check, the rest counted
-
-
-@dataclass(frozen=True)
-class Counted:
-    """What the run counted of an entry it wrote (from its `Finished` event)."""
-
-    completed: bool
-    outcome: str
-    api_calls: int
-    tokens: int
-
-    @classmethod
-    def of_entry(cls, entry: Mapping[str, Any]) -> Counted:
-        """The same figures read from the entry itself (the merged data)."""
-        metadata = entry.get("metadata")
-        metadata = metadata if isinstance(metadata, dict) else {}
-        usage = metadata.get("usage")
-        return cls(
-            entry.get("completed") is True,
-            str(metadata.get("outcome") or "unknown"),
-            json_int(entry.get("api_calls")),
-            usage_tokens(usage) if isinstance(usage, dict) else 0,
-        )
+_PARTIAL = frozenset(str(outcome) for outcome in PARTIAL)  # an entry's `partial`, by its outcome
 
 
 @dataclass
 class MergeCheck:
-    """This invocation's entries as the merge read them, against what the run counted."""
+    """This invocation's entries as the merge reads them, against what the run counted."""
 
-    counted: dict[str, Counted]
+    counted: dict[str, EntryFigures]
     checked: int = 0
     differences: dict[str, int] = field(default_factory=dict)  # figure -> entries it differs in
     keys: list[str] = field(default_factory=list)  # the first entries that differ
 
-    def entry(self, entry: Mapping[str, Any]) -> None:
+    def entry(self, entry: Mapping[str, Any]) -> EntryFigures | None:
+        """The figures the run counted of `entry`, checked against the entry's own; None for
+        an entry of an earlier invocation (its figures are the entry's)."""
         metadata = entry.get("metadata")
         key = metadata.get("prompt_key") if isinstance(metadata, dict) else None
-        expected = self.counted.get(key) if isinstance(key, str) else None
-        if not isinstance(key, str) or expected is None:
-            return  # an earlier invocation's: this one counted nothing of it
+        counted = self.counted.get(key) if isinstance(key, str) else None
+        if not isinstance(key, str) or counted is None:
+            return None
         self.checked += 1
-        found = Counted.of_entry(entry)
-        differing = [name for name in vars(expected) if getattr(found, name) != getattr(expected, name)]
+        differing = counted.differences(EntryFigures.of(entry))
         for name in differing:
             self.differences[name] = self.differences.get(name, 0) + 1
         if differing and len(self.keys) < NAMED:
             self.keys.append(key)
+        return counted
 
     def report(self, merged: Collection[str], moved: Collection[str]) -> dict[str, Any]:
         """The `merge_check` section; a warning line when anything differs. `merged`: the keys
@@ -92,7 +73,7 @@ class MergeCheck:
             figures = ", ".join(f"{name} in {n}" for name, n in sorted(self.differences.items()))
             log.warning(
                 "the merged output differs from what this run counted (%d missing%s): a batch file "
-                "edited during the run? statistics.json counts the run's figures; see merge_check",
+                "edited during the run? statistics.json has the run's figures; see merge_check",
                 len(missing),
                 f"; {figures}" if figures else "",
             )
@@ -111,7 +92,7 @@ class RunTally:
         self.attempts = dict(failures or {})  # key -> failed attempts before this invocation
         self.failed_keys: set[str] = set()
         self.cancelled_keys: set[str] = set()  # in flight when the run was stopped
-        self.written: dict[str, Counted] = {}  # key -> what was counted of the entry written
+        self.written: dict[str, EntryFigures] = {}  # key -> what was counted of the entry written
         # entries the re-applied filters moved, per reason (`agent.batch.recovery`)
         self.recovered, self.withdrawn = Counter[str](), Counter[str]()
 
@@ -133,8 +114,9 @@ class RunTally:
             case Finished():
                 self._done(event.prompt_index)
                 self.stats.add_processed(event.outcome, event.usage, event.api_calls)
-                tokens = usage_tokens(event.usage)
-                self.written[event.key] = Counted(event.completed, event.outcome, event.api_calls, tokens)
+                partial = event.outcome in _PARTIAL
+                figures = EntryFigures(event.completed, partial, event.api_calls, event.outcome, event.usage)
+                self.written[event.key] = figures
                 return "done" if event.completed else "partial"
             case Discarded():
                 self._done(event.prompt_index, discarded=True)
