@@ -25,6 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
+from agent.backends import backend_factory
 from agent.batch.dataset import require_valid_rows, scan_dataset
 from agent.batch.run import BatchRun
 from agent.cli.batch_cli import build_run_config, check_ready, list_distributions_text, ready_sandbox
@@ -68,8 +69,9 @@ def run(config: RunConfig) -> int:
         _say(f"… and {scan.error_count - len(scan.errors)} more invalid lines")
     require_valid_rows(scan)  # after every bad line was named
     config = ready_sandbox(config, scan)  # which sandbox images the rows need is known now
+    backend = backend_factory(config.backend)  # imported only now: Ray takes seconds to import
     with serving(config.agent, config.embedded_threads) as agent:  # one embedded server for all workers
-        code = BatchRun(dataclasses.replace(config, agent=agent), console).run(scan)
+        code = BatchRun(dataclasses.replace(config, agent=agent), console, backend=backend).run(scan)
     if merged(config.run_dir):  # what this invocation merged; an interrupted run exports nothing
         export_and_push(config.run_dir, config.export, _say)
     return code

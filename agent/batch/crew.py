@@ -34,6 +34,23 @@ class Member:
     goodbye: bool = False  # its `WorkerExit` came
     since: float | None = None  # a replacement: when its predecessor's death was seen
 
+    @property
+    def id(self) -> int:
+        return self.slot
+
+    def said_ready(self) -> None:
+        self.ready = True
+
+    def said_goodbye(self) -> None:
+        self.goodbye = True
+
+    def took(self, key: str) -> None:
+        self.started.add(key)
+
+    def release(self, key: str) -> Job | None:
+        self.started.discard(key)
+        return self.sent.pop(key, None)
+
     def running(self) -> dict[str, int]:
         """Key -> dataset index of the prompts it started and did not answer."""
         return {key: job.index for key, job in self.sent.items() if key in self.started}

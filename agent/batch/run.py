@@ -13,66 +13,56 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 
+from agent.batch.backend import Backend, BackendFactory, Tally, drive
 from agent.batch.capacity import raise_fd_limit
 from agent.batch.completion import Completion
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
-from agent.batch.events import (
-    Cancelled,
-    Discarded,
-    Failed,
-    Finished,
-    LimiterPulse,
-    LimiterReport,
-    WorkerEvent,
-)
+from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent
 from agent.batch.jobs import Job
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
 from agent.batch.recovery import current_discards, merge_output, reapply_filters
-from agent.batch.run_summary import checkpoint, filters_and_budget, run_summary, worker_losses
-from agent.batch.scheduler import Scheduler, Tally
+from agent.batch.run_summary import filters_and_budget, run_summary, worker_losses
+from agent.batch.tally import MergeCheck, RunTally
 from agent.config.run_config import RunConfig
 from agent.protocols import RunStore, StoredKeys
 from agent.report import RunReport, write_report
 from agent.sandboxes import reap_stale
 from agent.store.directory import RunDirectory
 from agent.store.index import number_prompts
-from agent.store.jsonl import json_int
 from agent.store.run_history import with_history
-from agent.store.statistics import RunStatistics, render_statistics
+from agent.store.statistics import render_statistics
 from agent.store.summary_view import render_next_steps
 from agent.store.timeline import Timeline
 from agent.toolbox.distributions import sample_toolsets_from_distribution
-
-if TYPE_CHECKING:
-    from agent.cluster.scheduler import RayScheduler
 
 log = logging.getLogger("agent.batch.run")
 
 
 class BatchRun:
-    def __init__(self, config: RunConfig, console: Console, store: RunStore | None = None) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        console: Console,
+        store: RunStore | None = None,
+        *,
+        backend: BackendFactory,  # where prompts run: the CLI edge resolves --backend (agent.backends)
+    ) -> None:
         self.config = config
         self.console = console
         self.store: RunStore = store if store is not None else RunDirectory(config.run_dir)
-        self.stats = RunStatistics()
-        self.done_indices: set[int] = set()
-        self.batch_stats: dict[int, dict[str, int]] = {}
-        self.attempts: dict[str, int] = {}
+        self.make_backend = backend
+        self.tally = RunTally(config.batch_size)  # every counter of this invocation, fed by events
         self.done_keys: set[str] = set()
         self.numbers: dict[str, int] = {}  # key -> prompt_index, for the prompts not yet done
         self.monitor: RunMonitor | None = None
         self.timeline = Timeline()
-        self.scheduler: Scheduler | RayScheduler | None = None
-        self.failed_keys: set[str] = set()
-        self.cancelled_keys: set[str] = set()  # in flight when the run was stopped
-        self.recovered, self.withdrawn = Counter[str](), Counter[str]()
+        self.workers: Backend | None = None  # the backend running the prompts, while it runs
         self.tombstoned: set[str] = set()  # keys whose result a filter moved to discarded.jsonl
         self.previous: Any = None  # the statistics.json of the earlier invocations
 
@@ -83,28 +73,28 @@ class BatchRun:
         try:
             index = self._open_run()
             todo = self._plan(index)
-            tally = None
+            ended = None
             if todo:
-                tally = self._schedule(todo, already_done=scan.valid - todo)
+                ended = self._schedule(todo, already_done=scan.valid - todo)
             else:
                 self.console.print("Every prompt of the dataset is already done; merging.")
             self._checkpoint()
-            done = self._finish(scan, started, tally, ran=bool(todo))
+            done = self._finish(scan, started, ended, ran=bool(todo))
         finally:
             self.store.close()
         return done.exit_code
 
-    def _completion(self, tally: Tally | None, merged: set[str] | None) -> Completion:
+    def _completion(self, ended: Tally | None, merged: set[str] | None) -> Completion:
         """What the run directory now holds for each valid prompt (a fresh scan, not our
         counts), and with `merged` whether each done prompt is in the merged output."""
         return Completion.of(
             self._rows(),
             self.store.scan(),
-            self.failed_keys,
-            cancelled=self.cancelled_keys,
+            self.tally.failed_keys,
+            cancelled=self.tally.cancelled_keys,
             merged=merged,
-            interrupted=tally is not None and tally.interrupted,
-            stopped_by=tally.stopped_by if tally is not None else None,
+            interrupted=ended is not None and ended.interrupted,
+            stopped_by=ended.stopped_by if ended is not None else None,
         )
 
     def _open_run(self) -> StoredKeys:
@@ -112,11 +102,11 @@ class BatchRun:
             log.warning("%s", note)
         self._reap_sandboxes()
         index = self.store.scan()
-        self.attempts = dict(index.failures)
+        self.tally = RunTally(self.config.batch_size, index.failures)
         # a resume continues the run's figures; a fresh run's directory has no results to add to
         self.previous = self.store.read_json("statistics.json") if self.config.resume else None
         self.store.write_json("run_config.json", self.config.public())
-        self.withdrawn, self.recovered = reapply_filters(self.config, self.store, index)
+        self.tally.withdrawn, self.tally.recovered = reapply_filters(self.config, self.store, index)
         self.tombstoned = set(index.tombstoned)
         return index
 
@@ -132,15 +122,12 @@ class BatchRun:
         for row in self._rows():
             if row.key in index.done or row.key in index.discarded:
                 number = index.indices.get(row.key, row.index)  # a line without one: its row's
-                self.done_indices.add(number)
-                batch = self._batch(number)
-                batch["total"] += 1
-                batch["processed"] += 1
+                self.tally.plan(number, done=True)
             else:
                 pending.append((row.key, row.index))
         self.numbers = number_prompts(pending, index.indices)
         for number in self.numbers.values():
-            self._batch(number)["total"] += 1
+            self.tally.plan(number, done=False)
         self.done_keys = index.done | index.discarded
         return len(pending)
 
@@ -149,10 +136,6 @@ class BatchRun:
         return iter_rows(
             self.config.dataset_file, self.config.max_samples, backend=self.config.sandbox.backend
         )
-
-    def _batch(self, prompt_index: int) -> dict[str, int]:
-        number = prompt_index // self.config.batch_size
-        return self.batch_stats.setdefault(number, {"total": 0, "processed": 0, "discarded": 0, "failed": 0})
 
     def _jobs(self) -> Iterator[Job]:
         cfg = self.config
@@ -182,107 +165,66 @@ class BatchRun:
         progress = RunProgress(todo + already_done, already_done, console=self.console)
         self.monitor = RunMonitor(progress, self.timeline, self.config)
         with progress:
-            self.scheduler = self._scheduler()
-            tally = self.scheduler.run(self._jobs())
+            self.workers = self.make_backend(self.config, self._on_event, self._tick)
+            ended = drive(self.workers, self._jobs())
             self.monitor.finish()
-            return tally
+            return ended
 
     def _tick(self) -> None:
         self._checkpoint()
-        if self.monitor is not None and self.scheduler is not None:
-            self.monitor.tick(len(self.scheduler.tally.running))
-
-    def _scheduler(self) -> Scheduler | RayScheduler:
-        if self.config.backend == "ray":  # imported only then: Ray takes seconds to import
-            from agent.cluster.scheduler import RayScheduler
-
-            return RayScheduler(self.config, self._on_event, self._tick)
-        return Scheduler(self.config, self._on_event, self._tick)
+        if self.monitor is not None and self.workers is not None:
+            self.monitor.tick(len(self.workers.tally.running))
 
     def _on_event(self, event: WorkerEvent) -> None:
+        """Write the answer (before counting it: a count never runs ahead of the disk), count
+        it, show it."""
         match event:
             case Finished():
                 self.store.append_result(event.batch_num, event.line)
-                self._mark_done(event.prompt_index)
-                self.stats.add_processed(event.outcome, event.usage, event.api_calls)
-                self._advance("done" if event.completed else "partial", event.usage)
             case Discarded():
                 self.store.append_discard(event.record())
-                self._mark_done(event.prompt_index, discarded=True)
-                self.stats.add_discard(event.reason)
-                self.stats.add_processed("discarded", event.usage, json_int(event.entry.get("api_calls")))
-                self._advance("discarded", event.usage)
             case Failed():
-                self._record_failure(event)
-            case Cancelled():
-                self.cancelled_keys.add(event.key)
-            case LimiterReport():
-                self.stats.add_limiter(event.stats)
-            case LimiterPulse() if self.monitor is not None:
-                self.monitor.pulse(event)
+                self.store.append_failure(event.record(attempt=self.tally.attempt(event.key)))
+        advance = self.tally.count(event)
+        if self.monitor is not None:
+            _show(self.monitor, event, advance)
         self._check_budget(isinstance(event, Failed) and event.error_class == "budget")
 
     def _check_budget(self, cut: bool) -> None:
         """At --max_cost, start no new prompt: the hub (`agent.llm.shared_limit`) already starts
         no model call, so the prompts in flight fail as `budget` (`cut`), for --resume."""
         budget = self.config.max_cost
-        if budget is None or self.scheduler is None or (self.stats.cost_usd < budget and not cut):
+        if budget is None or self.workers is None or (self.tally.stats.cost_usd < budget and not cut):
             return
-        if self.scheduler.tally.stopped_by is None:
+        if self.workers.tally.stopped_by is None:
             log.warning("--max_cost=%g reached: no model call starts; cut prompts fail as budget", budget)
-            self.scheduler.stop_feeding("max_cost")
-
-    def _record_failure(self, event: Failed) -> None:
-        self.failed_keys.add(event.key)
-        self.store.append_failure(event.record(attempt=self.attempts.get(event.key, 0) + 1))
-        self._batch(event.prompt_index)["failed"] += 1
-        self.stats.add_failure(event.error_class)
-        self.stats.add_processed("failed", event.usage)
-        if self.monitor is not None:
-            message = f"prompt {event.prompt_index} failed ({event.error_class}): {event.message[:200]}"
-            self.monitor.progress.log(message)
-        self._advance("failed", event.usage)
-
-    def _advance(self, outcome: str, usage: dict[str, float]) -> None:
-        if self.monitor is not None:
-            self.monitor.advance(outcome, usage)
-
-    def _mark_done(self, prompt_index: int, discarded: bool = False) -> None:
-        self.done_indices.add(prompt_index)
-        batch = self._batch(prompt_index)
-        batch["processed"] += 1
-        batch["discarded"] += discarded
+            self.workers.stop_feeding("max_cost")
 
     def _checkpoint(self) -> None:
         """Group commit: write_json makes the appended lines durable before describing them."""
-        self.store.write_json("checkpoint.json", checkpoint(self.config, self.done_indices, self.batch_stats))
+        self.store.write_json("checkpoint.json", self.tally.checkpoint(self.config.run_name))
 
-    def _finish(self, scan: DatasetScan, started: float, tally: Tally | None, *, ran: bool) -> Completion:
+    def _finish(self, scan: DatasetScan, started: float, ended: Tally | None, *, ran: bool) -> Completion:
         """Merge (unless interrupted), split the dataset by what is on disk, and write
         statistics.json and the report for the whole run."""
         summary = run_summary(self.config, scan, time.monotonic() - started)
         report = RunReport(self.config.run_dir)
-        merged_keys = None
-        if tally is None or not tally.interrupted:
-            merged, withdrawn = merge_output(
-                self.config, self.store, self._on_merged(report), self.tombstoned
-            )
-            self.withdrawn += withdrawn
-            summary["merge"] = merged.as_dict()
-            merged_keys = merged.kept_keys
-            for entry in current_discards(self.config.run_dir, merged_keys):
-                self.stats.add_discarded_entry(entry)
-        done = self._completion(tally, merged_keys)
-        moved = {"recovered_discards": self.recovered, "withdrawn_entries": self.withdrawn}
-        notes = filters_and_budget(self.config, self.stats, moved, tally)
+        merged_keys: set[str] | None = None
+        checked: dict[str, Any] = {}
+        if ended is None or not ended.interrupted:
+            merged_keys, checked = self._merge(report, summary)
+        done = self._completion(ended, merged_keys)
+        moved = {"recovered_discards": self.tally.recovered, "withdrawn_entries": self.tally.withdrawn}
+        notes = filters_and_budget(self.config, self.tally.stats, moved, ended)
         extra = {
             "completion": done.as_dict(),
             "merged": merged_keys is not None,
             **notes,
-            **worker_losses(tally),
+            **worker_losses(ended),
+            **checked,
         }
-        stats = self.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
-        stats["rate_limiting"]["partial"] = bool(tally is not None and tally.dead_workers)
+        stats = self.tally.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
+        stats["rate_limiting"]["partial"] = bool(ended is not None and ended.dead_workers)
         stats = with_history(stats, self.previous, ran=ran)
         self.store.write_json("statistics.json", stats)
         render_statistics(stats, self.console)
@@ -290,11 +232,38 @@ class BatchRun:
         render_next_steps(stats, self.console, trajectories=trajectories, report=write_report(report, stats))
         return done
 
-    def _on_merged(self, report: RunReport) -> Callable[[dict[str, Any]], None]:
-        """Each merged entry feeds statistics.json and the report in one pass over the output."""
+    def _merge(self, report: RunReport, summary: dict[str, Any]) -> tuple[set[str], dict[str, Any]]:
+        """Merge trajectories.jsonl (its `merge` section into `summary`); the keys written and
+        the `merge_check` section (this invocation's entries against what it counted)."""
+        check = self.tally.merge_check()
+        merged, withdrawn = merge_output(
+            self.config, self.store, self._on_merged(report, check), self.tombstoned
+        )
+        self.tally.withdrawn += withdrawn
+        summary["merge"] = merged.as_dict()
+        for entry in current_discards(self.config.run_dir, merged.kept_keys):
+            self.tally.stats.add_discarded_entry(entry)
+        moved = {key for key, _entry in merged.unkept}
+        return merged.kept_keys, {"merge_check": check.report(merged.kept_keys, moved)}
+
+    def _on_merged(self, report: RunReport, check: MergeCheck) -> Callable[[dict[str, Any]], None]:
+        """Each merged entry feeds statistics.json and the report, and is checked, in one pass
+        over the output."""
 
         def on_entry(entry: dict[str, Any]) -> None:
-            self.stats.add_entry(entry)
+            self.tally.stats.add_entry(entry, check.entry(entry))  # this run's figures: counted
             report.add_entry(entry)
 
         return on_entry
+
+
+def _show(monitor: RunMonitor, event: WorkerEvent, advance: str | None) -> None:
+    """The live progress of one event: a worker's load, a failure's line, a prompt answered."""
+    if isinstance(event, LimiterPulse):
+        monitor.pulse(event)
+    if isinstance(event, Failed):
+        monitor.progress.log(
+            f"prompt {event.prompt_index} failed ({event.error_class}): {event.message[:200]}"
+        )
+    if advance is not None and isinstance(event, Finished | Discarded | Failed):
+        monitor.advance(advance, event.usage)

@@ -1,17 +1,16 @@
 """The parts of statistics.json that describe the run rather than its entries: what was run
-on which dataset, and the filter notes and budget; and checkpoint.json."""
+on which dataset, and the filter notes and budget (checkpoint.json: `agent.batch.tally`)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict
-from datetime import datetime
 from typing import Any
 
+from agent.batch.backend import Tally
 from agent.batch.dataset import DatasetScan
 from agent.batch.recovery import filter_warnings
-from agent.batch.scheduler import Tally
 from agent.config.run_config import RunConfig
 from agent.store.statistics import RunStatistics
 
@@ -34,16 +33,6 @@ def run_summary(cfg: RunConfig, scan: DatasetScan, duration: float) -> dict[str,
             "max_samples": cfg.max_samples,
             "invalid": scan.error_count,
         },
-    }
-
-
-def checkpoint(cfg: RunConfig, done: set[int], batch_stats: dict[int, dict[str, int]]) -> dict[str, Any]:
-    """The `checkpoint.json` document (derived from the logs, for the reference's readers)."""
-    return {
-        "run_name": cfg.run_name,
-        "completed_prompts": sorted(done),
-        "batch_stats": {str(k): v for k, v in sorted(batch_stats.items())},
-        "last_updated": datetime.now().isoformat(),
     }
 
 

@@ -24,20 +24,11 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
+from agent.batch.backend import BackendFactory, EventRoute, Tally
 from agent.batch.crew import Member, spawn
-from agent.batch.events import (
-    Cancelled,
-    Discarded,
-    Failed,
-    Finished,
-    Started,
-    WorkerEvent,
-    WorkerExit,
-    WorkerReady,
-)
+from agent.batch.events import Failed, WorkerEvent
 from agent.batch.jobs import Job
 from agent.batch.limit_pipes import HubServer, hub_of
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
@@ -51,18 +42,9 @@ SYNC_EVERY = 1.0  # seconds between group commits (fsync + checkpoint)
 STOP_GRACE = 30.0  # seconds workers get to destroy their sandboxes after SIGTERM
 
 
-@dataclass
-class Tally:
-    queued: dict[str, Job] = field(default_factory=dict)  # key -> job fed, until answered (Ray)
-    running: dict[str, int] = field(default_factory=dict)  # key -> worker running it, until answered
-    dead_workers: set[int] = field(default_factory=set)  # workers that died without a goodbye
-    interrupted: bool = False
-    stopped_by: str | None = None  # why scheduling ended early: "max_cost", "crash_loop", "worker_lost"
-    losses: LossBook | None = None  # workers lost and replaced (local backend)
-
-
 class Scheduler:
-    """Runs `jobs` on `config.num_workers` processes; `on_event` handles each worker event."""
+    """The local `RunBackend`: `config.num_workers` processes; `on_event` handles each worker
+    event (through the shared `EventRoute`)."""
 
     def __init__(
         self,
@@ -84,6 +66,7 @@ class Scheduler:
         self._stopping = False  # the workers were told to stop (SIGTERM)
         self._stopped = StoppedWatch()
         self.hub = HubServer(hub_of(config), [])
+        self.route = EventRoute(self.tally, self.book, on_event, self.pending.appendleft)
 
     def stop_feeding(self, reason: str) -> None:
         """Start no new prompt; running ones finish."""
@@ -91,21 +74,22 @@ class Scheduler:
             self.tally.stopped_by = reason
             self._no_more = True
 
-    def run(self, jobs: Iterable[Job]) -> Tally:
-        self._source = iter(jobs)
+    def open(self) -> None:
         self.hub.start()
-        try:
-            self.members = [spawn(self.ctx, self.config, i, self.hub) for i in range(self.config.num_workers)]
-            self._loop(deadline=None)
-        except KeyboardInterrupt:
-            self.tally.interrupted = True
-            log.warning("interrupted: stopping workers and destroying sandboxes…")
-            self._stop_workers()
-        finally:
-            for member in self.members:  # past STOP_GRACE: killed
-                member.reap()
-            self.hub.stop()
-        return self.tally
+
+    def serve(self, jobs: Iterable[Job]) -> None:
+        self._source = iter(jobs)
+        self.members = [spawn(self.ctx, self.config, i, self.hub) for i in range(self.config.num_workers)]
+        self._loop(deadline=None)
+
+    def cancel(self) -> None:
+        log.warning("interrupted: stopping workers and destroying sandboxes…")
+        self._stop_workers()
+
+    def shutdown(self) -> None:
+        for member in self.members:  # past STOP_GRACE: killed
+            member.reap()
+        self.hub.stop()
 
     def _loop(self, deadline: float | None) -> None:
         """Send jobs and handle events until every worker has exited (or `deadline` passes)."""
@@ -156,37 +140,9 @@ class Scheduler:
             except (EOFError, OSError):  # its process is gone (or going)
                 self._gone(member)
                 return
-            self._handle(member, item)
+            self.route.handle(member, item)
             if not member.events.poll(0):
                 return
-
-    def _handle(self, member: Member, event: WorkerEvent | logging.LogRecord) -> None:
-        match event:
-            case logging.LogRecord():
-                logging.getLogger(event.name).handle(event)
-                return
-            case WorkerExit():
-                member.goodbye = True
-                return
-            case WorkerReady():
-                member.ready = True
-                return
-            case Started(key=key):
-                member.started.add(key)
-                self.tally.running[key] = member.slot
-                if member.since is not None:  # a replacement's first job
-                    self.book.replace_seconds.append(time.monotonic() - member.since)
-                    member.since = None
-                return
-            case Cancelled(key=key) if not self._stopping and (job := member.sent.get(key)):
-                self.pending.appendleft(job)  # it was SIGTERMed alone: the run goes on, its job too
-            case Finished() | Discarded() | Failed():
-                self.book.progress()
-        if isinstance(event, Finished | Discarded | Failed | Cancelled):
-            member.sent.pop(event.key, None)
-            member.started.discard(event.key)
-            self.tally.running.pop(event.key, None)
-        self.on_event(event)
 
     def _gone(self, member: Member) -> None:
         self.members.remove(member)
@@ -246,7 +202,7 @@ class Scheduler:
 
     def _stop_workers(self) -> None:
         """Ask workers to cancel (destroying sandboxes), keep the results they send."""
-        self._stopping = True
+        self._stopping = self.route.stopping = True
         for member in self.members:
             if member.proc.is_alive() and member.proc.pid is not None:
                 os.kill(member.proc.pid, signal.SIGTERM)
@@ -258,3 +214,6 @@ class Scheduler:
                 return
             except KeyboardInterrupt:
                 log.warning("still stopping workers (sandboxes are being destroyed)…")
+
+
+BACKEND: BackendFactory = Scheduler  # `--backend=local` (agent.backends): mypy checks the seam

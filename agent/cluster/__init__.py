@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-from agent.config.run_config import RAY_INSTALL
+from agent.backends import RAY_INSTALL
 from agent.errors import ConfigError
 
 # Ray's own extras that a batch run never uses: they cost CPU and open ports or the network.

@@ -28,6 +28,19 @@ class Member:
     node: str = ""
     ending: bool = False  # sent its end mark
     exited: bool = False  # said goodbye (WorkerExit)
+    since: float | None = None  # never set: a replacement's start is not timed on Ray
+
+    def said_ready(self) -> None:
+        return  # an actor takes jobs once `start` returned: its inbox holds them until then
+
+    def said_goodbye(self) -> None:
+        self.exited = True
+
+    def took(self, key: str) -> None:
+        return  # what an actor runs is the tally's `running` alone
+
+    def release(self, key: str) -> Job | None:
+        return self.assigned.pop(key, None)
 
 
 class JobLine:

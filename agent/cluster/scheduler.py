@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agent.batch.events import Cancelled, Discarded, Failed, Finished, Started, WorkerEvent, WorkerExit
+from agent.batch.backend import BackendFactory, EventRoute, Tally
+from agent.batch.events import Failed, WorkerEvent
 from agent.batch.jobs import Job
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
-from agent.batch.scheduler import Tally
 from agent.cluster import require_ray
 from agent.cluster.actor import HubActor, WorkerActor
 from agent.cluster.members import JobLine, Member
@@ -66,7 +66,7 @@ def _probe(address: str) -> None:
 
 
 class RayScheduler:
-    """The `Scheduler` of `--backend=ray`: same `run`, `stop_feeding` and `tally`."""
+    """The Ray `RunBackend` (`--backend=ray`); each event goes through the shared `EventRoute`."""
 
     def __init__(
         self, config: RunConfig, on_event: Callable[[WorkerEvent], None], on_tick: Callable[[], None]
@@ -81,6 +81,8 @@ class RayScheduler:
         self.prefetch = max(2, slots // 4)  # jobs waiting in an actor's inbox beyond its slots
         self.capacity = slots + self.prefetch
         self.batch = max(1, self.prefetch // 2)  # fewest jobs worth a submit call
+        self.line = JobLine(iter(()))
+        self.route = EventRoute(self.tally, self.book, on_event, lambda job: self.line.give_back([job]))
 
     def stop_feeding(self, reason: str) -> None:
         """Start no new prompt: the actors' inboxes are emptied; running ones finish."""
@@ -88,20 +90,18 @@ class RayScheduler:
             self.no_more = True
             self.tally.stopped_by = reason
 
-    def run(self, jobs: Iterable[Job]) -> Tally:
+    def open(self) -> None:
         self.ray = require_ray()
         self._connect()
-        line = JobLine(iter(jobs))
-        try:
-            self._start()
-            self._loop(line, deadline=None)
-        except KeyboardInterrupt:
-            self.tally.interrupted = True
-            log.warning("interrupted: cancelling the actors' conversations, destroying sandboxes…")
-            self._cancel_all(line)
-        finally:
-            self._shutdown()
-        return self.tally
+
+    def serve(self, jobs: Iterable[Job]) -> None:
+        self.line = JobLine(iter(jobs))
+        self._start()
+        self._loop(self.line, deadline=None)
+
+    def cancel(self) -> None:
+        log.warning("interrupted: cancelling the actors' conversations, destroying sandboxes…")
+        self._cancel_all(self.line)
 
     def _connect(self) -> None:
         address = self.config.ray_address
@@ -222,26 +222,7 @@ class RayScheduler:
                 self._lose(member, line, exc)
                 continue
             for item in items:
-                self._handle(item, member)
-
-    def _handle(self, item: WorkerEvent | logging.LogRecord, member: Member) -> None:
-        match item:
-            case logging.LogRecord():
-                logging.getLogger(item.name).handle(item)
-                return
-            case WorkerExit():
-                member.exited = True
-                return
-            case Started(key=key):
-                self.tally.running[key] = member.id
-                return
-            case Finished() | Discarded() | Failed() | Cancelled():
-                if not isinstance(item, Cancelled):
-                    self.book.progress()
-                member.assigned.pop(item.key, None)
-                self.tally.queued.pop(item.key, None)
-                self.tally.running.pop(item.key, None)
-        self.on_event(item)
+                self.route.handle(member, item)
 
     def _lose(self, member: Member, line: JobLine, exc: Exception) -> None:
         """An actor died (its node lost): what it held runs again on another actor."""
@@ -272,7 +253,7 @@ class RayScheduler:
             self.tally.stopped_by = "worker_lost"
 
     def _cancel_all(self, line: JobLine) -> None:
-        self.no_more = True
+        self.no_more = self.route.stopping = True
         for member in self._live():
             member.ending = True
             with contextlib.suppress(self.ray.exceptions.RayError):
@@ -284,10 +265,13 @@ class RayScheduler:
             except KeyboardInterrupt:
                 log.warning("still stopping the actors (sandboxes are being destroyed)…")
 
-    def _shutdown(self) -> None:
+    def shutdown(self) -> None:
         for member in self.members.values():
             with contextlib.suppress(Exception):  # already dead: nothing to kill
                 self.ray.kill(member.actor)
         with contextlib.suppress(Exception):
             self.ray.kill(self.hub)
         self.ray.shutdown()
+
+
+BACKEND: BackendFactory = RayScheduler  # `--backend=ray` (agent.backends): mypy checks the seam

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.backends import BACKENDS, unavailable_reason
+from agent.backends import RUN_BACKENDS as RUN_BACKENDS  # the flag table's choices
 from agent.config.agent_config import AgentConfig
 from agent.config.export_config import ExportOptions
 from agent.errors import ConfigError
@@ -24,8 +25,6 @@ KEPT_BY: dict[str, str] = {
     "no_reasoning": "keep_no_reasoning",
 }
 
-RUN_BACKENDS = ("local", "ray")  # where prompts run: this machine's worker processes, a Ray cluster
-RAY_INSTALL = 'pip install -e ".[ray]"'
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -38,14 +37,6 @@ def check_run_name(name: str) -> str:
             "output directory and must not escape it)"
         )
     return name
-
-
-def _importable(module: str) -> bool:
-    """Whether `module` can be imported, without importing it (Ray takes seconds to import)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 @dataclass(frozen=True)
@@ -86,8 +77,8 @@ class RunConfig:
             raise ConfigError("--price_input and --price_output go together: pass both, or neither")
         if self.price_cached is not None and not all(given):
             raise ConfigError("--price_cached needs --price_input and --price_output")
-        if self.backend == "ray" and not _importable("ray"):
-            raise ConfigError(f"--backend=ray needs Ray, which is not installed: {RAY_INSTALL}")
+        if self.backend in BACKENDS and (why := unavailable_reason(self.backend)) is not None:
+            raise ConfigError(why)  # an unknown name is the flag table's (choices) to refuse
 
     @property
     def prices(self) -> Prices | None:

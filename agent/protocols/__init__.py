@@ -1,5 +1,5 @@
 """The project's few seams, declared once: the chat model (`model`), the sandbox (`sandbox`),
-the tool (`tools`) and the run store (`store`).
+the tool (`tools`), the run store (`store`) and the run backend (`run_backend`: import it there).
 
 Each seam takes a value and returns a value, so a test double is a short function or class.
 The value types that cross the seams live beside them; import them from here.

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from agent.store.figures import EntryFigures
 from agent.store.jsonl import json_int
 from agent.store.spend import TOKEN_KEYS, Spend, add_tokens
 from agent.store.summary_view import render_statistics
@@ -83,26 +84,28 @@ class RunStatistics:
         self._cost = Spend()  # merged output
         self._run_cost = Spend()  # this invocation
 
-    def add_entry(self, entry: Mapping[str, Any]) -> None:
-        """Count one entry of the merged output. Runs once per entry at the end of every run,
+    def add_entry(self, entry: Mapping[str, Any], figures: EntryFigures | None = None) -> None:
+        """Count one entry of the merged output, with its `figures` when the run counted them
+        from its event (else read from the entry). Runs once per entry at the end of every run,
         in the parent, so it stays lean: entries are parsed JSON (dicts, never other
         mappings), and `type(v) is int` is `json_int` without the bools, zero counts skipped."""
+        figures = figures if figures is not None else EntryFigures.of(entry)
         stats = entry.get("tool_stats")
         if isinstance(stats, dict):
             add_tool_stats(self._tools, stats)
         self._add_turns(entry.get("conversations") or ())
         entries = self._entries
         entries["entries"] += 1
-        entries["completed"] += entry.get("completed") is True
-        entries["partial"] += entry.get("partial") is True
-        entries["api_calls"] += json_int(entry.get("api_calls"))
+        entries["completed"] += figures.completed
+        entries["partial"] += figures.partial
+        entries["api_calls"] += figures.api_calls
         metadata = entry.get("metadata")
         metadata = metadata if isinstance(metadata, dict) else {}
         self._turns["forced"] += json_int(metadata.get("reasoning_forced_turns"))
-        self._outcomes[str(metadata.get("outcome") or "unknown")] += 1
+        self._outcomes[figures.outcome] += 1
         self._add_toolsets(entry.get("toolsets_used"), metadata.get("toolsets_unavailable"))
-        add_tokens(self._tokens, metadata.get("usage"))
-        self._cost.add(metadata.get("usage"))
+        add_tokens(self._tokens, figures.usage)
+        self._cost.add(figures.usage)
 
     def _add_toolsets(self, sampled: Any, unavailable: Any) -> None:
         """Toolsets sampled, and those sampled that could not run here (the prompt lost them)."""
