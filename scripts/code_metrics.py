@@ -160,14 +160,19 @@ def _is_constant_name(node: ast.AST) -> bool:
     return False
 
 
+def _compares_a_name(node: ast.Compare) -> bool:
+    operands = [node.left, *node.comparators]
+    if not any(_names_backend(o) for o in operands):
+        return False
+    if all(isinstance(op, ast.In | ast.NotIn) for op in node.ops):  # `in REGISTRY` is a lookup
+        return any(isinstance(o, ast.Tuple | ast.Set | ast.List) and _is_constant_name(o) for o in operands)
+    return any(_is_constant_name(o) for o in operands)
+
+
 def backend_compares(tree: ast.AST) -> list[int]:
-    """Lines comparing something named `*backend` with a literal name."""
+    """Lines comparing something named `*backend` with a literal name (or a literal list)."""
     return sorted(
-        node.lineno
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Compare)
-        and any(_names_backend(o) for o in [node.left, *node.comparators])
-        and any(_is_constant_name(o) for o in [node.left, *node.comparators])
+        node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare) and _compares_a_name(node)
     )
 
 
