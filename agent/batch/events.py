@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from agent.batch.jobs import Job
+from agent.errors import FailureClass
 
 
 @dataclass(frozen=True)
@@ -59,13 +60,15 @@ class Failed:
 
     key: str
     prompt_index: int
-    error_class: str
+    error_class: FailureClass
     message: str
     usage: dict[str, float]
     timestamp: str
 
     @classmethod
-    def of(cls, job: Job, error_class: str, message: str, usage: dict[str, float] | None = None) -> Failed:
+    def of(
+        cls, job: Job, error_class: FailureClass, message: str, usage: dict[str, float] | None = None
+    ) -> Failed:
         return cls(job.key, job.index, error_class, message[:2000], usage or {}, datetime.now().isoformat())
 
     def record(self, attempt: int) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from agent.batch.recovery import current_discards, merge_output, reapply_filters
 from agent.batch.run_summary import filters_and_budget, run_summary, worker_losses
 from agent.batch.tally import MergeCheck, RunTally
 from agent.config.run_config import RunConfig
+from agent.errors import FailureClass
 from agent.protocols import RunStore, StoredKeys
 from agent.report import RunReport, write_report
 from agent.sandboxes import reap_stale
@@ -188,7 +189,7 @@ class BatchRun:
         advance = self.tally.count(event)
         if self.monitor is not None:
             _show(self.monitor, event, advance)
-        self._check_budget(isinstance(event, Failed) and event.error_class == "budget")
+        self._check_budget(isinstance(event, Failed) and event.error_class == FailureClass.BUDGET)
 
     def _check_budget(self, cut: bool) -> None:
         """At --max_cost, start no new prompt: the hub (`agent.llm.shared_limit`) already starts

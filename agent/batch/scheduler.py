@@ -34,7 +34,7 @@ from agent.batch.limit_pipes import HubServer, hub_of
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
 from agent.batch.stopped import StoppedWatch
 from agent.config.run_config import RunConfig
-from agent.errors import SandboxError
+from agent.errors import FailureClass, SandboxError
 from agent.sandboxes import reap_stale
 
 log = logging.getLogger("agent.batch.scheduler")
@@ -164,7 +164,9 @@ class Scheduler:
         requeued = 0
         for key, job in reversed(member.sent.items()):
             if key in exhausted or (self._no_more and key in running):
-                self.on_event(Failed.of(job, "worker_lost", self.book.message(key, loss.exit_code)))
+                self.on_event(
+                    Failed.of(job, FailureClass.WORKER_LOST, self.book.message(key, loss.exit_code))
+                )
             elif not self._no_more:
                 self.pending.appendleft(job)
                 requeued += 1
@@ -190,7 +192,7 @@ class Scheduler:
             return  # it cancelled what it ran (Cancelled): not started, not failed
         for key in member.running():
             self.tally.running.pop(key, None)
-            self.on_event(Failed.of(member.sent[key], "worker_lost", message))
+            self.on_event(Failed.of(member.sent[key], FailureClass.WORKER_LOST, message))
 
     def _reap_sandboxes(self) -> None:
         """The dead worker could not destroy its sandboxes: remove them and kill their commands."""

@@ -29,7 +29,7 @@ from agent.cluster import require_ray
 from agent.cluster.actor import HubActor, WorkerActor
 from agent.cluster.members import JobLine, Member
 from agent.config.run_config import RunConfig
-from agent.errors import ConfigError
+from agent.errors import ConfigError, FailureClass
 
 log = logging.getLogger("agent.cluster.scheduler")
 SYNC_EVERY = 1.0  # seconds between group commits, as the local backend
@@ -234,7 +234,7 @@ class RayScheduler:
         exhausted = set(self.book.lose(loss, running))  # a poison prompt fails, not runs again
         for job in jobs:
             if job.key in exhausted:
-                self.on_event(Failed.of(job, "worker_lost", self.book.message(job.key, None)))
+                self.on_event(Failed.of(job, FailureClass.WORKER_LOST, self.book.message(job.key, None)))
         with contextlib.suppress(Exception):  # it may be gone already; nothing to clean here
             self.ray.kill(member.actor)
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

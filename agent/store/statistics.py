@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from agent.errors import FailureClass
 from agent.store.figures import EntryFigures
 from agent.store.jsonl import json_int
 from agent.store.spend import TOKEN_KEYS, Spend, add_tokens
@@ -142,7 +143,7 @@ class RunStatistics:
     def add_discard(self, reason: str) -> None:
         self._discards[reason] += 1
 
-    def add_failure(self, error_class: str) -> None:
+    def add_failure(self, error_class: FailureClass) -> None:
         self._failures[error_class] += 1
 
     def add_processed(self, outcome: str, usage: Mapping[str, float], api_calls: int = 0) -> None:
