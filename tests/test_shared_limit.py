@@ -379,3 +379,16 @@ def test_tpm_alone_holds_at_the_endpoint(tmp_path: Path) -> None:
     assert window[-1].received_at - window[0].received_at < 50  # all within one minute's budget
     tokens = [usage_of(request.body, answer)["total_tokens"] for request in window]
     assert sum(tokens) <= 6000 + max(tokens), tokens
+
+
+def test_a_lost_ray_actor_gives_its_slots_back_at_once() -> None:
+    """On Ray a lost actor's replacement reports under a new name, so nothing would give the
+    lost one's slots back before LAPSE: the driver tells the hub actor, which frees them."""
+    from agent.cluster.actor import HubActor
+
+    hub = HubActor(4, None, None, None)
+    hub.exchange(Report("worker-1", demand=1, want_starts=1))
+    hub.exchange(Report("worker-1", demand=4, want_starts=3, successes=1, released=1))
+    assert hub.exchange(Report("worker-0", demand=4)).share == 0  # worker-1 holds the 4 slots
+    hub.leave("worker-1")
+    assert hub.exchange(Report("worker-0", demand=4)).share == 4

@@ -84,6 +84,11 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
+def hub_member(worker_id: int) -> str:
+    """The name a worker reports under to the run's limit hub."""
+    return f"worker-{worker_id}"
+
+
 class Worker:
     """Runs jobs from `jobs` on this event loop, `config.inflight_per_worker` at a time; model
     calls limited by the run's one limit through `hub`."""
@@ -97,7 +102,7 @@ class Worker:
             rpm=config.rpm,
             tpm=config.tpm,
             hub=hub,
-            member=f"worker-{worker_id}",
+            member=hub_member(worker_id),
             max_cost=config.max_cost,
             prices=config.prices,
         )

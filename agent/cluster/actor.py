@@ -127,6 +127,10 @@ class HubActor:
     def exchange(self, report: Report) -> Grant:
         return self.hub.exchange(report)
 
+    def leave(self, member: str) -> None:
+        """A worker actor was lost: its slots are free at once (its replacement has a new name)."""
+        self.hub.leave(member)
+
 
 class RayLink:
     """A WorkerActor's `LimitLink`: a call to the HubActor (errors become ConnectionError)."""

@@ -25,6 +25,7 @@ from agent.batch.backend import BackendFactory, EventRoute, Tally
 from agent.batch.events import Failed, WorkerEvent
 from agent.batch.jobs import Job
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
+from agent.batch.worker import hub_member
 from agent.cluster import require_ray
 from agent.cluster.actor import HubActor, WorkerActor
 from agent.cluster.members import JobLine, Member
@@ -237,6 +238,7 @@ class RayScheduler:
                 self.on_event(Failed.of(job, FailureClass.WORKER_LOST, self.book.message(job.key, None)))
         with contextlib.suppress(Exception):  # it may be gone already; nothing to clean here
             self.ray.kill(member.actor)
+        self.hub.leave.remote(hub_member(member.id))  # its calls in flight went with it
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log.warning(
             "worker actor %d (node %s) lost: %s; its %d prompt(s) run again elsewhere",
