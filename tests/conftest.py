@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.sandbox",
     "tests.fixtures.containers",
     "tests.fixtures.browser",
+    "tests.fixtures.docker_run",
 ]

@@ -23,7 +23,7 @@ from agent.protocols import ToolConfig
 from agent.servers.simulated.server import SimulatedEndpoint
 from agent.toolbox.distributions import DISTRIBUTIONS
 from agent.toolbox.registry import ALL_TOOLS, TOOLSETS, toolset_availability, unavailable_reason
-from tests.test_batch_support import (
+from tests.support.batch import (
     API_KEY,
     BatchCLI,
     Finished,

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.test_batch_support import BatchCLI, prompts_dataset, read_jsonl, trajectory_prompts
+from tests.support.batch import BatchCLI, prompts_dataset, read_jsonl, trajectory_prompts
 
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 NODE = {"node_ip_address": "127.0.0.1", "num_cpus": 1, "include_dashboard": False}

@@ -25,8 +25,8 @@ from agent.protocols import ChatRequest, ModelReply, ToolCall, Usage
 from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP, resolve_tools
-from tests.test_agent_loop import endpoint_with_call_ids
-from tests.test_batch_output import SPEC_FIELDS
+from tests.support.batch import SPEC_FIELDS
+from tests.support.endpoints import endpoint_with_call_ids
 
 
 def test_workers_run_their_conversations_on_uvloop() -> None:

@@ -1,0 +1,289 @@
+"""Shared harness of the batch runner's end-to-end tests (this module holds no tests).
+
+The runner runs as a real subprocess (`python batch_runner.py ...`, cwd = a temp dir) and talks
+over HTTP to a `SimulatedEndpoint` living in the test process. `TMPDIR` points into the test's
+temp dir, so the local sandboxes (`<tmp>/agent-sandboxes/<run_name>/`) are the test's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
+
+REPO = Path(__file__).resolve().parents[2]
+RUNNER = str(REPO / "batch_runner.py")
+API_KEY = "sk-test-secret-7f3a9c"  # must never appear in anything the runner writes
+RUN_TIMEOUT = 240.0
+
+
+@dataclass(frozen=True)
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def __str__(self) -> str:  # shown by pytest when an assertion about a run fails
+        return f"exit {self.returncode}\n--- stdout\n{self.stdout[-3000:]}\n--- stderr\n{self.stderr[-6000:]}"
+
+
+class BatchCLI:
+    """Runs `batch_runner.py` in `workdir` against `endpoint`, output under `workdir/data`."""
+
+    started: ClassVar[list[subprocess.Popen[bytes]]] = []  # for `kill_started` at teardown
+
+    def __init__(self, workdir: Path, endpoint: SimulatedEndpoint | None = None) -> None:
+        self.workdir = workdir
+        self.endpoint = endpoint
+        self.tmpdir = workdir / "tmp"
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
+        self.output_dir = workdir / "data"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("OPENROUTER_API_KEY", "OPENAI_API_KEY")}
+        env.pop("TERMINAL_ENV", None)
+        env.update(PYTHONPATH=str(REPO), TMPDIR=str(self.tmpdir), PYTHONUNBUFFERED="1")
+        return env
+
+    def argv(self, *args: str, output: bool = True) -> list[str]:
+        """The command line plus --base_url/--api_key for the endpoint and (with `output`)
+        --output_dir; without it the runner writes to its default `data/` under `workdir`."""
+        extra: list[str] = []
+        if self.endpoint is not None:
+            extra = [f"--base_url={self.endpoint.base_url}", f"--api_key={API_KEY}"]
+        if output:
+            extra.append(f"--output_dir={self.output_dir}")
+        if not any(arg.startswith("--distribution=") for arg in args):
+            # default needs every toolset (a run stops when one is unavailable): tests that are
+            # not about toolsets run the terminal and file tools, which every machine has
+            extra.append("--distribution=terminal_only")
+        return [sys.executable, RUNNER, *args, *extra]
+
+    def run(self, *args: str, output: bool = True, timeout: float = RUN_TIMEOUT) -> Finished:
+        done = subprocess.run(
+            self.argv(*args, output=output),
+            cwd=self.workdir,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        return Finished(done.returncode, done.stdout, done.stderr)
+
+    def start(self, *args: str, log_name: str = "runner") -> subprocess.Popen[bytes]:
+        """The runner in its own session (as a terminal would start it), output to files."""
+        out = (self.workdir / f"{log_name}.out").open("wb")
+        err = (self.workdir / f"{log_name}.err").open("wb")
+        with out, err:
+            proc = subprocess.Popen(
+                self.argv(*args),
+                cwd=self.workdir,
+                env=self.env(),
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        BatchCLI.started.append(proc)
+        return proc
+
+    def run_dir(self, run_name: str) -> Path:
+        return self.output_dir / run_name
+
+    def sandbox_root(self, run_name: str) -> Path:
+        return self.tmpdir / "agent-sandboxes" / run_name
+
+
+# ---------------------------------------------------------------- datasets and scripts
+
+
+QUICK_AND_SLOW = ["Quick 0", "Slow 0", "Quick 1", "Slow 1"]
+
+
+def interrupt_after_the_quick_prompts(tmp_path: Path, endpoint: SimulatedEndpoint, run_name: str) -> BatchCLI:
+    """QUICK_AND_SLOW on 2 workers (the slow ones `sleep 30`), Ctrl-C once the quick two are
+    written: the run exits 130 with the slow two in flight. Flags: `interrupted_flags(run_name)`."""
+    for prompt in QUICK_AND_SLOW:
+        endpoint.script(prompt, tool_then_answer(command="sleep 30" if "Slow" in prompt else "echo hi"))
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in QUICK_AND_SLOW])
+    cli = BatchCLI(tmp_path, endpoint)
+    proc = cli.start(*interrupted_flags(run_name))
+    run_dir = cli.run_dir(run_name)
+    wait_until(lambda: sum(batch_prompts(run_dir).values()) == 2, "the quick prompts written", 120)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=90) == 130
+    return cli
+
+
+def interrupted_flags(run_name: str) -> tuple[str, ...]:
+    return ("--dataset_file=d.jsonl", "--batch_size=2", f"--run_name={run_name}", "--num_workers=2")
+
+
+def write_dataset(path: Path, rows: Iterable[dict[str, Any] | str]) -> Path:
+    """One line per row: dicts as JSON, strings written as they are (for bad lines)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [row if isinstance(row, str) else json.dumps(row) for row in rows]
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def prompts_dataset(path: Path, prompts: Sequence[str]) -> Path:
+    return write_dataset(path, ({"prompt": p} for p in prompts))
+
+
+def tool_then_answer(*, reasoning: bool = True, delay: float = 0.0, command: str = "echo hi") -> list[Turn]:
+    """A terminal call, then a final answer; with or without reasoning on both turns."""
+    think = "Let me think about this first." if reasoning else None
+    call = (("terminal", json.dumps({"command": command})),)
+    return [
+        Turn(reasoning=think, tool_calls=call, delay=delay),
+        Turn(content="All done.", reasoning=think, delay=delay),
+    ]
+
+
+# ---------------------------------------------------------------- reading the run directory
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def human_prompt(entry: dict[str, Any]) -> str:
+    """The prompt of a trajectory entry: its first human turn."""
+    return str(next(t["value"] for t in entry["conversations"] if t["from"] == "human"))
+
+
+def trajectory_prompts(run_dir: Path) -> Counter[str]:
+    return Counter(human_prompt(e) for e in read_jsonl(run_dir / "trajectories.jsonl"))
+
+
+def batch_prompts(run_dir: Path) -> Counter[str]:
+    """Prompts of every line in every batch file (duplicates included)."""
+    found: Counter[str] = Counter()
+    for path in sorted(run_dir.glob("batch_*.jsonl")):
+        found.update(human_prompt(e) for e in read_jsonl(path))
+    return found
+
+
+def requested_prompts(endpoint: SimulatedEndpoint) -> Counter[str]:
+    """First-call requests per prompt: how many conversations the endpoint saw start."""
+    found: Counter[str] = Counter()
+    for request in endpoint.requests:
+        messages = request.body.get("messages") or []
+        if not any(m.get("role") == "assistant" for m in messages):
+            found[next(str(m["content"]) for m in messages if m.get("role") == "user")] += 1
+    return found
+
+
+# ---------------------------------------------------------------- processes
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return text.rpartition(")")[2].split()  # state, ppid, pgrp, session, ...
+
+
+def session_pids(session: int) -> list[int]:
+    """Live (non-zombie) processes of a session: the runner, its workers, their sandboxes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None and fields[0] != "Z" and int(fields[3]) == session:
+                found.append(int(entry.name))
+    return found
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None and int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def kill_started() -> None:
+    """SIGKILL the process group of every runner `start`ed (its workers share it), so a failed
+    test leaves nothing running."""
+    while BatchCLI.started:
+        proc = BatchCLI.started.pop()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll `condition` until it holds; fail naming `what` when it never does (a liveness bound,
+    generous on purpose: this is no timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for: {what}")
+        time.sleep(0.05)
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of every file under `directory`."""
+    return {
+        str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def worker_pids(runner: int) -> list[int]:
+    """The runner's worker processes (spawned by multiprocessing; not its resource tracker)."""
+    found = []
+    for pid in children_of(runner):
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
+def commands_of(worker: int) -> list[int]:
+    return children_of(worker)
+
+
+def sleepy_run(tmp_path: Path, endpoint: SimulatedEndpoint, prompts: list[str], seconds: int) -> BatchCLI:
+    for prompt in prompts:
+        endpoint.script(prompt, tool_then_answer(command=f"sleep {seconds}"))
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+    return BatchCLI(tmp_path, endpoint)
+
+
+SPEC_FIELDS = [  # a trajectory entry's top-level fields, in order
+    "prompt_index",
+    "conversations",
+    "metadata",
+    "completed",
+    "partial",
+    "api_calls",
+    "toolsets_used",
+    "tool_stats",
+    "tool_error_counts",
+]
