@@ -1,8 +1,36 @@
-"""Test-wide fixtures are split by component under tests/fixtures/."""
+"""Test-wide fixtures are split by component under tests/fixtures/; helpers shared by test
+modules live in tests/support/ (no test module imports another)."""
+
+from __future__ import annotations
+
+import pytest
+from _pytest.nodeid import NodeId
 
 pytest_plugins = [
     "tests.fixtures.endpoint",
     "tests.fixtures.sandbox",
     "tests.fixtures.containers",
     "tests.fixtures.browser",
+    "tests.fixtures.docker_run",
+    "tests.fixtures.ray",
 ]
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Under `pytest -n N --dist loadgroup` (scripts/check.sh) the tests of a module that share a
+    module-scoped fixture (one Ray cluster, one Chromium, one batch run checked by several tests)
+    go to one xdist worker, so that fixture is set up once, not once per worker; every other test
+    is handed to whichever worker is free."""
+    info = getattr(item, "_fixtureinfo", None)  # a test function's fixtures (other items have none)
+    if info is None:
+        return
+    scopes = {definitions[-1].scope for definitions in info.name2fixturedefs.values() if definitions}
+    if "module" not in scopes:
+        return
+    group = item.nodeid.split("::")[0]
+    item.add_marker(pytest.mark.xdist_group(group))
+    if item.config.getoption("loadgroup", False) and "@" not in item.nodeid:
+        # pytest-xdist 3.8 tells the scheduler a test's group by a `@group` suffix of its node id,
+        # which it writes to `item._nodeid`, an attribute pytest 9 no longer reads (the id is
+        # `item._id`), so loadgroup would group nothing: write the suffix where pytest 9 keeps it.
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]

@@ -16,10 +16,11 @@ from agent.config.agent_config import AgentConfig
 from agent.errors import ConfigError
 from agent.llm import client as llm_client
 from agent.sandboxes import SandboxOptions
-from agent.servers.endpoint_server import EndpointFault, EndpointServer
+from agent.servers.endpoint_server import EndpointFault
 from agent.servers.simulated.replies import build_completion
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from run_agent import AIAgent
+from tests.support.endpoints import endpoint_with_call_ids
 
 KEY = "sk-test-LOOP-0123456789abcdef"
 
@@ -326,20 +327,6 @@ def test_an_unknown_tool_is_an_error_not_renamed(sim_endpoint: SimulatedEndpoint
     assert result["outcome"] == "completed"
     gpt = saved(tmp_path, "trajectory_samples.jsonl")[0]["conversations"][2]["value"]
     assert '"name": "Terminal"' in gpt
-
-
-def endpoint_with_call_ids(turns: list[Turn], ids: list[str | None]) -> EndpointServer:
-    """Simulated replies to a conversation in `turns`, whose tool calls get `ids` (None: no id)."""
-
-    async def respond(body: dict[str, Any]) -> dict[str, Any]:
-        done = sum(1 for m in body["messages"] if m["role"] == "assistant")
-        completion = build_completion(body, turns[done], "sim-model")
-        made = completion["choices"][0]["message"].get("tool_calls", [])
-        for tool_call, call_id in zip(made, ids if made else [], strict=True):
-            tool_call["id"] = call_id
-        return completion
-
-    return EndpointServer(respond)
 
 
 @pytest.mark.parametrize("ids", [["dup", "dup"], [None, "call_0"]])

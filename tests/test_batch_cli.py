@@ -17,7 +17,7 @@ from agent.cli.flags import BATCH
 from agent.protocols import ToolConfig
 from agent.servers.simulated.server import SimulatedEndpoint
 from model_tools import toolset_availability
-from tests.test_batch_support import (
+from tests.support.batch import (
     API_KEY,
     BatchCLI,
     Finished,
@@ -28,7 +28,7 @@ from tests.test_batch_support import (
     requested_prompts,
     write_dataset,
 )
-from tests.test_flags import assert_lists_every_flag
+from tests.support.cli import assert_lists_every_flag
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.test_batch_support import (
+from tests.support.batch import (
     BatchCLI,
     batch_prompts,
     children_of,

@@ -17,10 +17,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,18 +25,15 @@ from agent.sandboxes.docker.lifecycle import LABEL_PROMPT, LABEL_RUN
 from agent.servers.simulated.server import SimulatedEndpoint
 from agent.store.keys import prompt_key
 from tests.fixtures.containers import DEFAULT_IMAGE, MARKED_IMAGE, Engine
-from tests.test_batch_support import (
-    BatchCLI,
+from tests.fixtures.docker_run import DockerRun, run_cleanly
+from tests.support.batch import (
     Finished,
-    kill_started,
     read_json,
     read_jsonl,
     requested_prompts,
     session_pids,
-    tool_then_answer,
     trajectory_prompts,
     wait_until,
-    write_dataset,
 )
 
 pytestmark = pytest.mark.docker
@@ -51,57 +45,6 @@ CONNECT = (
     "python3 -c 'import socket; s = socket.socket(); s.settimeout(3); "
     'print("connect", s.connect_ex(("192.0.2.1", 80)))\''
 )
-
-
-@dataclass
-class DockerRun:
-    """One test's runner command line, endpoint and engine; `run_name` labels its containers."""
-
-    cli: BatchCLI
-    endpoint: SimulatedEndpoint
-    engine: Engine
-    run_name: str
-    dataset: Path
-
-    def flags(self, *extra: str) -> tuple[str, ...]:
-        return (
-            f"--dataset_file={self.dataset.name}",
-            f"--run_name={self.run_name}",
-            "--batch_size=2",
-            "--sandbox=docker",
-            f"--image={DEFAULT_IMAGE}",
-            "--distribution=terminal_only",
-            "--num_workers=1",
-            *extra,
-        )
-
-    def containers(self) -> list[Any]:
-        return self.engine.ours(**{LABEL_RUN: self.run_name})
-
-    def script(self, prompts: dict[str, str]) -> None:
-        """prompt -> the terminal command the model runs for it, then it answers."""
-        for prompt, command in prompts.items():
-            self.endpoint.script(prompt, tool_then_answer(command=command))
-
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        write_dataset(self.dataset, rows)
-
-    @property
-    def run_dir(self) -> Path:
-        return self.cli.run_dir(self.run_name)
-
-
-@pytest.fixture
-def docker_run(tmp_path: Path, container_engine: Engine, unique_run_name: str) -> Iterator[DockerRun]:
-    with SimulatedEndpoint() as endpoint:
-        cli = BatchCLI(tmp_path, endpoint)
-        run = DockerRun(cli, endpoint, container_engine, unique_run_name, tmp_path / "prompts.jsonl")
-        try:
-            yield run
-        finally:
-            kill_started()
-            for container in run.containers():  # only when the test failed: none must be left
-                container.remove(force=True)
 
 
 def tool_output(endpoint: SimulatedEndpoint, prompt: str) -> str:
@@ -134,12 +77,6 @@ def created_containers(engine: Engine, run_name: str, since: int) -> dict[str, l
             ident = event["Actor"]["ID"]
             found.setdefault(attributes[LABEL_PROMPT], []).append((ident, short_image(attributes["image"])))
     return found
-
-
-def run_cleanly(run: DockerRun, *extra: str) -> Finished:
-    finished = run.cli.run(*run.flags(*extra))
-    assert run.containers() == [], "a container outlived the run"
-    return finished
 
 
 # ------------------------------------------------------------------ a normal run

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.test_batch_support import (
+from tests.support.batch import (
     BatchCLI,
-    children_of,
     interrupt_after_the_quick_prompts,
     kill_started,
     read_json,
@@ -31,29 +30,6 @@ from tests.test_batch_support import (
 def no_stray_processes() -> Iterator[None]:
     yield
     kill_started()
-
-
-def worker_pids(runner: int) -> list[int]:
-    """The runner's worker processes (spawned by multiprocessing; not its resource tracker)."""
-    found = []
-    for pid in children_of(runner):
-        try:
-            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(pid)
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return found
-
-
-def commands_of(worker: int) -> list[int]:
-    return children_of(worker)
-
-
-def sleepy_run(tmp_path: Path, endpoint: SimulatedEndpoint, prompts: list[str], seconds: int) -> BatchCLI:
-    for prompt in prompts:
-        endpoint.script(prompt, tool_then_answer(command=f"sleep {seconds}"))
-    write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
-    return BatchCLI(tmp_path, endpoint)
 
 
 def test_ctrl_c_summary_says_what_is_on_disk_and_the_next_step(tmp_path: Path) -> None:

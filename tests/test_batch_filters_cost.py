@@ -18,7 +18,7 @@ import pytest
 from agent.servers.endpoint_server import EndpointServer
 from agent.servers.simulated.replies import Turn, build_completion
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.test_batch_support import (
+from tests.support.batch import (
     API_KEY,
     BatchCLI,
     batch_prompts,

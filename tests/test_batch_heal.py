@@ -24,18 +24,20 @@ import pytest
 
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.test_batch_exits import commands_of, sleepy_run, worker_pids
-from tests.test_batch_support import (
+from tests.support.batch import (
     BatchCLI,
     batch_prompts,
+    commands_of,
     kill_started,
     read_json,
     read_jsonl,
     requested_prompts,
     session_pids,
+    sleepy_run,
     tool_then_answer,
     trajectory_prompts,
     wait_until,
+    worker_pids,
     write_dataset,
 )
 

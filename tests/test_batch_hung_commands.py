@@ -22,7 +22,7 @@ import pytest
 from agent.sandboxes.docker.lifecycle import LABEL_RUN
 from agent.servers.simulated.server import SimulatedEndpoint
 from tests.fixtures.containers import DEFAULT_IMAGE, Engine
-from tests.test_batch_support import (
+from tests.support.batch import (
     BatchCLI,
     kill_started,
     read_jsonl,

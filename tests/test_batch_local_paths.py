@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_batch_support import BatchCLI, read_jsonl, write_dataset
+from tests.support.batch import BatchCLI, read_jsonl, write_dataset
 
 PROMPT = "Where are you?"
 COMMANDS = (

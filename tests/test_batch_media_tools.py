@@ -16,9 +16,9 @@ from agent.common.images import PNG_SIGNATURE, sniff
 from agent.servers.simulated.png import encode_png
 from agent.servers.simulated.replies import first_user_text
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.media_support import BASE64_RUN, Answer, serving, sim_prompt_tokens
-from tests.test_batch_support import API_KEY, BatchCLI, human_prompt, prompts_dataset, read_jsonl
-from tests.test_run_agent_cli import run_cli
+from tests.support.batch import API_KEY, BatchCLI, human_prompt, prompts_dataset, read_jsonl
+from tests.support.cli import run_cli
+from tests.support.media import BASE64_RUN, Answer, serving, sim_prompt_tokens
 
 THINK = "I should use the tools for this."
 MODELS = ("sim-model", "ref-a", "ref-b", "ref-c", "judge")

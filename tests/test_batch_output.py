@@ -17,7 +17,8 @@ import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from model_tools import TOOL_TO_TOOLSET_MAP
-from tests.test_batch_support import (
+from tests.support.batch import (
+    SPEC_FIELDS,
     BatchCLI,
     human_prompt,
     read_json,
@@ -27,17 +28,6 @@ from tests.test_batch_support import (
     write_dataset,
 )
 
-SPEC_FIELDS = [  # a trajectory entry's top-level fields, in order
-    "prompt_index",
-    "conversations",
-    "metadata",
-    "completed",
-    "partial",
-    "api_calls",
-    "toolsets_used",
-    "tool_stats",
-    "tool_error_counts",
-]
 ROWS: list[dict[str, Any]] = [
     {"prompt": "Output row zero", "metadata": {"prompt_source": "unit", "difficulty": "easy"}},
     {"prompt": "Output row one", "metadata": {"topic": "math", "level": 3}},

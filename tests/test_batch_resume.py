@@ -11,7 +11,7 @@ import pytest
 
 from agent.servers.endpoint_server import EndpointFault
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_batch_support import (
+from tests.support.batch import (
     BatchCLI,
     batch_prompts,
     human_prompt,

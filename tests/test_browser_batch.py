@@ -18,7 +18,7 @@ import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.fixtures.browser import require_browser
-from tests.test_batch_support import (
+from tests.support.batch import (
     API_KEY,
     BatchCLI,
     human_prompt,
@@ -27,7 +27,7 @@ from tests.test_batch_support import (
     wait_until,
     write_dataset,
 )
-from tests.test_browser_support import chromium_pids, serve_pages
+from tests.support.browser import chromium_pids, serve_pages
 from tools.browser import TOOLSET
 from tools.browser.host import MAX_TMPDIR_BYTES
 

@@ -12,7 +12,7 @@ import zlib
 
 from agent.protocols import ToolConfig
 from tests.fixtures.browser import Worker
-from tests.test_browser_support import (
+from tests.support.browser import (
     browsing,
     call,
     serve_pages,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from agent.common.network_policy import NetworkPolicy
-from tests.test_browser_support import serve_pages
+from tests.support.browser import serve_pages
 from tools.browser.proxy import REFUSED_HEADER, PolicyProxy, open_proxy
 
 LOOPBACK = NetworkPolicy.from_allow_list(["127.0.0.1"])

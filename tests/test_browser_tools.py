@@ -16,7 +16,7 @@ from agent.protocols import ToolConfig
 from agent.toolbox.context import Resources
 from agent.toolbox.registry import resolve_tools
 from tests.fixtures.browser import Worker
-from tests.test_browser_support import (
+from tests.support.browser import (
     browsing,
     call,
     conversation,

@@ -14,7 +14,7 @@ from agent.protocols import ToolConfig
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from run_agent import AIAgent
 from tests.fixtures.browser import Worker
-from tests.test_browser_support import browsing, call, serve_pages
+from tests.support.browser import browsing, call, serve_pages
 
 QUESTION = "What colour is the square on the page?"
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from agent.batch.capacity import needed_fds
-from tests.test_batch_support import BatchCLI, prompts_dataset
+from tests.support.batch import BatchCLI, prompts_dataset
 
 RAISE_AND_REPORT = """
 import resource, sys

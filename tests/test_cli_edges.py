@@ -23,7 +23,7 @@ from agent.sandboxes import SandboxOptions, unavailable_reason
 from agent.servers.faults import EndpointFault
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from agent.toolbox.registry import resolve_tools
-from tests.test_batch_support import (
+from tests.support.batch import (
     BatchCLI,
     kill_started,
     prompts_dataset,

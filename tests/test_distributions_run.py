@@ -13,7 +13,6 @@ from __future__ import annotations
 import http.server
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from agent.protocols import ToolConfig
 from agent.servers.simulated.server import SimulatedEndpoint
 from agent.toolbox.distributions import DISTRIBUTIONS
 from agent.toolbox.registry import ALL_TOOLS, TOOLSETS, toolset_availability, unavailable_reason
-from tests.test_batch_support import (
+from tests.support.batch import (
     API_KEY,
     BatchCLI,
     Finished,
@@ -35,7 +34,6 @@ from tests.test_batch_support import (
 
 PENDING: frozenset[str] = frozenset()  # toolsets not implemented yet: none left
 PROMPTS = 50
-AT_ONCE = 3  # runs in parallel: the start-up of a runner is mostly single-threaded imports
 # What the runs' flags below configure (the batch CLI sets artifacts_dir to the run directory).
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus"
 TOOLS = ToolConfig(
@@ -58,7 +56,7 @@ class _Page(http.server.BaseHTTPRequestHandler):
         pass  # quiet: pytest shows stderr of failing tests
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def page_url() -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -70,7 +68,7 @@ def page_url() -> Iterator[str]:
         server.server_close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def endpoint(page_url: str) -> Iterator[SimulatedEndpoint]:
     with SimulatedEndpoint(tool_url=page_url) as started:
         yield started
@@ -90,30 +88,25 @@ class DistributionRun:
     finished: Finished
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, endpoint: SimulatedEndpoint) -> dict[str, DistributionRun]:
-    """One run per distribution, a few at a time (each is a runner and one worker)."""
-
-    def run(name: str) -> DistributionRun:
-        workdir = tmp_path_factory.mktemp(name)
-        cli = BatchCLI(workdir, endpoint)
-        prompts = [f"{name} distribution prompt {i}" for i in range(PROMPTS)]
-        prompts_dataset(workdir / "p.jsonl", prompts)
-        finished = cli.run(
-            "--dataset_file=p.jsonl", f"--batch_size={PROMPTS}", "--run_name=dist", f"--distribution={name}",
-            "--num_workers=1", "--max_turns=2", "--seed=5", "--allow_hosts=127.0.0.1",
-            "--moa_models=sim-model", f"--web_corpus={CORPUS}",
-        )  # fmt: skip
-        return DistributionRun(workdir, cli, prompts, finished)
-
-    with ThreadPoolExecutor(AT_ONCE) as pool:
-        return dict(zip(sorted(DISTRIBUTIONS), pool.map(run, sorted(DISTRIBUTIONS)), strict=True))
+def _run(workdir: Path, endpoint: SimulatedEndpoint, name: str) -> DistributionRun:
+    """One run of the distribution (a runner and one worker). Each test makes its own, so that
+    pytest-xdist spreads the 17 runs over its workers."""
+    cli = BatchCLI(workdir, endpoint)
+    prompts = [f"{name} distribution prompt {i}" for i in range(PROMPTS)]
+    prompts_dataset(workdir / "p.jsonl", prompts)
+    finished = cli.run(
+        "--dataset_file=p.jsonl", f"--batch_size={PROMPTS}", "--run_name=dist", f"--distribution={name}",
+        "--num_workers=1", "--max_turns=2", "--seed=5", "--allow_hosts=127.0.0.1",
+        "--moa_models=sim-model", f"--web_corpus={CORPUS}",
+    )  # fmt: skip
+    return DistributionRun(workdir, cli, prompts, finished)
 
 
 @pytest.mark.parametrize("name", sorted(DISTRIBUTIONS))
 def test_a_fifty_prompt_run_of_the_distribution(
-    name: str, runs: dict[str, DistributionRun], endpoint: SimulatedEndpoint
+    name: str, tmp_path: Path, endpoint: SimulatedEndpoint
 ) -> None:
+    runs = {name: _run(tmp_path, endpoint, name)}
     cli, prompts, run = runs[name].cli, runs[name].prompts, runs[name].finished
     offered = _offered_by_prompt(endpoint, set(prompts))
     missing = sorted(set(DISTRIBUTIONS[name].toolsets) & PENDING)

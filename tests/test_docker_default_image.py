@@ -6,13 +6,13 @@ from __future__ import annotations
 import random
 
 from tests.fixtures.containers import DEFAULT_IMAGE
-from tests.test_batch_docker import DockerRun, docker_run, run_cleanly  # noqa: F401  (docker_run: a fixture)
-from tests.test_batch_support import read_json, trajectory_prompts
+from tests.fixtures.docker_run import DockerRun, run_cleanly
+from tests.support.batch import read_json, trajectory_prompts
 
 NO_SUCH_DEFAULT = f"sandbox-test/no-such-default-{random.randrange(16**8):08x}:1"
 
 
-def test_a_missing_default_image_is_no_obstacle_when_every_row_names_its_own(docker_run: DockerRun) -> None:  # noqa: F811
+def test_a_missing_default_image_is_no_obstacle_when_every_row_names_its_own(docker_run: DockerRun) -> None:
     prompts = ["Docker: own image 0", "Docker: own image 1"]
     docker_run.write([{"prompt": prompt, "image": DEFAULT_IMAGE} for prompt in prompts])
     docker_run.script(dict.fromkeys(prompts, "cat /etc/os-release"))
@@ -23,7 +23,7 @@ def test_a_missing_default_image_is_no_obstacle_when_every_row_names_its_own(doc
     assert read_json(docker_run.run_dir / "run_config.json")["sandbox"]["default_image"] is None
 
 
-def test_a_missing_default_image_stops_a_run_with_a_row_that_needs_it(docker_run: DockerRun) -> None:  # noqa: F811
+def test_a_missing_default_image_stops_a_run_with_a_row_that_needs_it(docker_run: DockerRun) -> None:
     docker_run.write([{"prompt": "Docker: own", "image": DEFAULT_IMAGE}, {"prompt": "Docker: default"}])
     finished = run_cleanly(docker_run, f"--image={NO_SUCH_DEFAULT}")
     assert finished.returncode == 2, finished

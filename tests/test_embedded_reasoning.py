@@ -13,7 +13,7 @@ from typing import Any
 
 from agent.servers.embedded.adapter import build_response
 from agent.servers.endpoint_server import EndpointServer
-from tests.test_batch_support import API_KEY, BatchCLI, read_json, read_jsonl, write_dataset
+from tests.support.batch import API_KEY, BatchCLI, read_json, read_jsonl, write_dataset
 
 TOOL_THEN_ANSWER, CUT = "Say hi with the terminal", "Cut me off"
 CUT_OFF = '{"reasoning": "I will use the terminal tool to ec'

@@ -22,7 +22,7 @@ from agent.errors import ConfigError
 from agent.export.columns import ENTRY_SCHEMA
 from agent.export.openai_messages import Conversation, to_sharegpt
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_batch_support import (
+from tests.support.batch import (
     API_KEY,
     BatchCLI,
     read_json,

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.hub_double import HubDouble
-from tests.test_batch_support import read_jsonl, write_dataset
-from tests.test_hub_push import TOKEN, HubCLI
+from tests.support.batch import read_jsonl, write_dataset
+from tests.support.hub import TOKEN, HubCLI
+from tests.support.hub_double import HubDouble
 
 datasets = pytest.importorskip("datasets")
 

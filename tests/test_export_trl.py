@@ -17,7 +17,7 @@ import pytest
 from agent.export.run_export import export_run
 from agent.export.sharegpt import convert
 from agent.protocols.turns import from_openai_messages
-from tests.test_openai_messages import HISTORIES, SCHEMAS
+from tests.support.histories import HISTORIES, SCHEMAS
 
 datasets = pytest.importorskip("datasets")
 transformers = pytest.importorskip("transformers")  # dev dependency: installed wherever the suite runs

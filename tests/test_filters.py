@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_batch_support import BatchCLI, human_prompt, prompts_dataset, read_json, read_jsonl
+from tests.support.batch import BatchCLI, human_prompt, prompts_dataset, read_json, read_jsonl
 
 THINK = "Let me think about this first."
 SCRIPTS: dict[str, list[Turn]] = {

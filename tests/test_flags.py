@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from agent.cli.help_page import help_page
 from agent.config.agent_config import AgentConfig
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError
+from tests.support.cli import assert_lists_every_flag
 
 FALSE_SPELLINGS = ("false", "False", "FALSE", "0", "no", "No")
 TRUE_SPELLINGS = ("true", "True", "1", "yes", "YES")
@@ -211,21 +211,6 @@ def test_a_required_flag_missing_is_named() -> None:
 
 
 # ---------------------------------------------------------------- help and defaults
-
-
-def assert_lists_every_flag(page: str, cli: str, defaults: Mapping[str, str]) -> None:
-    """`page` has one row per flag of `cli`, ending in its default; `defaults` pins some as text."""
-    rows = {
-        line.split()[0].split("=")[0].split("[")[0]: line
-        for line in page.splitlines()
-        if line.startswith("  --")
-    }
-    assert sorted(rows) == sorted(f"--{flag.name}" for flag in flags_of(cli))
-    for flag in flags_of(cli):
-        expected = "[required]" if flag.required else f"[default: {flag.shown_default}]"
-        assert rows[f"--{flag.name}"].endswith(expected), rows[f"--{flag.name}"]
-    for name, default in defaults.items():
-        assert rows[f"--{name}"].endswith(f"[default: {default}]"), rows[f"--{name}"]
 
 
 @pytest.mark.parametrize("cli", CLIS)

@@ -1,4 +1,4 @@
-"""`--push_to_hub` against a loopback test double of the Hub (`tests/hub_double.py`), through the
+"""`--push_to_hub` against a loopback test double of the Hub (`tests/support/hub_double.py`), through the
 real `huggingface_hub` client in the real `batch_runner.py`: a run pushes its exports and a
 dataset card in one commit, private by default; `datasets` loads every config of the pushed tree;
 the token travels only in the Authorization header; a refused token, an unreachable Hub or no
@@ -18,44 +18,21 @@ import yaml
 
 from agent.export.openai_messages import Conversation, to_sharegpt
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.hub_double import HubDouble
-from tests.test_batch_support import (
-    BatchCLI,
+from tests.support.batch import (
     Finished,
     prompts_dataset,
     read_jsonl,
     requested_prompts,
     tool_then_answer,
 )
+from tests.support.hub import TOKEN, HubCLI
+from tests.support.hub_double import HubDouble
 
 datasets = pytest.importorskip("datasets")
 
-TOKEN = "hf_double_token_5b2c81d0e4"
 PROMPTS = ["Hub prompt one", "Hub prompt two", "Hub prompt three"]
 RUN = ("--batch_size=2", "--distribution=terminal_only", "--model=sim/hub-model", "--num_workers=1")
 FILES = ("data/openai.parquet", "data/sharegpt.parquet", "README.md")
-
-
-class HubCLI(BatchCLI):
-    """The batch runner with the Hub's address and token (or none) in its environment."""
-
-    def __init__(
-        self,
-        workdir: Path,
-        endpoint: SimulatedEndpoint,
-        hub_url: str,
-        token: str | None,
-        hf_home: str = "hf-home",
-    ) -> None:
-        super().__init__(workdir, endpoint)
-        self.hub_url, self.token, self.hf_home = hub_url, token, workdir / hf_home
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in super().env().items() if not k.startswith(("HF_", "HUGGING_FACE"))}
-        env.update(HF_ENDPOINT=self.hub_url, HF_HOME=str(self.hf_home), HF_HUB_DISABLE_TELEMETRY="1")
-        if self.token is not None:
-            env["HF_TOKEN"] = self.token
-        return env
 
 
 @dataclass

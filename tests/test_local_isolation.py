@@ -28,7 +28,7 @@ from agent.sandboxes.local import tracking
 from agent.sandboxes.local.sandbox import open_pool
 from agent.servers.simulated.server import SimulatedEndpoint
 from tests.fixtures.containers import missing
-from tests.test_batch_support import BatchCLI, read_json, tool_then_answer, write_dataset
+from tests.support.batch import BatchCLI, read_json, tool_then_answer, write_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 # Each prints the pid of a process that left the command's process group, its cwd and HOME.

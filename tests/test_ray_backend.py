@@ -12,70 +12,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.test_batch_support import BatchCLI, prompts_dataset, read_jsonl, trajectory_prompts
-
-LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-NODE = {"node_ip_address": "127.0.0.1", "num_cpus": 1, "include_dashboard": False}
-
-
-class RayCluster:
-    def __init__(self, cluster: Any, sandbox_tmp: Path) -> None:
-        self.cluster, self.sandbox_tmp = cluster, sandbox_tmp
-
-    @property
-    def address(self) -> str:
-        return str(self.cluster.address)
-
-    def sandboxes_left(self, run_name: str) -> list[str]:
-        root = self.sandbox_tmp / "agent-sandboxes" / run_name
-        return sorted(p.name for p in root.iterdir()) if root.exists() else []
-
-
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    """Head + 2 nodes, all on 127.0.0.1; their processes' TMPDIR (where local sandboxes go) is
-    this fixture's own directory."""
-    if os.environ.get("CI", "").lower() != "true":
-        pytest.importorskip("ray", reason='Ray is an optional extra: pip install -e ".[ray]"')
-    from ray.cluster_utils import Cluster
-
-    sandbox_tmp = tmp_path_factory.mktemp("ray-nodes")
-    (sandbox_tmp / "ray").mkdir()  # where Ray notes the address of the cluster it started
-    saved = {name: os.environ.get(name) for name in [*LOOPBACK, "TMPDIR"]}
-    os.environ.update(LOOPBACK, TMPDIR=str(sandbox_tmp))
-    # Ray's own sockets live under its temp dir: a short one (AF_UNIX paths hold 107 bytes)
-    node = dict(NODE, temp_dir=tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
-    cluster = Cluster(initialize_head=True, head_node_args=dict(node, dashboard_host="127.0.0.1"))
-    try:
-        for _ in range(2):
-            cluster.add_node(**node)
-        cluster.wait_for_nodes()
-        yield RayCluster(cluster, sandbox_tmp)
-    finally:
-        cluster.shutdown()
-        shutil.rmtree(node["temp_dir"], ignore_errors=True)
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def ray_args(cluster: RayCluster, *extra: str) -> list[str]:
-    return ["--backend=ray", f"--ray_address={cluster.address}", "--num_workers=3", *extra]
+from tests.fixtures.ray import RayCluster, ray_args
+from tests.support.batch import BatchCLI, prompts_dataset, read_jsonl, trajectory_prompts
 
 
 def comparable(run_dir: Path) -> list[str]:

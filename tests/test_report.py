@@ -8,7 +8,6 @@ import itertools
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,17 +23,10 @@ from agent.report.sample import StratifiedSample, shares
 from agent.report.turns import cut, readable
 from agent.store.timeline import COLUMNS, Timeline
 from bench.report import synthetic_entry, write_synthetic_run
-from tests.test_batch_support import REPO
+from tests.support.batch import REPO
+from tests.support.report import page_data
 
 HOSTILE = "</script><!-- <img src=x onerror=alert(1)> & \u2028"
-DATA = re.compile(r'<script type="application/json" id="report-data">(.*?)</script>', re.DOTALL)
-
-
-def page_data(html: str) -> dict[str, Any]:
-    match = DATA.search(html)
-    assert match is not None
-    data: dict[str, Any] = json.loads(match.group(1))
-    return data
 
 
 def hostile_entry(index: int) -> dict[str, Any]:

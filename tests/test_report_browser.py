@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.report_support import (
+from tests.support.batch import API_KEY
+from tests.support.report import (
     CHROMIUM,
     CHROMIUM_ARGS,
     HOSTILE_MARKUP,
@@ -23,7 +24,6 @@ from tests.report_support import (
     run_batch,
     save_artifact,
 )
-from tests.test_batch_support import API_KEY
 
 PLOTS = {"throughput", "in_flight", "rate_limits", "outcomes", "tools", "turns", "tokens", "reasoning"}
 MARKS = """() => [...document.querySelectorAll("svg.plot")].map((svg) => ({

@@ -5,10 +5,7 @@ secrecy, and one clear line with a distinct exit code for each way it can fail."
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,43 +13,10 @@ import pytest
 from agent.cli.flags import QUERY
 from agent.servers.endpoint_server import EndpointFault
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_flags import assert_lists_every_flag
+from tests.support.cli import assert_lists_every_flag, endpoint_flags, run_cli, script_tool_then_answer
 
-ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-test-CLI-9876543210fedcba"
 FILE_AND_TERMINAL = ["patch", "process", "read_file", "search_files", "terminal", "write_file"]
-
-
-def run_cli(cwd: Path, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the CLI in `cwd` with no API key in its environment unless `env` adds one."""
-    base = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENROUTER_API_KEY")}
-    tmp = cwd / "tmp"
-    tmp.mkdir(exist_ok=True)
-    base.update({"TERMINAL_ENV": "local", "TMPDIR": str(tmp)}, **(env or {}))
-    if not any(flag.startswith("--enabled_toolsets") for flag in flags):
-        # all toolsets (the default) need some that are unavailable here, which stops the
-        # command: tests that are not about toolsets offer the ones every machine has
-        flags = (*flags, "--enabled_toolsets=terminal,file")
-    return subprocess.run(
-        [sys.executable, str(ROOT / "run_agent.py"), *flags],
-        cwd=cwd,
-        env=base,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def endpoint_flags(endpoint: SimulatedEndpoint, query: str) -> list[str]:
-    return [f"--query={query}", "--model=sim-model", f"--base_url={endpoint.base_url}"]
-
-
-def script_tool_then_answer(
-    endpoint: SimulatedEndpoint, query: str, answer: str, command: str = "echo 42"
-) -> None:
-    call = ("terminal", json.dumps({"command": command}))
-    endpoint.script(query, [Turn(tool_calls=(call,)), Turn(content=answer)])
 
 
 def saved_lines(path: Path) -> list[dict[str, object]]:

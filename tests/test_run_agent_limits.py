@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agent.sandboxes.host import memory_limits
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.test_run_agent_cli import endpoint_flags, run_cli, script_tool_then_answer
+from tests.support.cli import endpoint_flags, run_cli, script_tool_then_answer
 
 HOG = "python3 -c \"b = b'x' * (200 << 20); print('allocated')\""  # 200 MB, touched
 

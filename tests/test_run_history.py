@@ -21,7 +21,7 @@ from agent.servers.simulated.server import SimulatedEndpoint
 from agent.store.run_history import join_timelines, previous_invocations, with_history
 from agent.store.statistics import render_statistics
 from agent.store.timeline import COLUMNS, TIMELINE_POINTS
-from tests.test_batch_support import (
+from tests.support.batch import (
     QUICK_AND_SLOW,
     BatchCLI,
     interrupt_after_the_quick_prompts,

@@ -23,8 +23,8 @@ from agent.errors import ConfigError
 from agent.llm.request import _dialect_fields, build_request
 from agent.protocols import ChatRequest
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_batch_support import BatchCLI, human_prompt, read_json, read_jsonl, write_dataset
-from tests.test_run_agent_cli import endpoint_flags, run_cli
+from tests.support.batch import BatchCLI, human_prompt, read_json, read_jsonl, write_dataset
+from tests.support.cli import endpoint_flags, run_cli
 
 FLAGS = (
     "--temperature=0.3",

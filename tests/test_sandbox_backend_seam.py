@@ -24,7 +24,7 @@ from agent import sandboxes
 from agent.protocols import RowProblem, Sandbox, SandboxBackend, SandboxOptions, SandboxPool, SandboxSpec
 from agent.sandboxes.local import LocalBackend
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_batch_support import (
+from tests.support.batch import (
     REPO,
     RUN_TIMEOUT,
     BatchCLI,

@@ -146,19 +146,27 @@ def _loop_backing_files() -> list[str]:
 @pytest.mark.skipif(disk_image.unavailable_reason() is not None, reason="no disk image can be mounted here")
 def test_reaping_removes_the_disk_image_of_a_dead_runner(container_engine: Engine, tmp_path: Path) -> None:
     client = engine_client()
-    disk_image.make(client, str(tmp_path), "dead-owner", 8)
-    disk_image.make(client, str(tmp_path), "live-owner", 8)
+    # Names of this test's own: an engine may be shared with another run of the suite (xdist
+    # workers, another checkout), whose volumes the last check must not see.
+    dead_owner, live_owner = (f"{role}-owner-{os.urandom(4).hex()}" for role in ("dead", "live"))
+    disk_image.make(client, str(tmp_path), dead_owner, 8)
+    disk_image.make(client, str(tmp_path), live_owner, 8)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    owner_file = tmp_path / (disk_image.DIR_PREFIX + "dead-owner") / OWNER_FILE
+    owner_file = tmp_path / (disk_image.DIR_PREFIX + dead_owner) / OWNER_FILE
     owner_file.write_text(json.dumps({**current_owner(), "pid": str(dead.pid)}))
     reaped = disk_image.reap(client, str(tmp_path))
-    volumes = [f"{disk_image.VOLUME_PREFIX}dead-owner-{place}" for place in ("tmp", "workspace")]
+    volumes = [f"{disk_image.VOLUME_PREFIX}{dead_owner}-{place}" for place in ("tmp", "workspace")]
     dead = [str(owner_file.parent), *volumes]
-    assert set(dead) <= set(reaped) and not [name for name in reaped if "live-owner" in name], reaped
-    assert [path.name for path in tmp_path.iterdir()] == [disk_image.DIR_PREFIX + "live-owner"]
-    disk_image.remove(client, str(tmp_path), "live-owner")
-    assert client.volumes.list(filters={"label": f"{disk_image.VOLUME_LABEL}=1", "name": "-owner-"}) == []
+    assert set(dead) <= set(reaped) and not [name for name in reaped if live_owner in name], reaped
+    assert [path.name for path in tmp_path.iterdir()] == [disk_image.DIR_PREFIX + live_owner]
+    disk_image.remove(client, str(tmp_path), live_owner)
+    label = f"{disk_image.VOLUME_LABEL}=1"
+    assert [
+        v
+        for owner in (dead_owner, live_owner)
+        for v in client.volumes.list(filters={"label": label, "name": owner})
+    ] == []
     _assert_no_disk_image_left(tmp_path)
 
 

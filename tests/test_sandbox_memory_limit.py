@@ -24,7 +24,7 @@ from agent.sandboxes.bwrap.sandbox import open_sandbox as open_bwrap
 from agent.sandboxes.host import memory_limits
 from agent.sandboxes.local.sandbox import open_sandbox as open_local
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.test_batch_support import (
+from tests.support.batch import (
     BatchCLI,
     human_prompt,
     kill_started,

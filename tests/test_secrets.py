@@ -28,7 +28,7 @@ from agent.common.redaction import Redactor
 from agent.common.secrets import SECRET_VARIABLES, is_secret_flag, strip_secret_flags
 from agent.servers.faults import EndpointFault
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_batch_support import REPO, prompts_dataset, tool_then_answer
+from tests.support.batch import REPO, prompts_dataset, tool_then_answer
 
 KEY = "sk-canary-" + secrets.token_hex(12)  # never in this process's own environment
 TOKEN = "hf_canary" + secrets.token_hex(12)

@@ -23,8 +23,8 @@ from agent.llm.shared_limit import HORIZON, LAPSE, STALE, TURN, Grant, LimitHub,
 from agent.protocols import ChatRequest
 from agent.servers.simulated.replies import usage_of
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_batch_support import BatchCLI, kill_started, tool_then_answer, wait_until, write_dataset
-from tests.test_ray_backend import RayCluster, ray_args, ray_cluster  # noqa: F401 (a fixture: its 3 nodes)
+from tests.fixtures.ray import RayCluster, ray_args
+from tests.support.batch import BatchCLI, kill_started, tool_then_answer, wait_until, write_dataset
 
 
 def test_a_burst_seen_by_one_member_cuts_and_pauses_everyone_once() -> None:
@@ -336,7 +336,7 @@ def test_max_inflight_holds_at_the_endpoint_for_any_number_of_workers(
 
 def test_max_inflight_holds_at_the_endpoint_over_more_ray_actors_than_slots(
     tmp_path: Path,
-    ray_cluster: RayCluster,  # noqa: F811 (the fixture imported above)
+    ray_cluster: RayCluster,
 ) -> None:
     """`--backend=ray`: `--max_inflight=2` over three actors on three nodes (their hub is an
     actor): at most 2 calls at the endpoint at once, and every prompt finishes."""

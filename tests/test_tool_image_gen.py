@@ -17,7 +17,7 @@ from agent.common.images import PNG_SIGNATURE, sniff
 from agent.protocols import Sandbox, ToolConfig
 from agent.servers.simulated.server import SimulatedEndpoint
 from agent.toolbox.context import SandboxContext
-from tests.media_support import BASE64_RUN, tool_context
+from tests.support.media import BASE64_RUN, tool_context
 from tools import image_gen
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,7 @@ import pytest
 from agent.protocols import Sandbox, ToolConfig
 from agent.servers.simulated.server import SimulatedEndpoint
 from agent.toolbox.context import SandboxContext
-from tests.media_support import sim_prompt_tokens, tool_context
+from tests.support.media import sim_prompt_tokens, tool_context
 from tools import moa
 
 pytestmark = pytest.mark.anyio

@@ -15,7 +15,7 @@ from rich.console import Console
 from agent.report.build import RunReport
 from agent.store.merge import merge_run
 from agent.store.statistics import RunStatistics, render_statistics
-from tests.test_report import page_data
+from tests.support.report import page_data
 
 ENTRIES = 20  # each calls its share of the invented names, all in one turn
 PAD = "N" * 180  # the hostile tester's names: ~190 characters each

@@ -17,7 +17,7 @@ from agent.protocols import Sandbox, ToolConfig
 from agent.servers.simulated.png import encode_png
 from agent.servers.simulated.server import SimulatedEndpoint
 from agent.toolbox.context import SandboxContext
-from tests.media_support import Answer, serving, tool_context
+from tests.support.media import Answer, serving, tool_context
 from tools import vision
 
 pytestmark = pytest.mark.anyio

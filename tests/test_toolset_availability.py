@@ -12,7 +12,7 @@ import pytest
 from agent.protocols import ToolConfig
 from agent.servers.simulated.server import SimulatedEndpoint
 from agent.toolbox.registry import TOOLSETS, toolset_availability, toolset_backends, unavailable_toolsets
-from tests.test_batch_support import API_KEY, BatchCLI, prompts_dataset, read_json, read_jsonl
+from tests.support.batch import API_KEY, BatchCLI, prompts_dataset, read_json, read_jsonl
 
 # Web needs a search backend (none is configured here); the browser is made unavailable by
 # pointing it at a Chromium that does not exist, so the tests run alike with or without one.

@@ -17,34 +17,7 @@ from agent.export.formats import FORMATS, get_format, render
 from agent.export.samples_file import save_trajectory
 from agent.export.sharegpt import ShareGPT, convert, hermes_system_message, to_sharegpt
 from agent.protocols.turns import MalformedMessage, from_openai_messages
-
-GOLDEN = Path(__file__).parent / "golden" / "spec_example.json"
-TERMINAL = {
-    "name": "terminal",
-    "description": "Execute shell commands",
-    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
-}
-
-
-def user(text: str, **extra: Any) -> dict[str, Any]:
-    return {"role": "user", "content": text, **extra}
-
-
-def assistant(
-    content: str = "", reasoning: str | None = None, calls: Any = None, **extra: Any
-) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content, "reasoning": reasoning, **extra}
-    if calls is not None:
-        message["tool_calls"] = calls
-    return message
-
-
-def call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-def result(call_id: str, name: str, content: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+from tests.support.histories import GOLDEN, TERMINAL, assistant, call, result, user
 
 
 def gpt_values(conversations: list[dict[str, str]]) -> list[str]:

@@ -33,9 +33,8 @@ from agent.servers.endpoint_server import EndpointServer
 from agent.servers.simulated.replies import build_completion
 from agent.servers.simulated.server import Turn
 from agent.toolbox.registry import resolve_tools
-from tests.test_openai_messages import HISTORIES
-from tests.test_trajectory import call
-from tests.test_worker import job
+from tests.support.batch import job
+from tests.support.histories import HISTORIES, call
 
 ls = json.dumps({"command": "ls"})
 FOREIGN: dict[str, list[dict[str, Any]]] = {

@@ -16,8 +16,7 @@ import pytest
 from aiohttp import web
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.search_api_doubles import LoopbackServer, SearchAPIDouble
-from tests.test_batch_support import (
+from tests.support.batch import (
     BatchCLI,
     kill_started,
     read_json,
@@ -26,7 +25,7 @@ from tests.test_batch_support import (
     wait_until,
     write_dataset,
 )
-from tests.test_web_extract import hostile_html
+from tests.support.search_api_doubles import LoopbackServer, SearchAPIDouble, hostile_html
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "data" / "corpus"

@@ -18,8 +18,8 @@ from agent.common.fetch import PolicyResolver
 from agent.common.network_policy import NetworkPolicy, PolicyRefusal
 from agent.protocols import ToolConfig
 from agent.toolbox.context import SandboxContext
-from tests.search_api_doubles import LoopbackServer
-from tests.test_batch_support import children_of
+from tests.support.batch import children_of
+from tests.support.search_api_doubles import LoopbackServer, hostile_html
 from tools.web import extractors
 from tools.web.extract import PAGE_CHARS
 from tools.web.fetch import MAX_BYTES
@@ -235,11 +235,6 @@ def test_the_connection_resolver_answers_only_addresses_the_policy_allows() -> N
         asyncio.run(resolve(NetworkPolicy.from_allow_list([])))
     allowed = asyncio.run(resolve(NetworkPolicy.from_allow_list(["127.0.0.0/8", "::1"])))
     assert allowed and set(allowed) <= {"127.0.0.1", "::1"}
-
-
-def hostile_html(kib: int = 768) -> bytes:
-    """Repeated `<div><p>a b c</p></div>`: trafilatura needs ~100 s of CPU for 768 KiB of it."""
-    return ("<html><body>" + "<div><p>a b c</p></div>" * (kib * 1024 // 23) + "</body></html>").encode()
 
 
 def extract_children() -> list[int]:

@@ -1,5 +1,5 @@
 """web_search through each search API (loopback TEST DOUBLES speaking the vendors' documented
-shapes, tests/search_api_doubles.py), the backend choice and its unavailability reasons, the
+shapes, tests/support/search_api_doubles.py), the backend choice and its unavailability reasons, the
 errors the model reads, and the settings the command line builds (keys from the environment
 only, never in the public config)."""
 
@@ -22,7 +22,7 @@ from agent.errors import ConfigError
 from agent.protocols import ToolConfig
 from agent.toolbox.context import SandboxContext
 from agent.toolbox.registry import resolve_tools, toolset_availability
-from tests.search_api_doubles import SearchAPIDouble
+from tests.support.search_api_doubles import SearchAPIDouble
 from tools.web import backends, search_client
 from tools.web.handlers import web_search
 from tools.web.search_apis import RESULTS, SEARCH_APIS

@@ -14,7 +14,6 @@ import pytest
 import uvloop
 
 from agent.batch.events import Cancelled, Discarded, Failed, Finished, LimiterReport, WorkerExit, WorkerReady
-from agent.batch.jobs import Job
 from agent.batch.records import answer
 from agent.batch.worker import event_loop_factory
 from agent.config.agent_config import AgentConfig
@@ -26,8 +25,8 @@ from agent.protocols.turns import ToolTurn, from_openai_messages, to_openai_mess
 from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP, resolve_tools
-from tests.test_agent_loop import endpoint_with_call_ids
-from tests.test_batch_output import SPEC_FIELDS
+from tests.support.batch import SPEC_FIELDS, job
+from tests.support.endpoints import endpoint_with_call_ids
 
 
 def test_workers_run_their_conversations_on_uvloop() -> None:
@@ -37,20 +36,6 @@ def test_workers_run_their_conversations_on_uvloop() -> None:
         assert loop.run_until_complete(asyncio.sleep(0, result="ran")) == "ran"
     finally:
         loop.close()
-
-
-def job(**fields: Any) -> Job:
-    base: dict[str, Any] = {
-        "index": 7,
-        "key": "k7",
-        "prompt": "q",
-        "image": None,
-        "cwd": None,
-        "metadata": {"tag": "x", "model": "the row's, overridden"},
-        "batch_num": 3,
-        "toolsets": ("terminal",),
-    }
-    return Job(**{**base, **fields})
 
 
 def calling(reasoning: str | None, *calls: tuple[str, str, str]) -> dict[str, Any]:

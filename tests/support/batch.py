@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from agent.batch.jobs import Job
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RUNNER = str(REPO / "batch_runner.py")
 API_KEY = "sk-test-secret-7f3a9c"  # must never appear in anything the runner writes
 RUN_TIMEOUT = 240.0
@@ -251,3 +252,53 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
         for p in sorted(directory.rglob("*"))
         if p.is_file()
     }
+
+
+def worker_pids(runner: int) -> list[int]:
+    """The runner's worker processes (spawned by multiprocessing; not its resource tracker)."""
+    found = []
+    for pid in children_of(runner):
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
+def commands_of(worker: int) -> list[int]:
+    return children_of(worker)
+
+
+def sleepy_run(tmp_path: Path, endpoint: SimulatedEndpoint, prompts: list[str], seconds: int) -> BatchCLI:
+    for prompt in prompts:
+        endpoint.script(prompt, tool_then_answer(command=f"sleep {seconds}"))
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+    return BatchCLI(tmp_path, endpoint)
+
+
+SPEC_FIELDS = [  # a trajectory entry's top-level fields, in order
+    "prompt_index",
+    "conversations",
+    "metadata",
+    "completed",
+    "partial",
+    "api_calls",
+    "toolsets_used",
+    "tool_stats",
+    "tool_error_counts",
+]
+
+
+def job(**fields: Any) -> Job:
+    base: dict[str, Any] = {
+        "index": 7,
+        "key": "k7",
+        "prompt": "q",
+        "image": None,
+        "cwd": None,
+        "metadata": {"tag": "x", "model": "the row's, overridden"},
+        "batch_num": 3,
+        "toolsets": ("terminal",),
+    }
+    return Job(**{**base, **fields})

@@ -161,3 +161,8 @@ class SearchAPIDouble:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+def hostile_html(kib: int = 768) -> bytes:
+    """Repeated `<div><p>a b c</p></div>`: trafilatura needs ~100 s of CPU for 768 KiB of it."""
+    return ("<html><body>" + "<div><p>a b c</p></div>" * (kib * 1024 // 23) + "</body></html>").encode()

@@ -1,6 +1,6 @@
 """Figures for runs that heal themselves (not collected by pytest):
 
-    python -m tests.bench_worker_kills [pairs] [prompts] [kill_every_s]
+    python -m bench.worker_kills [pairs] [prompts] [kill_every_s]
 
 Paired runs of one small dataset (each prompt: a `sleep 0.3` tool call, then an answer) with 2
 workers and --max_inflight=8 against the simulated endpoint: undisturbed, then with a random
@@ -22,8 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.test_batch_exits import worker_pids
-from tests.test_batch_support import BatchCLI, kill_started, read_json, tool_then_answer, write_dataset
+from tests.support.batch import (
+    BatchCLI,
+    kill_started,
+    read_json,
+    tool_then_answer,
+    worker_pids,
+    write_dataset,
+)
 
 
 def killer(runner: int, every: float, stop: threading.Event, rng: random.Random) -> None:

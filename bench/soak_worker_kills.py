@@ -1,6 +1,6 @@
 """Soak check (not collected by pytest): kill a random worker of real runs, check every exit code.
 
-    python -m tests.soak_worker_kills [runs] [seed]
+    python -m bench.soak_worker_kills [runs] [seed]
 
 Each run: 12 prompts (2 without reasoning, discarded), 2 workers, a random --max_inflight, a
 tool call sleeping 0–1.5 s; after a random pause one worker is SIGKILLed (a random one, or one
@@ -19,21 +19,23 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.test_batch_exits import commands_of, worker_pids
-from tests.test_batch_support import (
+from tests.support.batch import (
     BatchCLI,
+    commands_of,
     human_prompt,
     kill_started,
     read_jsonl,
     tool_then_answer,
     trajectory_prompts,
+    worker_pids,
     write_dataset,
 )
 
 
-def one_run(cli: BatchCLI, name: str, prompts: list[str], rng: random.Random) -> dict[str, object]:
+def one_run(cli: BatchCLI, name: str, prompts: list[str], rng: random.Random) -> dict[str, Any]:
     flags = ("--dataset_file=d.jsonl", "--batch_size=4", f"--run_name={name}", "--num_workers=2")
     proc = cli.start(*flags, f"--max_inflight={rng.choice([2, 4, 8, 64])}", log_name=name)
     time.sleep(rng.uniform(0.5, 4.0))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 
 from agent.servers.faults import EndpointFault
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.test_batch_support import REPO, BatchCLI, Finished, write_dataset
+from tests.support.batch import REPO, BatchCLI, Finished, write_dataset
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -77,7 +78,7 @@ def script(endpoint: SimulatedEndpoint) -> None:
 
 
 # The development distribution samples web and moa too: give them a backend.
-CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "data" / "corpus"
 TOOL_FLAGS = (f"--web_corpus={CORPUS}", "--moa_models=sim/reference")
 
 
@@ -108,3 +109,13 @@ def save_artifact(source: Path) -> None:
         target = REPO / "test-artifacts" / "report"
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy(source, target / source.name)
+
+
+DATA = re.compile(r'<script type="application/json" id="report-data">(.*?)</script>', re.DOTALL)
+
+
+def page_data(html: str) -> dict[str, Any]:
+    match = DATA.search(html)
+    assert match is not None
+    data: dict[str, Any] = json.loads(match.group(1))
+    return data
