@@ -14,6 +14,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from rich.console import Console
@@ -163,10 +164,13 @@ class BatchRun:
                 "--max_cost without --price_input/--price_output counts only the costs the endpoint "
                 "reports (usage.cost): an endpoint that reports none is never stopped"
             )
+        # no more workers than prompts to run: each costs a process start (an interpreter, the
+        # model client, a sandbox pool), and fewer workers get more of --max_inflight each
+        config = replace(self.config, num_workers=min(self.config.num_workers, todo))
         progress = RunProgress(todo + already_done, already_done, console=self.console)
-        self.monitor = RunMonitor(progress, self.timeline, self.config)
+        self.monitor = RunMonitor(progress, self.timeline, config)
         with progress:
-            self.workers = self.make_backend(self.config, self._on_event, self._tick)
+            self.workers = self.make_backend(config, self._on_event, self._tick)
             ended = drive(self.workers, self._jobs())
             self.monitor.finish()
             return ended

@@ -177,7 +177,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("provider_sort", "str", _agent("provider_sort"), "how providers are ranked",
          "Provider routing (OpenRouter)", choices=PROVIDER_SORTS, shown="none"),
     # Workers and budgets
-    Flag("num_workers", "int", _run("num_workers"), "worker processes", "Workers and budgets", _BATCH,
+    Flag("num_workers", "int", _run("num_workers"),
+         "worker processes (or Ray actors); never more than prompts to run", "Workers and budgets", _BATCH,
          minimum=1),
     Flag("max_inflight", "int", _run("max_inflight"), "model calls in flight at once across all workers",
          "Workers and budgets", _BATCH, minimum=1),
