@@ -24,11 +24,15 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     info = getattr(item, "_fixtureinfo", None)  # a test function's fixtures (other items have none)
     if info is None:
         return
-    scopes = {definitions[-1].scope for definitions in info.name2fixturedefs.values() if definitions}
-    if "module" not in scopes:
-        return
-    group = item.nodeid.split("::")[0]
-    item.add_marker(pytest.mark.xdist_group(group))
+    named = item.get_closest_marker("xdist_group")
+    if named is not None:  # a module's own group (e.g. the runs that reap a shared engine)
+        group = str(named.args[0] if named.args else named.kwargs["name"])
+    else:
+        scopes = {definitions[-1].scope for definitions in info.name2fixturedefs.values() if definitions}
+        if "module" not in scopes:
+            return
+        group = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
     if item.config.getoption("loadgroup", False) and "@" not in item.nodeid:
         # pytest-xdist 3.8 tells the scheduler a test's group by a `@group` suffix of its node id,
         # which it writes to `item._nodeid`, an attribute pytest 9 no longer reads (the id is

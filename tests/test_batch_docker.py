@@ -36,7 +36,11 @@ from tests.support.batch import (
     wait_until,
 )
 
-pytestmark = pytest.mark.docker
+# Every docker-backend run removes the containers of dead runners on the engine it shares with
+# the other tests, so such runs go to one xdist worker: a run of another test must not reap the
+# containers a test killed on purpose before its own run does (tests/conftest.py).
+ENGINE = pytest.mark.xdist_group("docker-engine")
+pytestmark = [pytest.mark.docker, ENGINE]
 
 ROW_IMAGE = "sandbox-test/python:3.11"
 NO_SUCH_FILE = "No such file or directory"

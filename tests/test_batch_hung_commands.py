@@ -31,6 +31,11 @@ from tests.support.batch import (
     write_dataset,
 )
 
+# Every docker-backend run removes the containers of dead runners on the engine it shares with
+# the other tests, so such runs go to one xdist worker: a run of another test must not reap the
+# containers a test killed on purpose before its own run does (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("docker-engine")
+
 HUNG = (os.cpu_count() or 1) + 5  # more than asyncio's default pool has threads (cores + 4)
 SLEEP = f"sleep 7{os.getpid() % 100:02d}"  # names this test's hung commands on the host
 

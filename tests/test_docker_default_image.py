@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from tests.fixtures.containers import DEFAULT_IMAGE
 from tests.fixtures.docker_run import DockerRun, run_cleanly
 from tests.support.batch import read_json, trajectory_prompts
+
+# Every docker-backend run removes the containers of dead runners on the engine it shares with
+# the other tests, so such runs go to one xdist worker: a run of another test must not reap the
+# containers a test killed on purpose before its own run does (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("docker-engine")
 
 NO_SUCH_DEFAULT = f"sandbox-test/no-such-default-{random.randrange(16**8):08x}:1"
 

@@ -22,7 +22,14 @@ import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint
 from tests.fixtures.ray import RayCluster, ray_args
-from tests.support.batch import BatchCLI, prompts_dataset, read_jsonl, trajectory_prompts
+from tests.support.batch import (
+    BatchCLI,
+    prompts_dataset,
+    read_jsonl,
+    tool_then_answer,
+    trajectory_prompts,
+    write_dataset,
+)
 
 
 def comparable(run_dir: Path) -> list[str]:
@@ -168,3 +175,24 @@ def test_an_address_where_no_cluster_answers_exits_2_at_once(tmp_path: Path) -> 
     assert done.returncode == 2, done
     assert "--ray_address=127.0.0.1:1: no Ray cluster answers there" in done.stderr
     assert time.monotonic() - started < 60  # Ray alone would retry for minutes
+
+
+def test_max_inflight_holds_at_the_endpoint_over_more_ray_actors_than_slots(
+    tmp_path: Path,
+    ray_cluster: RayCluster,
+) -> None:
+    """`--backend=ray`: `--max_inflight=2` over three actors on three nodes (their hub is an
+    actor): at most 2 calls at the endpoint at once, and every prompt finishes."""
+    prompts = [f"Slow prompt {i}" for i in range(9)]
+    with SimulatedEndpoint() as endpoint:
+        for prompt in prompts:
+            endpoint.script(prompt, tool_then_answer(delay=1.0))
+        dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        done = BatchCLI(tmp_path, endpoint).run(
+            f"--dataset_file={dataset}", f"--batch_size={len(prompts)}", "--run_name=onray",
+            "--max_inflight=2", "--distribution=terminal_only", *ray_args(ray_cluster),
+        )  # fmt: skip
+        assert done.returncode == 0, done
+        stats = endpoint.stats
+    assert stats.requests_total == 2 * len(prompts)
+    assert stats.peak_inflight <= 2, stats

@@ -23,7 +23,6 @@ from agent.llm.shared_limit import HORIZON, LAPSE, STALE, TURN, Grant, LimitHub,
 from agent.protocols import ChatRequest
 from agent.servers.simulated.replies import usage_of
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.fixtures.ray import RayCluster, ray_args
 from tests.support.batch import BatchCLI, kill_started, tool_then_answer, wait_until, write_dataset
 
 
@@ -332,27 +331,6 @@ def test_max_inflight_holds_at_the_endpoint_for_any_number_of_workers(
         stats = endpoint.stats
     assert stats.requests_total == 2 * len(prompts)  # every prompt made progress
     assert stats.peak_inflight <= slots, stats
-
-
-def test_max_inflight_holds_at_the_endpoint_over_more_ray_actors_than_slots(
-    tmp_path: Path,
-    ray_cluster: RayCluster,
-) -> None:
-    """`--backend=ray`: `--max_inflight=2` over three actors on three nodes (their hub is an
-    actor): at most 2 calls at the endpoint at once, and every prompt finishes."""
-    prompts = [f"Slow prompt {i}" for i in range(9)]
-    with SimulatedEndpoint() as endpoint:
-        for prompt in prompts:
-            endpoint.script(prompt, tool_then_answer(delay=1.0))
-        dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
-        done = BatchCLI(tmp_path, endpoint).run(
-            f"--dataset_file={dataset}", f"--batch_size={len(prompts)}", "--run_name=onray",
-            "--max_inflight=2", "--distribution=terminal_only", *ray_args(ray_cluster),
-        )  # fmt: skip
-        assert done.returncode == 0, done
-        stats = endpoint.stats
-    assert stats.requests_total == 2 * len(prompts)
-    assert stats.peak_inflight <= 2, stats
 
 
 def test_tpm_alone_holds_at_the_endpoint(tmp_path: Path) -> None:
