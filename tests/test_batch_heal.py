@@ -140,9 +140,11 @@ def test_a_worker_sent_sigterm_alone_hands_its_prompts_back_and_is_replaced(tmp_
 
 def test_the_same_worker_killed_again_and_again_still_completes_every_prompt(tmp_path: Path) -> None:
     # Worker slot after slot: each time a fresh worker runs a command it is killed (3 times).
+    # The commands last 5 s: one seen running must still run when the kill lands (with 2 s, a
+    # loaded machine let one end in between, and its worker died with no prompt).
     prompts = [f"Again {i}" for i in range(6)]
     with SimulatedEndpoint() as endpoint:
-        cli = sleepy_run(tmp_path, endpoint, prompts, 2)
+        cli = sleepy_run(tmp_path, endpoint, prompts, 5)
         flags = ("--dataset_file=d.jsonl", "--batch_size=3", "--run_name=again", "--num_workers=2")
         proc = cli.start(*flags, "--max_inflight=2", "--max_prompt_attempts=4")
         killed: list[int] = []
