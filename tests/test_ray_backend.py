@@ -105,6 +105,27 @@ def test_driver_stopped_then_killed_then_resume_finishes_exactly_once(
     assert ray_cluster.sandboxes_left("killed") == []
 
 
+def test_max_inflight_holds_at_the_endpoint_over_more_ray_actors_than_slots(
+    tmp_path: Path,
+    ray_cluster: RayCluster,
+) -> None:
+    """`--backend=ray`: `--max_inflight=2` over three actors on three nodes (their hub is an
+    actor): at most 2 calls at the endpoint at once, and every prompt finishes."""
+    prompts = [f"Slow prompt {i}" for i in range(9)]
+    with SimulatedEndpoint() as endpoint:
+        for prompt in prompts:
+            endpoint.script(prompt, tool_then_answer(delay=1.0))
+        dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        done = BatchCLI(tmp_path, endpoint).run(
+            f"--dataset_file={dataset}", f"--batch_size={len(prompts)}", "--run_name=onray",
+            "--max_inflight=2", "--distribution=terminal_only", *ray_args(ray_cluster),
+        )  # fmt: skip
+        assert done.returncode == 0, done
+        stats = endpoint.stats
+    assert stats.requests_total == 2 * len(prompts)
+    assert stats.peak_inflight <= 2, stats
+
+
 def test_a_node_lost_mid_run_reruns_its_prompts_elsewhere(tmp_path: Path, ray_cluster: RayCluster) -> None:
     """Last in this module: it takes a node away."""
     prompts = [f"lost {i}" for i in range(240)]
@@ -175,24 +196,3 @@ def test_an_address_where_no_cluster_answers_exits_2_at_once(tmp_path: Path) -> 
     assert done.returncode == 2, done
     assert "--ray_address=127.0.0.1:1: no Ray cluster answers there" in done.stderr
     assert time.monotonic() - started < 60  # Ray alone would retry for minutes
-
-
-def test_max_inflight_holds_at_the_endpoint_over_more_ray_actors_than_slots(
-    tmp_path: Path,
-    ray_cluster: RayCluster,
-) -> None:
-    """`--backend=ray`: `--max_inflight=2` over three actors on three nodes (their hub is an
-    actor): at most 2 calls at the endpoint at once, and every prompt finishes."""
-    prompts = [f"Slow prompt {i}" for i in range(9)]
-    with SimulatedEndpoint() as endpoint:
-        for prompt in prompts:
-            endpoint.script(prompt, tool_then_answer(delay=1.0))
-        dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
-        done = BatchCLI(tmp_path, endpoint).run(
-            f"--dataset_file={dataset}", f"--batch_size={len(prompts)}", "--run_name=onray",
-            "--max_inflight=2", "--distribution=terminal_only", *ray_args(ray_cluster),
-        )  # fmt: skip
-        assert done.returncode == 0, done
-        stats = endpoint.stats
-    assert stats.requests_total == 2 * len(prompts)
-    assert stats.peak_inflight <= 2, stats

@@ -297,6 +297,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.xdist_group("docker-engine")  # it reaps the shared engine: with the runs that do
 async def test_reap_stale_removes_containers_of_a_killed_process(
     container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
 ) -> None:
