@@ -16,19 +16,9 @@ import pytest
 import model_tools
 from agent.errors import ConfigError
 from agent.servers.embedded.server import EmbeddedSpec, locate_weights
+from tests.support.batch import SPEC_FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEC_FIELDS = [
-    "prompt_index",
-    "conversations",
-    "metadata",
-    "completed",
-    "partial",
-    "api_calls",
-    "toolsets_used",
-    "tool_stats",
-    "tool_error_counts",
-]
 
 
 def _require_embedded() -> None:

@@ -26,7 +26,6 @@ from agent.sandboxes.local import LocalBackend
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.support.batch import (
     REPO,
-    RUN_TIMEOUT,
     BatchCLI,
     Finished,
     human_prompt,
@@ -83,17 +82,7 @@ if __name__ == "__main__":
 
 
 def _run_with_seam(cli: BatchCLI, main: Path, *args: str) -> Finished:
-    python, _runner, *flags = cli.argv(*args)
-    done = subprocess.run(
-        [python, str(main), *flags],
-        cwd=cli.workdir,
-        env=cli.env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        check=False,
-    )
-    return Finished(done.returncode, done.stdout, done.stderr)
+    return cli.run(*args, runner=str(main))
 
 
 def _turns() -> list[Turn]:

@@ -57,9 +57,10 @@ class BatchCLI:
         env.update(PYTHONPATH=str(REPO), TMPDIR=str(self.tmpdir), PYTHONUNBUFFERED="1")
         return env
 
-    def argv(self, *args: str, output: bool = True) -> list[str]:
-        """The command line plus --base_url/--api_key for the endpoint and (with `output`)
-        --output_dir; without it the runner writes to its default `data/` under `workdir`."""
+    def argv(self, *args: str, output: bool = True, runner: str = RUNNER) -> list[str]:
+        """The command line of `runner` (batch_runner.py, or a script that calls it) plus
+        --base_url/--api_key for the endpoint and (with `output`) --output_dir; without it the
+        runner writes to its default `data/` under `workdir`."""
         extra: list[str] = []
         if self.endpoint is not None:
             extra = [f"--base_url={self.endpoint.base_url}", f"--api_key={API_KEY}"]
@@ -69,11 +70,13 @@ class BatchCLI:
             # default needs every toolset (a run stops when one is unavailable): tests that are
             # not about toolsets run the terminal and file tools, which every machine has
             extra.append("--distribution=terminal_only")
-        return [sys.executable, RUNNER, *args, *extra]
+        return [sys.executable, runner, *args, *extra]
 
-    def run(self, *args: str, output: bool = True, timeout: float = RUN_TIMEOUT) -> Finished:
+    def run(
+        self, *args: str, output: bool = True, timeout: float = RUN_TIMEOUT, runner: str = RUNNER
+    ) -> Finished:
         done = subprocess.run(
-            self.argv(*args, output=output),
+            self.argv(*args, output=output, runner=runner),
             cwd=self.workdir,
             env=self.env(),
             capture_output=True,
