@@ -23,7 +23,7 @@ LAYERS = (
     ("agent.config", "agent.sandboxes", "agent.llm", "agent.servers", "agent.export", "agent.store"),
     ("agent.report", "agent.publish"),  # read what agent.store and agent.export wrote
     ("tools",),
-    ("agent.toolbox",),
+    ("agent.toolbox", "agent.verify"),  # verify: checks of a finished attempt (no loop needed)
     ("agent.loop",),
     ("agent.batch", "agent.cluster"),
     ("agent.cli",),

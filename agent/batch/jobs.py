@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agent.config.sampling import Sampling
+from agent.config.verify_config import Checks
 from agent.protocols import SandboxSpec
 
 
@@ -24,6 +25,8 @@ class Job:
     sampling: Sampling | None = (
         None  # its row's over the flags' (AgentConfig.prompt_sampling); None: the run's
     )
+    sample_index: int = 0  # which of the prompt's --samples_per_prompt attempts this is
+    checks: Checks | None = None  # what the attempt is verified with; None: nothing
 
     @property
     def log_prefix(self) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from agent.cli.flags import BATCH
 from agent.cli.shared_config import build_agent_config, build_tool_config, check_toolsets
 from agent.config.agent_config import embedded_hint, is_embedded, is_loopback
 from agent.config.run_config import RunConfig, check_run_name
+from agent.config.verify_config import VerifyOptions
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
 from agent.sandboxes import (
@@ -56,6 +57,8 @@ _SAME_NAME = (
     "allow_missing_toolsets",
     "backend",
     "ray_address",
+    "samples_per_prompt",
+    "rescore",
 )
 
 
@@ -83,6 +86,7 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
         max_inflight=values["max_inflight"],
         sandbox=sandbox,
         export=build_export_options(values),
+        verify=VerifyOptions(**{f.name: values[f.name] for f in fields(VerifyOptions)}),
     )
 
 

@@ -16,6 +16,7 @@ from agent.config.agent_config import DIALECTS, PROVIDER_SORTS, REASONING_EFFORT
 from agent.config.export_config import REASONING_PLACES, ExportOptions
 from agent.config.run_config import RUN_BACKENDS, RunConfig
 from agent.config.sampling import MAX_STOP, Sampling
+from agent.config.verify_config import KEEP_MODES, MATCH_MODES, VerifyOptions
 from agent.protocols import IMAGE_APIS, WEB_BACKENDS, ToolConfig
 from agent.sandboxes import AUTO, BACKENDS, SandboxOptions
 
@@ -38,6 +39,7 @@ GROUPS = (
     "Sandbox",
     "Tools",
     "Logging",
+    "Samples and verification",
     "Export and the Hub",
 )
 
@@ -95,6 +97,10 @@ def _export(name: str) -> Any:
 
 def _sampling(name: str) -> Any:
     return _default(Sampling, name)
+
+
+def _verify(name: str) -> Any:
+    return _default(VerifyOptions, name)
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -255,6 +261,34 @@ FLAGS: tuple[Flag, ...] = (
     Flag("max_cost", "float", _run("max_cost"),
          "USD this invocation may spend, counted per model call: then no call starts, exit 1",
          "Workers and budgets", _BATCH, shown="none"),
+    # Samples and verification
+    Flag("samples_per_prompt", "int", _run("samples_per_prompt"),
+         "attempts at each prompt, each its own sandbox, toolsets and entry (raise it on --resume for more)",
+         "Samples and verification", _BATCH, minimum=1),
+    Flag("verify_command", "str", _verify("verify_command"),
+         "shell command run in each prompt's sandbox after its last turn: exit 0 passes; a last stdout "
+         "line in [0,1] is the score (a row's verify.command wins)", "Samples and verification", _BATCH,
+         shown="none"),
+    Flag("verify_timeout", "float", _verify("verify_timeout"), "seconds a command check may run",
+         "Samples and verification", _BATCH),
+    Flag("answer_match", "str", _verify("answer_match"),
+         "how a row's verify.answer is compared with the final answer when it names no match mode",
+         "Samples and verification", _BATCH, choices=MATCH_MODES),
+    Flag("verifier", "str", _verify("verifier"),
+         "module:function, an async Python verifier of each attempt (see docs/verification.md)",
+         "Samples and verification", _BATCH, shown="none"),
+    Flag("judge_model", "str", _verify("judge_model"),
+         "judge each attempt with this model, through the run's endpoint and rate limit",
+         "Samples and verification", _BATCH, shown="none"),
+    Flag("judge_rubric", "str", _verify("judge_rubric"),
+         "file holding the judge's rubric for rows that give none", "Samples and verification", _BATCH,
+         shown="none"),
+    Flag("keep", "str", _verify("keep"),
+         "which attempts go to the output: all, passing (verified), best (of each prompt's samples); "
+         "the others go to discarded.jsonl", "Samples and verification", _BATCH, choices=KEEP_MODES),
+    Flag("rescore", "bool", _run("rescore"),
+         "re-check the run --run_name's entries from their transcripts (answer, judge, python): no agent "
+         "call", "Samples and verification", _BATCH),
     # Export and the Hub
     Flag("export", "list", _export("export"),
          "comma list of parquet, openai, sharegpt: files in <run>/export/ at the end of the run; "

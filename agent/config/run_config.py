@@ -11,6 +11,7 @@ from agent.backends import BACKENDS, unavailable_reason
 from agent.backends import RUN_BACKENDS as RUN_BACKENDS  # the flag table's choices
 from agent.config.agent_config import AgentConfig
 from agent.config.export_config import ExportOptions
+from agent.config.verify_config import VerifyOptions
 from agent.errors import ConfigError
 from agent.protocols import Prices
 from agent.sandboxes import SandboxOptions
@@ -70,6 +71,9 @@ class RunConfig:
     export: ExportOptions = field(default_factory=ExportOptions)  # files made from the run at its end
     backend: str = "local"  # "local": worker processes here; "ray": actors on a Ray cluster
     ray_address: str = "auto"  # the Ray cluster to join: "auto" (this machine's) or host:port
+    samples_per_prompt: int = 1  # attempts at each prompt, each its own unit of work and entry
+    verify: VerifyOptions = field(default_factory=VerifyOptions)  # checks of each attempt; --keep
+    rescore: bool = False  # re-check an existing run's entries from their transcripts, run nothing
 
     def __post_init__(self) -> None:
         given = (self.price_input is not None, self.price_output is not None)
