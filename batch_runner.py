@@ -33,6 +33,7 @@ from agent.cli.command_line import run_command
 from agent.cli.export_cli import export_and_push, is_post_process, merged, post_process
 from agent.cli.flags import BATCH
 from agent.cli.logs import configure_logging
+from agent.cli.verify_cli import check_verification
 from agent.common.redaction import redact_streams
 from agent.config.agent_config import serving
 from agent.config.run_config import RunConfig
@@ -68,6 +69,7 @@ def run(config: RunConfig) -> int:
     if scan.error_count > len(scan.errors):
         _say(f"… and {scan.error_count - len(scan.errors)} more invalid lines")
     require_valid_rows(scan)  # after every bad line was named
+    check_verification(config)  # --verifier, --judge_rubric, and the rows' checks with the flags
     config = ready_sandbox(config, scan)  # which sandbox images the rows need is known now
     backend = backend_factory(config.backend)  # imported only now: Ray takes seconds to import
     with serving(config.agent, config.embedded_threads) as agent:  # one embedded server for all workers

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from agent.batch.row_fields import FieldError, LineFields, parse_line
+from agent.batch.row_verify import RowVerify
 from agent.config.sampling import Sampling
 from agent.errors import ConfigError, DatasetError
 from agent.store.keys import prompt_hash
@@ -51,6 +52,7 @@ class DatasetRow:
     cwd: str | None
     metadata: dict[str, Any]
     sampling: Sampling | None = None  # the row's `sampling` choices
+    verify: RowVerify | None = None  # the row's `verify` checks (agent.batch.row_verify)
 
 
 @dataclass
@@ -208,5 +210,6 @@ def iter_rows(
             cwd=record.cwd,
             metadata=record.metadata,
             sampling=record.sampling,
+            verify=record.verify,
         )
         index += 1

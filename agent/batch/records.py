@@ -28,10 +28,21 @@ from agent.errors import FailureClass
 from agent.export.analysis import FLAWS, Analysis
 from agent.export.formats import DEFAULT_FORMAT, render
 from agent.loop.conversation import ConversationResult
+from agent.protocols.verification import Verification
 from agent.store.directory import encode_line
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
-_OURS = ("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage", "toolsets_unavailable")
+_OURS = (
+    "batch_num",
+    "timestamp",
+    "model",
+    "prompt_key",
+    "outcome",
+    "usage",
+    "toolsets_unavailable",
+    "reward",
+    "verification",
+)
 NO_REASONING = "no_reasoning"
 FILTERS = (*FLAWS, NO_REASONING)  # every discard reason, in the order that picks an entry's one
 if set(FILTERS) != set(KEPT_BY):  # one table says which flag keeps each reason (run_config)
@@ -39,14 +50,20 @@ if set(FILTERS) != set(KEPT_BY):  # one table says which flag keeps each reason 
 
 
 def answer(
-    job: Job, result: ConversationResult, *, keep_no_reasoning: bool, keep_malformed: bool = False
+    job: Job,
+    result: ConversationResult,
+    *,
+    keep_no_reasoning: bool,
+    keep_malformed: bool = False,
+    verification: Verification | None = None,
 ) -> Answer:
     """The event for a conversation that ended: a failure when the endpoint failed for good,
-    a discard when a filter applies that the run does not keep, else the finished entry's line."""
+    a discard when a filter applies that the run does not keep, else the finished entry's line
+    (with the attempt's `verification`, when a check applied)."""
     usage = result.usage.as_dict()
     if result.failed:
         return Failed.of(job, result.error_class or FailureClass.API, result.error or "", usage)
-    entry, analysis = render_entry(job, result, usage)
+    entry, analysis = render_entry(job, result, usage, verification=verification)
     reasons = filters_applying(analysis)
     kept = {"keep_no_reasoning": keep_no_reasoning, "keep_malformed": keep_malformed}
     discarding = [reason for reason in reasons if not kept[KEPT_BY[reason]]]
@@ -57,12 +74,8 @@ def answer(
     try:
         line = encode_line(entry)
     except (ValueError, TypeError) as exc:  # a bug fails its prompt here, not the run in the parent
-        return Failed.of(
-            job,
-            FailureClass.EXCEPTION,
-            f"the entry cannot be written as JSON: {type(exc).__name__}: {exc}",
-            usage,
-        )
+        why = f"the entry cannot be written as JSON: {type(exc).__name__}: {exc}"
+        return Failed.of(job, FailureClass.EXCEPTION, why, usage)
     return Finished(
         job.key,
         job.batch_num,
@@ -82,7 +95,12 @@ def filters_applying(analysis: Analysis) -> list[str]:
 
 
 def render_entry(
-    job: Job, result: ConversationResult, usage: dict[str, float], format_name: str = DEFAULT_FORMAT
+    job: Job,
+    result: ConversationResult,
+    usage: dict[str, float],
+    format_name: str = DEFAULT_FORMAT,
+    *,
+    verification: Verification | None = None,
 ) -> tuple[dict[str, Any], Analysis]:
     """(entry, the analysis it was rendered from) for a conversation that reached an outcome."""
     rendered = render(
@@ -91,6 +109,9 @@ def render_entry(
     metadata = _render_metadata(job, result, usage)
     if forced := rendered.analysis.reasoning.turns_with_forced_reasoning:  # only then: bytes kept
         metadata["reasoning_forced_turns"] = forced
+    if verification is not None:  # only when a check applied: a run without checks keeps its bytes
+        metadata["reward"] = verification.reward
+        metadata["verification"] = verification.record()
     entry = {
         "prompt_index": job.index,
         **rendered.fields,

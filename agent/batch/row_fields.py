@@ -20,6 +20,7 @@ from typing import Any
 
 from agent import sandboxes
 from agent.batch.row_sampling import parse_sampling
+from agent.batch.row_verify import RowVerify, parse_verify
 from agent.config.sampling import Sampling
 
 CWD_RULE = (
@@ -47,6 +48,7 @@ class LineFields:
     metadata: dict[str, Any]
     image_field: str  # the field the image came from, for an error about it
     sampling: Sampling | None = None  # the row's `sampling` choices (agent.batch.row_sampling)
+    verify: RowVerify | None = None  # the row's `verify` checks (agent.batch.row_verify)
 
 
 def _json_type(value: Any) -> str:
@@ -125,8 +127,15 @@ def _parse(text: str) -> LineFields:
         raise FieldError("metadata", f"must be a JSON object (got {_json_type(metadata)})")
     image_field = "image" if image is not None else "docker_image"
     sampling = parse_sampling(row.get("sampling"), FieldError)
+    verify = parse_verify(row.get("verify"), FieldError)
     return LineFields(
-        prompt, image if image is not None else docker_image, cwd, metadata or {}, image_field, sampling
+        prompt,
+        image if image is not None else docker_image,
+        cwd,
+        metadata or {},
+        image_field,
+        sampling,
+        verify,
     )
 
 

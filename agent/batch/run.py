@@ -28,6 +28,7 @@ from agent.batch.jobs import Job
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
 from agent.batch.recovery import current_discards, merge_output, reapply_filters
+from agent.batch.row_verify import job_checks
 from agent.batch.run_summary import filters_and_budget, run_summary, worker_losses
 from agent.batch.tally import MergeCheck, RunTally
 from agent.config.run_config import RunConfig
@@ -156,6 +157,7 @@ class BatchRun:
                 batch_num=number // cfg.batch_size,
                 toolsets=tuple(sample_toolsets_from_distribution(cfg.distribution, rng)),
                 sampling=cfg.agent.prompt_sampling(row.sampling),
+                checks=job_checks(row.verify, cfg.verify),
             )
 
     def _schedule(self, todo: int, already_done: int) -> Tally:

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from agent.batch.attempt_checks import AttemptChecks
 from agent.batch.channels import PipeJobs, PipeSink
 from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, Started, WorkerExit, WorkerReady
 from agent.batch.jobs import EventSink, Job, JobSource
@@ -178,10 +179,11 @@ class Worker:
         run = self.config
         prompt = Prompt(job.prompt, job.sandbox_spec(run.run_name), job.log_prefix)
         try:
-            async with asyncio.timeout(run.prompt_timeout):
+            async with asyncio.timeout(run.prompt_timeout) as deadline:
                 tools = self._tools(job.toolsets)
                 agent = run.agent.with_sampling(job.sampling)  # its row's over the flags'
-                result = await converse(agent, self.model, tools, prompt, self.factory, self.shared)
+                checks = AttemptChecks(job, self.model, run.verify, deadline)  # its own timeouts
+                result = await converse(agent, self.model, tools, prompt, self.factory, self.shared, checks)
         except TimeoutError:
             return Failed.of(
                 job, FailureClass.PROMPT_TIMEOUT, f"no outcome within --prompt_timeout={run.prompt_timeout}s"
@@ -194,4 +196,10 @@ class Worker:
             log.error("%s\n%s", exc, traceback.format_exc())
             return Failed.of(job, FailureClass.EXCEPTION, f"{type(exc).__name__}: {exc}")
         result = dataclasses.replace(result, usage=result.usage.priced(run.prices))
-        return answer(job, result, keep_no_reasoning=run.keep_no_reasoning, keep_malformed=run.keep_malformed)
+        return answer(
+            job,
+            result,
+            keep_no_reasoning=run.keep_no_reasoning,
+            keep_malformed=run.keep_malformed,
+            verification=checks.verification,
+        )

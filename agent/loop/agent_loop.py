@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from agent.config.agent_config import AgentConfig
 from agent.errors import FailureClass, ModelAPIError
@@ -41,6 +41,10 @@ from agent.toolbox.registry import ResolvedTools
 
 log = logging.getLogger("agent.loop")
 
+# What runs once the conversation reached its outcome, while its sandbox and resources are
+# still open (the batch worker verifies the attempt there); the loop knows nothing of it.
+AfterConversation = Callable[[ConversationResult, ConversationContext], Awaitable[None]]
+
 
 async def converse(
     config: AgentConfig,
@@ -49,12 +53,14 @@ async def converse(
     prompt: Prompt,
     sandboxes: SandboxFactory | None = None,
     shared: Resources | None = None,
+    after: AfterConversation | None = None,
 ) -> ConversationResult:
     """Run one conversation to an explicit outcome. With `sandboxes`, the conversation gets a
     fresh sandbox (`prompt.sandbox`) on its first tool call that needs one (before the first
     model call when the prompt names its own image, which may be missing); it and every other
     resource the tools opened are closed when the conversation ends, however it ends. `shared`:
-    the worker's resources (default: the conversation's own)."""
+    the worker's resources (default: the conversation's own). `after` is awaited with the
+    result before the sandbox closes (not when the conversation raised)."""
     own = Resources() if shared is None else None
     context = ConversationContext(
         config.tools, model, prompt.sandbox, sandboxes, shared or own or Resources()
@@ -63,7 +69,10 @@ async def converse(
         if sandboxes is not None and prompt.sandbox.image and tools.specs:
             # A prompt's own image may be missing: find out before a token is spent on it.
             await context.sandbox()
-        return await _Loop(config, model, tools, prompt.log_prefix, context).run(prompt.text)
+        result = await _Loop(config, model, tools, prompt.log_prefix, context).run(prompt.text)
+        if after is not None:
+            await after(result, context)
+        return result
     finally:
         await context.aclose()
         if own is not None:

@@ -1,0 +1,35 @@
+"""The run's verification, checked before a token is spent: one line and exit 2 for a
+`--verifier` that cannot be called, a `--judge_rubric` file that cannot be read, or a row whose
+checks the flags cannot complete (`agent.batch.row_verify.checks_for`: a judge with no model or
+rubric, the run's verifier asked for without one, an answer the run's match mode cannot read)."""
+
+from __future__ import annotations
+
+from agent.batch.dataset import iter_rows
+from agent.batch.row_verify import checks_for, read_rubric
+from agent.config.run_config import RunConfig
+from agent.errors import ConfigError
+from agent.verify.python_verifier import load_verifier
+
+
+class _RowError(Exception):
+    def __init__(self, field_name: str, reason: str) -> None:
+        super().__init__(reason)
+        self.field_name, self.reason = field_name, reason
+
+
+def check_verification(config: RunConfig) -> None:
+    """ConfigError (exit 2) naming the flag, or the first row's file:line: field, at fault.
+    Called after the dataset scan: the rows read here are the valid ones the run will run."""
+    options = config.verify
+    if options.verifier is not None:
+        load_verifier(options.verifier)
+    read_rubric(options.judge_rubric)
+    rows = iter_rows(config.dataset_file, config.max_samples, backend=config.sandbox.backend)
+    for row in rows:
+        try:
+            checks_for(row.verify, options, _RowError)
+        except _RowError as exc:
+            raise ConfigError(
+                f"{config.dataset_file}:{row.line_no}: {exc.field_name}: {exc.reason}"
+            ) from None

@@ -1,0 +1,115 @@
+"""The `python` check: the run's `--verifier=module:function` (an `agent.protocols.verification.Verifier`).
+
+The function is loaded once per process (`load_verifier`, cached); the run's start loads it
+too, so a verifier that does not import, or is no async function, stops the run before a
+token is spent (`VerifierLoadError`, one line naming the flag). The module is found on
+`sys.path`, and in the current directory (as `python -m` would find it).
+
+Each attempt's call runs under `--verify_timeout`. A verifier that raises, times out or returns
+something other than a `Score` (or a score outside [0, 1]) is no fail of the agent: the
+check's error is `verifier_error: ...`, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import inspect
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, cast
+
+from agent.errors import ConfigError
+from agent.protocols import Sandbox
+from agent.protocols.verification import Attempt, CheckError, CheckResult, Score, Verifier
+
+MAX_ERROR = 500  # characters of a verifier's exception kept in the record
+MAX_DETAILS = 16_384  # characters of a Score's details (as JSON) an entry may carry
+
+
+class VerifierLoadError(ConfigError):
+    """`--verifier` names nothing this process can call (exit 2 at the run's start)."""
+
+
+@functools.cache
+def load_verifier(spec: str) -> Verifier:
+    """The async function `spec` ("package.module:function") names; VerifierLoadError saying why not."""
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise VerifierLoadError(
+            f"--verifier={spec}: give module:function (e.g. examples.verifier:wrote_file)"
+        )
+    if os.getcwd() not in sys.path:  # the user's own module, next to their dataset
+        sys.path.append(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure of user code is the flag's error
+        raise VerifierLoadError(
+            f"--verifier={spec}: cannot import {module_name}: {type(exc).__name__}: {exc}"
+        ) from None
+    function = getattr(module, name, None)
+    if function is None:
+        raise VerifierLoadError(f"--verifier={spec}: {module_name} has no attribute {name!r}")
+    if not inspect.iscoroutinefunction(function):
+        raise VerifierLoadError(
+            f"--verifier={spec}: {name} is not an async function (`async def {name}(attempt, sandbox)`)"
+        )
+    return cast(Verifier, function)
+
+
+def _is_unit(score: Any) -> bool:
+    number = isinstance(score, int | float) and not isinstance(score, bool)
+    return number and math.isfinite(score) and 0 <= score <= 1
+
+
+def _invalid(value: Any) -> str | None:
+    """Why a verifier's return value is no usable Score, or None (its fields too: a dataclass
+    does not check the types it is given)."""
+    if not isinstance(value, Score):
+        return f"returned {type(value).__name__}, not agent.protocols.verification.Score"
+    fields: Any = value
+    if not isinstance(fields.passed, bool):
+        return f"Score.passed is {type(fields.passed).__name__}, not bool"
+    if fields.score is not None and not _is_unit(fields.score):
+        return f"Score.score {fields.score!r} is not a number in [0, 1]"
+    if not isinstance(fields.details, Mapping):
+        return f"Score.details is {type(fields.details).__name__}, not a mapping"
+    try:  # the details go into the entry as they are: one that cannot be written is caught here
+        size = len(json.dumps(dict(fields.details), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        return f"Score.details cannot be written as JSON ({exc})"
+    if size > MAX_DETAILS:
+        return f"Score.details is {size} characters as JSON, over {MAX_DETAILS}"
+    return None
+
+
+async def check_python(spec: str, attempt: Attempt, sandbox: Sandbox | None, timeout_s: float) -> CheckResult:
+    """The verifier `spec`'s record for `attempt` (loaded here once per process)."""
+    started = time.monotonic()
+
+    def failed(why: str) -> CheckResult:
+        error = f"{CheckError.VERIFIER_ERROR}: {why}"[:MAX_ERROR]
+        details = {"verifier": spec}
+        return CheckResult("python", None, None, details, duration_s=time.monotonic() - started, error=error)
+
+    try:
+        verifier = load_verifier(spec)
+        async with asyncio.timeout(timeout_s):
+            value = await verifier(attempt, sandbox)
+    except TimeoutError:
+        return failed(f"{spec} gave no score within --verify_timeout={timeout_s:g}s")
+    except VerifierLoadError as exc:
+        return failed(str(exc))
+    except Exception as exc:  # noqa: BLE001 - the user's code failing is recorded, the run goes on
+        return failed(f"{spec} raised {type(exc).__name__}: {exc}")
+    problem = _invalid(value)
+    if problem is not None:
+        return failed(f"{spec} {problem}")
+    score = float(value.score) if value.score is not None else (1.0 if value.passed else 0.0)
+    details = {"verifier": spec, **value.details}
+    return CheckResult("python", value.passed, score, details, duration_s=time.monotonic() - started)
