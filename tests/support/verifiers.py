@@ -1,0 +1,36 @@
+"""`--verifier` functions for the verification tests (this module holds no tests)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agent.protocols.sandbox import Sandbox
+from agent.protocols.verification import Attempt, Score
+
+
+async def raises(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    raise RuntimeError("the verifier broke")
+
+
+async def junk(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    return "yes"  # type: ignore[return-value]  # on purpose: not a Score
+
+
+async def out_of_range(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    return Score(True, score=1.5)
+
+
+async def sleeps(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    await asyncio.sleep(60)
+    return Score(True)
+
+
+async def final_says_done(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    """Passes when the final answer says "done"; tells what it was given in its details."""
+    final = attempt.final_response or ""
+    details = {"had_sandbox": sandbox is not None, "turns": len(attempt.turns), "row": dict(attempt.verify)}
+    return Score("done" in final.lower(), details=details)
+
+
+def not_async(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    return Score(True)
