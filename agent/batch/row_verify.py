@@ -189,9 +189,7 @@ def checks_for(row: RowVerify | None, options: VerifyOptions, error: Error) -> C
     command = CommandCheck(command_line, timeout_s) if command_line else None
     python = row.python if row.python is not None else options.verifier is not None
     if python and options.verifier is None:
-        raise error(
-            "verify.python", "asks for the run's verifier, and there is no --verifier=module:function"
-        )
+        raise error("verify.python", "asks for the run's verifier; give --verifier=module:function")
     checks = Checks(answer, command, _judge_check(row, options, error), python, row.raw)
     return None if checks.empty else checks
 
@@ -212,7 +210,5 @@ def _judge_check(row: RowVerify, options: VerifyOptions, error: Error) -> JudgeC
         raise error("verify.judge", "asks for a judge, and there is no --judge_model")
     rubric = row.rubric or read_rubric(options.judge_rubric)
     if rubric is None:
-        raise error(
-            "verify.judge", "no rubric: give verify.judge.rubric or --judge_rubric=FILE (with --judge_model)"
-        )
+        raise error("verify.judge", "no rubric: give verify.judge.rubric, or --judge_rubric=FILE")
     return JudgeCheck(rubric)

@@ -1,0 +1,208 @@
+"""Verified runs end to end: `batch_runner.py` as a subprocess against the simulated endpoint
+over HTTP, with real sandboxes; each check kind passes and fails as it should, a broken
+verifier does not stop the run, and bad verification input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
+from tests.support.batch import BatchCLI, kill_started, read_jsonl, write_dataset
+
+THINK = "Let me do what was asked."
+
+
+def _script(endpoint: SimulatedEndpoint, prompt: str, command: str, final: str) -> None:
+    """A terminal call running `command` in the sandbox, then `final` as the answer."""
+    call = (("terminal", json.dumps({"command": command})),)
+    endpoint.script(prompt, [Turn(reasoning=THINK, tool_calls=call), Turn(content=final, reasoning=THINK)])
+
+
+def _entries(cli: BatchCLI, run_name: str) -> dict[str, dict[str, Any]]:
+    entries = read_jsonl(cli.run_dir(run_name) / "trajectories.jsonl")
+    return {next(t["value"] for t in e["conversations"] if t["from"] == "human"): e for e in entries}
+
+
+def _checks(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {check["method"]: check for check in entry["metadata"]["verification"]["checks"]}
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """Not pytest's own: a root runner starts bwrap under a uid that cannot enter a 0700 dir."""
+    root = Path(tempfile.mkdtemp(prefix="verify-test-"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        kill_started()
+        shutil.rmtree(root)
+
+
+FILE_TASK = {"python": {"file": "hello.txt", "content": "hello\n"}}
+
+
+@pytest.mark.parametrize("sandbox", ["local", pytest.param("bwrap", marks=pytest.mark.bwrap)])
+def test_answer_command_and_python_checks_pass_and_fail_in_the_entry(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint, sandbox: str, request: pytest.FixtureRequest
+) -> None:
+    if sandbox == "bwrap":
+        request.getfixturevalue("bwrap_available")
+    _script(sim_endpoint, "Right", "printf 'hello\\n' > hello.txt", "So the total is 1,042.")
+    _script(sim_endpoint, "Wrong", "echo hi", "The total is 41.")
+    _script(sim_endpoint, "Plain", "echo hi", "Done.")
+    verify = {"answer": {"expected": "1042", "match": "number"}, **FILE_TASK}
+    rows = [{"prompt": p, "verify": verify} for p in ("Right", "Wrong")]
+    write_dataset(tmp_path / "d.jsonl", [*rows, {"prompt": "Plain", "verify": {"python": False}}])
+    cli = BatchCLI(tmp_path, sim_endpoint)
+    run = cli.run(
+        "--dataset_file=d.jsonl",
+        "--batch_size=5",
+        "--run_name=v",
+        f"--sandbox={sandbox}",
+        "--verify_command=grep -qx hello hello.txt",
+        "--verifier=examples.verifier:wrote_file",
+    )
+    assert run.returncode == 0, run
+    entries = _entries(cli, "v")
+    right, wrong, plain = entries["Right"], entries["Wrong"], entries["Plain"]
+    assert right["metadata"]["reward"] == 1.0 and right["metadata"]["verification"]["passed"] is True
+    checks = _checks(right)
+    assert list(checks) == ["answer", "command", "python"]
+    assert checks["answer"]["details"]["number"] == 1042.0
+    assert checks["command"]["details"]["exit_code"] == 0  # it saw the file the agent wrote
+    assert checks["python"]["details"] == {
+        "verifier": "examples.verifier:wrote_file",
+        "file": "hello.txt",
+        "size": 6,
+    }
+    assert wrong["metadata"]["reward"] == 0.0 and wrong["metadata"]["verification"]["passed"] is False
+    assert [c["passed"] for c in _checks(wrong).values()] == [False, False, False]
+    # The run's --verify_command applies to every row; this row turned off only the verifier.
+    assert list(_checks(plain)) == ["command"] and plain["metadata"]["reward"] == 0.0
+    assert all(
+        c["duration_s"] >= 0 and c["cost_usd"] == 0 for e in entries.values() for c in _checks(e).values()
+    )
+
+
+def test_a_run_without_checks_writes_no_verification(tmp_path: Path, sim_endpoint: SimulatedEndpoint) -> None:
+    _script(sim_endpoint, "Plain", "echo hi", "Done.")
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": "Plain"}])
+    cli = BatchCLI(tmp_path, sim_endpoint)
+    assert (
+        cli.run("--dataset_file=d.jsonl", "--batch_size=1", "--run_name=n", "--sandbox=local").returncode == 0
+    )
+    metadata = _entries(cli, "n")["Plain"]["metadata"]
+    assert "reward" not in metadata and "verification" not in metadata
+
+
+def test_a_verifier_that_raises_is_recorded_and_the_run_goes_on(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint
+) -> None:
+    for prompt in ("One", "Two"):
+        _script(sim_endpoint, prompt, "echo hi", "The answer is 7.")
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": p, "verify": {"answer": "7"}} for p in ("One", "Two")])
+    cli = BatchCLI(tmp_path, sim_endpoint)
+    run = cli.run(
+        "--dataset_file=d.jsonl",
+        "--batch_size=5",
+        "--run_name=r",
+        "--sandbox=local",
+        "--answer_match=number",
+        "--verifier=tests.support.verifiers:raises",
+    )
+    assert run.returncode == 0, run
+    for entry in _entries(cli, "r").values():
+        checks = _checks(entry)
+        assert checks["answer"]["passed"] is True
+        assert checks["python"]["error"].startswith(
+            "verifier_error: tests.support.verifiers:raises raised RuntimeError"
+        )
+        assert (checks["python"]["passed"], checks["python"]["score"]) == (None, None)
+        assert entry["metadata"]["verification"]["passed"] is None  # undecided, not failed
+        assert entry["metadata"]["reward"] == 1.0  # the mean of the checks that scored
+
+
+def test_checking_time_is_not_counted_within_the_prompt_timeout(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint
+) -> None:
+    _script(sim_endpoint, "Slow check", "echo hi", "Done.")
+    write_dataset(
+        tmp_path / "d.jsonl", [{"prompt": "Slow check", "verify": {"command": "sleep 4; echo 0.5"}}]
+    )
+    cli = BatchCLI(tmp_path, sim_endpoint)
+    run = cli.run(
+        "--dataset_file=d.jsonl", "--batch_size=1", "--run_name=t", "--sandbox=local", "--prompt_timeout=3"
+    )
+    assert run.returncode == 0, run
+    entry = _entries(cli, "t")["Slow check"]
+    assert entry["metadata"]["reward"] == 0.5 and _checks(entry)["command"]["duration_s"] >= 4
+
+
+def _refused(tmp_path: Path, endpoint: SimulatedEndpoint, rows: list[Any], *flags: str) -> str:
+    """Runs with `flags` over `rows`; asserts exit 2 before any model call, returns the stderr."""
+    write_dataset(tmp_path / "d.jsonl", rows)
+    cli = BatchCLI(tmp_path, endpoint)
+    run = cli.run("--dataset_file=d.jsonl", "--batch_size=1", "--run_name=bad", "--sandbox=local", *flags)
+    assert run.returncode == 2, run
+    assert endpoint.requests == []
+    assert not any(cli.run_dir("bad").glob("*.jsonl"))
+    return run.stderr
+
+
+@pytest.mark.parametrize(
+    ("rows", "flags", "line"),
+    [
+        (
+            [{"prompt": "p", "verify": {"anwser": "4"}}],
+            (),
+            "skipped d.jsonl:1: verify.anwser: unknown check kind; one of answer, command, judge, python",
+        ),
+        (
+            [{"prompt": "p", "verify": {"answer": {"expected": "(", "match": "regex"}}}],
+            (),
+            "skipped d.jsonl:1: verify.answer: not a valid regex: missing ) at position 1",
+        ),
+        (
+            [{"prompt": "p"}],
+            ("--verifier=tests.support.broken_verifier:check",),
+            "error: --verifier=tests.support.broken_verifier:check: cannot import "
+            "tests.support.broken_verifier: ImportError: this verifier module is broken on purpose",
+        ),
+        (
+            [{"prompt": "p"}],
+            ("--verifier=tests.support.verifiers:not_async",),
+            "error: --verifier=tests.support.verifiers:not_async: not_async is not an async function "
+            "(`async def not_async(attempt, sandbox)`)",
+        ),
+        (
+            [{"prompt": "p"}],
+            ("--judge_model=judge", "--judge_rubric=no_such_rubric.md"),
+            "error: --judge_rubric=no_such_rubric.md: cannot read the rubric file "
+            "(No such file or directory)",
+        ),
+        (
+            [{"prompt": "p"}, {"prompt": "q"}],
+            ("--judge_model=judge",),
+            "error: d.jsonl:1: verify.judge: no rubric: give verify.judge.rubric, or --judge_rubric=FILE",
+        ),
+        (
+            [{"prompt": "p"}, {"prompt": "q", "verify": {"python": True}}],
+            (),
+            "error: d.jsonl:2: verify.python: asks for the run's verifier; give --verifier=module:function",
+        ),
+    ],
+)
+def test_bad_verification_input_is_one_line_and_exit_2_before_any_call(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint, rows: list[Any], flags: tuple[str, ...], line: str
+) -> None:
+    stderr = _refused(tmp_path, sim_endpoint, rows, *flags)
+    assert line in stderr.splitlines(), stderr
+    assert "Traceback" not in stderr
