@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.support.batch import BatchCLI, kill_started, read_jsonl, write_dataset
+from tests.fixtures.docker_run import DockerRun, run_cleanly
+from tests.support.batch import BatchCLI, human_prompt, kill_started, read_jsonl, write_dataset
 
 THINK = "Let me do what was asked."
 
@@ -206,3 +207,19 @@ def test_bad_verification_input_is_one_line_and_exit_2_before_any_call(
     stderr = _refused(tmp_path, sim_endpoint, rows, *flags)
     assert line in stderr.splitlines(), stderr
     assert "Traceback" not in stderr
+
+
+@pytest.mark.docker
+@pytest.mark.xdist_group(
+    "docker-engine"
+)  # as tests/test_batch_docker.py: its runs reap the engine's leftovers
+def test_a_command_check_runs_in_the_prompts_container(docker_run: DockerRun) -> None:
+    docker_run.script({"Write": "printf 'hello\\n' > hello.txt", "Skip": "echo hi"})
+    docker_run.write(
+        [{"prompt": p, "verify": {"command": "grep -qx hello hello.txt"}} for p in ("Write", "Skip")]
+    )
+    run = run_cleanly(docker_run)  # no container outlives the run: each was removed after its check
+    assert run.returncode == 0, run
+    entries = read_jsonl(docker_run.run_dir / "trajectories.jsonl")
+    rewards = {human_prompt(e): e["metadata"]["reward"] for e in entries}
+    assert rewards == {"Write": 1.0, "Skip": 0.0}
