@@ -99,6 +99,7 @@ BAD_VERIFY = {  # the row's `verify` value: the error
     '{"judge": "yes"}': 'verify.judge: must be true, false or {"rubric": "..."}',
     '{"judge": {"rubric": ""}}': "verify.judge.rubric: must be a non-empty string",
     '{"python": 1}': "verify.python: must be true, false, or an object",
+    '{"answer": "\\ud800"}': "verify: holds an unpaired surrogate escape",  # no entry could carry it
 }
 
 

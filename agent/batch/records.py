@@ -32,17 +32,7 @@ from agent.protocols.verification import Verification
 from agent.store.directory import encode_line
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
-_OURS = (
-    "batch_num",
-    "timestamp",
-    "model",
-    "prompt_key",
-    "outcome",
-    "usage",
-    "toolsets_unavailable",
-    "reward",
-    "verification",
-)
+_OURS = ("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage", "toolsets_unavailable")
 NO_REASONING = "no_reasoning"
 FILTERS = (*FLAWS, NO_REASONING)  # every discard reason, in the order that picks an entry's one
 if set(FILTERS) != set(KEPT_BY):  # one table says which flag keeps each reason (run_config)

@@ -159,7 +159,7 @@ def _check_sandbox_fields(fields: LineFields, backend: str | None) -> None:
 def _reject_lone_surrogates(row: dict[str, Any]) -> None:
     """An escaped half of a surrogate pair (`"\\ud800"`) decodes to a string no UTF-8 writer
     can encode: every request and output line holding it would fail later, mid-run."""
-    for name in ("prompt", *OPTIONAL_STRINGS, "metadata"):  # the fields a run reads
+    for name in ("prompt", *OPTIONAL_STRINGS, "metadata", "verify"):  # the fields a run reads
         value = row.get(name)
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
