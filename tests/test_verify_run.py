@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agent.servers.faults import EndpointFault
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.fixtures.docker_run import DockerRun, run_cleanly
 from tests.support.batch import BatchCLI, human_prompt, kill_started, read_jsonl, write_dataset
@@ -223,3 +224,30 @@ def test_a_command_check_runs_in_the_prompts_container(docker_run: DockerRun) ->
     entries = read_jsonl(docker_run.run_dir / "trajectories.jsonl")
     rewards = {human_prompt(e): e["metadata"]["reward"] for e in entries}
     assert rewards == {"Write": 1.0, "Skip": 0.0}
+
+
+def test_failed_attempts_are_not_verified_and_partial_ones_are(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint
+) -> None:
+    call = (("terminal", json.dumps({"command": "touch made.txt"})),)
+    sim_endpoint.script(
+        "Doomed", [Turn(reasoning=THINK, tool_calls=call), Turn(fault=EndpointFault(400, "bad"))]
+    )
+    sim_endpoint.script("Endless", [Turn(reasoning=THINK, tool_calls=call)] * 3)
+    verify = {"answer": "done", "command": "test -f made.txt"}
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": p, "verify": verify} for p in ("Doomed", "Endless")])
+    cli = BatchCLI(tmp_path, sim_endpoint)
+    run = cli.run(
+        "--dataset_file=d.jsonl", "--batch_size=5", "--run_name=f", "--sandbox=local", "--max_turns=2"
+    )
+    assert run.returncode == 1, run  # the failed prompt is not done
+    failures = read_jsonl(cli.run_dir("f") / "failures.jsonl")
+    assert [f["error_class"] for f in failures] == ["bad_request"] and "verification" not in failures[0]
+    endless = _entries(cli, "f")["Endless"]
+    assert endless["metadata"]["outcome"] == "max_iterations"
+    checks = _checks(endless)
+    assert (
+        checks["answer"]["passed"] is False and checks["answer"]["details"]["got"] is None
+    )  # no final answer
+    assert checks["command"]["passed"] is True  # what it did in the sandbox still counts
+    assert endless["metadata"]["reward"] == 0.5
