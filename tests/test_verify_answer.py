@@ -20,6 +20,8 @@ CASES: list[tuple[str, str, str, bool]] = [
     ("Paris", "normalized", "PARIS.", True),
     ("the answer: Paris", "normalized", "The   answer — Paris!", True),
     ("Paris", "normalized", "Paris, France", False),
+    ("$5", "normalized", "5", False),  # symbols are no punctuation
+    ("x^2 + 1", "normalized", "X^2 +1.", False),  # nor is spacing inside a term folded away
     ("42", "number", "I think it is 40, no: 42.", True),
     ("42", "number", "42 or maybe 43", False),  # the LAST number is the answer
     ("1250", "number", "The total is 1,250.", True),

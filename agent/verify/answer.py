@@ -3,7 +3,7 @@
 Modes (`agent.config.verify_config.MATCH_MODES`):
 - `exact`: the same text once the ends' whitespace is stripped;
 - `normalized`: the same text once case, whitespace and punctuation are folded ("The answer:
-  Paris." matches "the answer paris");
+  Paris." matches "the answer paris"; symbols such as $ or + count);
 - `number`: the LAST number written in the answer (where a final "so the total is 1,250"
   usually is; thousands commas and a sign are read) within `tolerance`, relative:
   |got - expected| <= tolerance * max(1, |expected|);
@@ -42,9 +42,10 @@ _SPACES = re.compile(r"\s+")
 
 
 def normalize(text: str) -> str:
-    """Case folded, punctuation (every Unicode P* or S* character) dropped, runs of
-    whitespace made one space, ends stripped."""
-    kept = "".join(" " if unicodedata.category(ch)[0] in "PS" else ch for ch in text.casefold())
+    """Case folded, punctuation (every Unicode P* character: .,;:!?'"-()… and their kin) made
+    a space, runs of whitespace made one space, ends stripped. Symbols ($, +, ^) are kept:
+    "x^2" is no "x2"."""
+    kept = "".join(" " if unicodedata.category(ch)[0] == "P" else ch for ch in text.casefold())
     return _SPACES.sub(" ", kept).strip()
 
 
