@@ -16,6 +16,7 @@ import pytest
 from agent.servers.faults import EndpointFault
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.fixtures.docker_run import DockerRun, run_cleanly
+from tests.fixtures.ray import RayCluster, ray_args
 from tests.support.batch import BatchCLI, human_prompt, kill_started, read_jsonl, write_dataset
 
 THINK = "Let me do what was asked."
@@ -251,3 +252,23 @@ def test_failed_attempts_are_not_verified_and_partial_ones_are(
     )  # no final answer
     assert checks["command"]["passed"] is True  # what it did in the sandbox still counts
     assert endless["metadata"]["reward"] == 0.5
+
+
+def test_checks_run_on_ray_actors_as_in_local_workers(ray_cluster: RayCluster) -> None:
+    with SimulatedEndpoint() as endpoint, tempfile.TemporaryDirectory(prefix="verify-ray-") as root:
+        workdir = Path(root)
+        _script(endpoint, "Right", "printf 'hello\\n' > hello.txt", "It is 42.")
+        _script(endpoint, "Wrong", "echo hi", "It is 41.")
+        rows = [{"prompt": p, "verify": {"answer": "42", **FILE_TASK}} for p in ("Right", "Wrong")]
+        write_dataset(workdir / "d.jsonl", rows)
+        cli = BatchCLI(workdir, endpoint)
+        flags = ("--dataset_file=d.jsonl", "--batch_size=5", "--run_name=ray", "--sandbox=local")
+        verifier = "--verifier=examples.verifier:wrote_file"
+        run = cli.run(*flags, verifier, "--answer_match=number", *ray_args(ray_cluster))
+        assert run.returncode == 0, run
+        entries = _entries(cli, "ray")
+        assert {p: e["metadata"]["reward"] for p, e in entries.items()} == {"Right": 1.0, "Wrong": 0.0}
+        assert [c["method"] for c in entries["Right"]["metadata"]["verification"]["checks"]] == [
+            "answer",
+            "python",
+        ]
