@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -9,13 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from agent.config.agent_config import AgentConfig
 from agent.config.verify_config import AnswerCheck, Checks, CommandCheck, VerifyOptions
 from agent.errors import FailureClass, ModelAPIError, SandboxStartError
+from agent.llm.factory import open_chat_model
+from agent.loop.agent_loop import converse
+from agent.loop.conversation import ConversationResult, Prompt
 from agent.protocols import ChatRequest, ModelReply, Sandbox, SandboxSpec, ToolConfig
 from agent.protocols.turns import UserTurn
 from agent.protocols.verification import Attempt
 from agent.sandboxes import SandboxOptions, sandbox_factory
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from agent.toolbox.context import ConversationContext, Resources
+from agent.toolbox.registry import resolve_tools
 from agent.verify.command import MAX_OUTPUT, check_command, score_line
 from agent.verify.python_verifier import VerifierLoadError, check_python, load_verifier
 from agent.verify.runner import not_rescorable, rescore_attempt, verify_attempt
@@ -189,3 +197,30 @@ async def test_a_verifier_gets_no_sandbox_the_agent_never_opened(options: Sandbo
         verification = await verify_attempt(checks, _attempt(), context, _NoJudge(), run)
         assert not context.sandbox_opened
     assert verification is not None and verification.checks[0].details["had_sandbox"] is False
+
+
+def test_converse_runs_its_after_hook_with_the_sandbox_still_open(
+    sim_endpoint: SimulatedEndpoint, tmp_path: Path
+) -> None:
+    call = (("terminal", json.dumps({"command": "printf 'hi' > left.txt"})),)
+    sim_endpoint.script("hook", [Turn(reasoning="r", tool_calls=call), Turn(content="done")])
+    config = AgentConfig(model="sim-model", base_url=sim_endpoint.base_url, max_retries=0, max_iterations=3)
+    root = tmp_path / "sandboxes"
+    factory = sandbox_factory(SandboxOptions(backend="local", root=str(root)))
+    seen: list[tuple[str, bytes]] = []
+
+    async def after(result: ConversationResult, context: ConversationContext) -> None:
+        assert context.sandbox_opened and any(root.rglob("left.txt"))  # not destroyed yet
+        seen.append((result.outcome.value, await (await context.sandbox()).read_file("left.txt")))
+
+    async def run() -> ConversationResult:
+        model = open_chat_model(config)
+        try:
+            prompt = Prompt("hook", SandboxSpec("hook-run", "hook-key"))
+            return await converse(config, model, resolve_tools(["terminal"]), prompt, factory, after=after)
+        finally:
+            await model.aclose()
+
+    done = asyncio.run(run())
+    assert done.final_response == "done" and seen == [("completed", b"hi")]
+    assert not list(root.rglob("left.txt"))  # and destroyed once the hook returned
