@@ -33,7 +33,7 @@ from agent.cli.command_line import run_command
 from agent.cli.export_cli import export_and_push, is_post_process, merged, post_process
 from agent.cli.flags import BATCH
 from agent.cli.logs import configure_logging
-from agent.cli.verify_cli import check_verification
+from agent.cli.verify_cli import check_verification, refuse_bad_checks
 from agent.common.redaction import redact_streams
 from agent.config.agent_config import serving
 from agent.config.run_config import RunConfig
@@ -64,6 +64,7 @@ def run(config: RunConfig) -> int:
     check_ready(config)
     backend = config.sandbox.backend  # rows naming an image it cannot run are bad lines
     scan = scan_dataset(config.dataset_file, config.max_samples, require_valid=False, backend=backend)
+    refuse_bad_checks(scan)  # a bad `verify` object stops the run; other bad lines are skipped
     for error in scan.errors:
         _say(f"skipped {error}")
     if scan.error_count > len(scan.errors):

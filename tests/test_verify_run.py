@@ -166,12 +166,20 @@ def _refused(tmp_path: Path, endpoint: SimulatedEndpoint, rows: list[Any], *flag
         (
             [{"prompt": "p", "verify": {"anwser": "4"}}],
             (),
-            "skipped d.jsonl:1: verify.anwser: unknown check kind; one of answer, command, judge, python",
+            "error: d.jsonl:1: verify.anwser: unknown check kind; one of answer, command, judge, python "
+            "(a row's checks must be right before the run starts)",
         ),
         (
             [{"prompt": "p", "verify": {"answer": {"expected": "(", "match": "regex"}}}],
             (),
-            "skipped d.jsonl:1: verify.answer: not a valid regex: missing ) at position 1",
+            "error: d.jsonl:1: verify.answer: not a valid regex: missing ) at position 1 "
+            "(a row's checks must be right before the run starts)",
+        ),
+        (  # among good rows too: skipping it would run its prompt unchecked
+            [{"prompt": "p"}, {"prompt": "q", "verify": {"anwser": "4"}}],
+            (),
+            "error: d.jsonl:2: verify.anwser: unknown check kind; one of answer, command, judge, python "
+            "(a row's checks must be right before the run starts)",
         ),
         (
             [{"prompt": "p"}],

@@ -9,9 +9,9 @@ config it fills (AgentConfig, RunConfig, SandboxOptions), so a default lives in 
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
-from typing import Any, Literal
+from typing import Any
 
+from agent.cli.flag import BATCH, BATCH_ONLY, BOTH, CLIS, GROUPS, QUERY, QUERY_ONLY, Flag, Kind, default_of
 from agent.config.agent_config import DIALECTS, PROVIDER_SORTS, REASONING_EFFORTS, AgentConfig
 from agent.config.export_config import REASONING_PLACES, ExportOptions
 from agent.config.run_config import RUN_BACKENDS, RunConfig
@@ -20,87 +20,33 @@ from agent.config.verify_config import KEEP_MODES, MATCH_MODES, VerifyOptions
 from agent.protocols import IMAGE_APIS, WEB_BACKENDS, ToolConfig
 from agent.sandboxes import AUTO, BACKENDS, SandboxOptions
 
-Kind = Literal["str", "int", "float", "number", "bool", "list"]
+_BOTH, _BATCH, _QUERY = BOTH, BATCH_ONLY, QUERY_ONLY  # short names for the table
 
-BATCH = "batch_runner.py"
-QUERY = "run_agent.py"
-CLIS = (BATCH, QUERY)
-_BOTH = frozenset(CLIS)
-_BATCH = frozenset({BATCH})
-_QUERY = frozenset({QUERY})
-
-GROUPS = (
-    "Run",
-    "Query",
-    "Model endpoint",
-    "Conversation",
-    "Provider routing (OpenRouter)",
-    "Workers and budgets",
-    "Sandbox",
-    "Tools",
-    "Logging",
-    "Samples and verification",
-    "Export and the Hub",
-)
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One flag. `shown` replaces the default in `--help` where the value alone says too little
-    (None defaults, environment fallbacks). Floats are always positive and finite; a "number"
-    is any finite decimal, its range checked by the config it fills (a temperature may be 0)."""
-
-    name: str
-    kind: Kind
-    default: Any
-    help: str
-    group: str
-    clis: frozenset[str] = _BOTH
-    required: bool = False
-    minimum: int | None = None  # int flags
-    choices: tuple[str, ...] = ()
-    shown: str | None = None
-
-    @property
-    def shown_default(self) -> str:
-        if self.shown is not None:
-            return self.shown
-        if self.kind == "bool":
-            return "true" if self.default else "false"
-        if isinstance(self.default, float) and self.default.is_integer():
-            return str(int(self.default))
-        return str(self.default)
-
-
-def _default(config: type, name: str) -> Any:
-    """The default of field `name` of the dataclass `config`."""
-    (found,) = (f for f in fields(config) if f.name == name)
-    assert found.default is not MISSING, f"{config.__name__}.{name} has no plain default"
-    return found.default
+__all__ = ["BATCH", "BY_NAME", "CLIS", "FLAGS", "GROUPS", "QUERY", "Flag", "Kind", "flags_of"]
 
 
 def _agent(name: str) -> Any:
-    return _default(AgentConfig, name)
+    return default_of(AgentConfig, name)
 
 
 def _run(name: str) -> Any:
-    return _default(RunConfig, name)
+    return default_of(RunConfig, name)
 
 
 def _tool(name: str) -> Any:
-    return _default(ToolConfig, name)
+    return default_of(ToolConfig, name)
 
 
 def _export(name: str) -> Any:
-    return _default(ExportOptions, name)
+    return default_of(ExportOptions, name)
 
 
 def _sampling(name: str) -> Any:
-    return _default(Sampling, name)
+    return default_of(Sampling, name)
 
 
 def _verify(name: str) -> Any:
-    return _default(VerifyOptions, name)
+    return default_of(VerifyOptions, name)
 
 
 FLAGS: tuple[Flag, ...] = (
@@ -198,17 +144,17 @@ FLAGS: tuple[Flag, ...] = (
     Flag("tpm", "float", _run("tpm"), "tokens per minute of the whole run, shared by all workers",
          "Workers and budgets", _BATCH, shown="none"),
     # Sandbox
-    Flag("sandbox", "str", _default(SandboxOptions, "backend"),
+    Flag("sandbox", "str", default_of(SandboxOptions, "backend"),
          f"where tool calls run: {AUTO} (bwrap when it works here, else local), {', '.join(BACKENDS)}",
-         "Sandbox", shown=f"{_default(SandboxOptions, 'backend')} (or TERMINAL_ENV)"),
-    Flag("image", "str", _default(SandboxOptions, "default_image"), "default container image (docker)",
+         "Sandbox", shown=f"{default_of(SandboxOptions, 'backend')} (or TERMINAL_ENV)"),
+    Flag("image", "str", default_of(SandboxOptions, "default_image"), "default container image (docker)",
          "Sandbox", _BATCH),
-    Flag("sandbox_network", "bool", _default(SandboxOptions, "network"), "allow network inside containers",
+    Flag("sandbox_network", "bool", default_of(SandboxOptions, "network"), "allow network inside containers",
          "Sandbox", _BATCH),
-    Flag("sandbox_disk_mb", "int", _default(SandboxOptions, "disk_mb"),
+    Flag("sandbox_disk_mb", "int", default_of(SandboxOptions, "disk_mb"),
          "MB a prompt may write into its sandbox (bwrap under root, docker; not local)", "Sandbox",
          minimum=1),
-    Flag("sandbox_memory_mb", "int", _default(SandboxOptions, "memory_mb"),
+    Flag("sandbox_memory_mb", "int", default_of(SandboxOptions, "memory_mb"),
          "MB of memory all of a prompt's sandbox processes may hold together; past it a command is "
          "killed and its tool result says so (0: no limit)", "Sandbox", minimum=0),
     # Tools
@@ -266,9 +212,9 @@ FLAGS: tuple[Flag, ...] = (
          "attempts at each prompt, each its own sandbox, toolsets and entry (raise it on --resume for more)",
          "Samples and verification", _BATCH, minimum=1),
     Flag("verify_command", "str", _verify("verify_command"),
-         "shell command run in each prompt's sandbox after its last turn: exit 0 passes; a last stdout "
-         "line in [0,1] is the score (a row's verify.command wins)", "Samples and verification", _BATCH,
-         shown="none"),
+         "shell command run in each prompt's sandbox after its last turn: exit 0 passes; the last "
+         "line of its output, a number in [0,1], is the score (a row's verify.command wins)",
+         "Samples and verification", _BATCH, shown="none"),
     Flag("verify_timeout", "float", _verify("verify_timeout"), "seconds a command check may run",
          "Samples and verification", _BATCH),
     Flag("answer_match", "str", _verify("answer_match"),

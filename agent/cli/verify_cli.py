@@ -5,7 +5,7 @@ rubric, the run's verifier asked for without one, an answer the run's match mode
 
 from __future__ import annotations
 
-from agent.batch.dataset import iter_rows
+from agent.batch.dataset import DatasetScan, iter_rows
 from agent.batch.row_verify import checks_for, read_rubric
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError
@@ -16,6 +16,15 @@ class _RowError(Exception):
     def __init__(self, field_name: str, reason: str) -> None:
         super().__init__(reason)
         self.field_name, self.reason = field_name, reason
+
+
+def refuse_bad_checks(scan: DatasetScan) -> None:
+    """ConfigError (exit 2) for the first row whose `verify` object is bad. Other bad lines are
+    skipped; this one stops the run: its prompt run unchecked, or checked otherwise than its
+    author wrote, would give wrong rewards."""
+    for error in scan.errors:
+        if error.field is not None and (error.field == "verify" or error.field.startswith("verify.")):
+            raise ConfigError(f"{error} (a row's checks must be right before the run starts)")
 
 
 def check_verification(config: RunConfig) -> None:
