@@ -40,7 +40,7 @@ from agent.servers.simulated.replies import (
     policy_turn,
     styled_turn,
 )
-from agent.servers.simulated.verdicts import is_judge, judge_reply, marked_answer
+from agent.servers.simulated.verdicts import is_judge, judge_turn, marked_answer
 from agent.servers.traffic import current_request
 
 # Turn and EndpointFault are re-exported: scripts are written with them next to the endpoint.
@@ -236,7 +236,7 @@ class SimulatedEndpoint(StartStop):
         """The turn that answers `body`, and whether a script chose it."""
         messages = body.get("messages") or []
         if is_judge(body.get("model")):  # a judge's verdict follows its rule, never a script
-            return Turn(content=judge_reply(body["model"], messages)), False
+            return judge_turn(body), False
         prompt = first_user_text(messages)
         replied = sum(1 for message in messages if message.get("role") == "assistant")
         with self._lock:

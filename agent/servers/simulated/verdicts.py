@@ -24,6 +24,7 @@ answer passes. The model name chooses a misbehaviour, for the judge's retries:
     sim-judge-malformed-N     not JSON for the first N tries of one judgement (a try is counted by
                               the assistant messages in the request: the judge sends its bad replies back)
     sim-judge-fenced          the JSON in a ```json fence with prose around it
+    sim-judge-unstructured    HTTP 400 to a request carrying `response_format`, as servers without it
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from agent.servers.faults import EndpointFault
+from agent.servers.simulated.replies import Turn
 
 JUDGE = "sim-judge"  # the simulated judge's model name, and the prefix of its variants
 _MARKER = re.compile(r"\[answer=([^\]\s]+)((?:[ \t]+[a-z]+=[^\]\s]*)*)\]")
@@ -95,8 +99,15 @@ def _verdict(request_text: str) -> dict[str, Any]:
     return {"score": 1.0 if passed else 0.0, "passed": passed, "rationale": f"Judged by rule: {why}."}
 
 
-def judge_reply(model: str, messages: Sequence[Mapping[str, Any]]) -> str:
-    """The judge's reply content to a request with `messages`."""
+def judge_turn(body: Mapping[str, Any]) -> Turn:
+    """The judge's reply to a request for a `sim-judge` model."""
+    model = str(body.get("model"))
+    if model == f"{JUDGE}-unstructured" and "response_format" in body:
+        return Turn(fault=EndpointFault(400, "response_format is not supported (simulated)"))
+    return Turn(content=_judge_reply(model, body.get("messages") or []))
+
+
+def _judge_reply(model: str, messages: Sequence[Mapping[str, Any]]) -> str:
     tries = sum(1 for message in messages if message.get("role") == "assistant")
     counted = _MALFORMED_N.fullmatch(model)
     if model == f"{JUDGE}-malformed" or (counted is not None and tries < int(counted.group(1))):
