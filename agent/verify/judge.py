@@ -30,7 +30,7 @@ from agent.protocols.verification import Attempt, CheckError, CheckResult, Verif
 from agent.verify.judge_prompt import RESPONSE_FORMAT, clip, judge_messages, parse_verdict
 
 MAX_TRIES = 3  # a malformed reply is asked again twice
-REPLY_CHARS = 300  # of a malformed reply, kept in the record's details
+REPLY_CHARS = 300  # of a malformed reply (in the details) or a failed call's error
 _REFUSED = (FailureClass.BAD_REQUEST,)
 # Judge models whose endpoint refused `response_format` in this process: asked without it.
 _unstructured: set[str] = set()
@@ -96,7 +96,8 @@ async def judge_attempt(
         try:
             reply = await _ask(model, judge_model, messages)
         except ModelAPIError as exc:
-            return judgement.result(None, None, {}, f"the judge call failed: {exc.error_class}: {exc}")
+            why = clip(f"{exc.error_class}: {exc}", REPLY_CHARS)  # an endpoint's message may be long
+            return judgement.result(None, None, {}, f"the judge call failed: {why}")
         judgement.usage += reply.usage
         try:
             verdict = parse_verdict(reply.content)
