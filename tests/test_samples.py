@@ -8,8 +8,11 @@ one sample per prompt writes the entries it wrote before samples existed, plus t
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,10 +31,11 @@ from tests.support.batch import (
     read_json,
     read_jsonl,
     requested_prompts,
+    session_pids,
     tool_then_answer,
+    wait_until,
     write_dataset,
 )
-from tests.test_batch_crash import kill_main_pid
 
 ANSWER = [Turn(content="All done.", reasoning="Let me think.")]
 
@@ -169,7 +173,7 @@ def test_sigkill_then_resume_leaves_every_prompt_sample_exactly_once(tmp_path: P
             deadline_ok = _wait_requests(endpoint, proc, target)
             if not deadline_ok:
                 break  # it finished before the blow fell
-            kill_main_pid(proc, cli, "crash")
+            kill_runner(proc)
         final = cli.run(*flags, "--resume")
         assert final.returncode == 0, final
     run_dir = cli.run_dir("crash")
@@ -186,7 +190,14 @@ def test_sigkill_then_resume_leaves_every_prompt_sample_exactly_once(tmp_path: P
     assert read_json(run_dir / "checkpoint.json")["completed_prompts"] == list(range(32))
 
 
-def _wait_requests(endpoint: SimulatedEndpoint, proc: Any, target: int) -> bool:
+def kill_runner(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the runner's main process (as an OOM kill does); its workers then exit."""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    wait_until(lambda: not session_pids(proc.pid), f"the workers of killed runner {proc.pid} to exit")
+
+
+def _wait_requests(endpoint: SimulatedEndpoint, proc: subprocess.Popen[bytes], target: int) -> bool:
     """Wait until the endpoint saw `target` requests (True) or the runner exited (False)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
