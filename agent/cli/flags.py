@@ -106,8 +106,7 @@ def _verify(name: str) -> Any:
 FLAGS: tuple[Flag, ...] = (
     # Run
     Flag("dataset_file", "str", None, "JSONL dataset of prompts", "Run", _BATCH, required=True),
-    Flag("batch_size", "int", None,
-         "units of work per output shard batch_N.jsonl (attempts with --samples_per_prompt)", "Run", _BATCH,
+    Flag("batch_size", "int", None, "attempts (prompts × samples) per shard batch_N.jsonl", "Run", _BATCH,
          required=True, minimum=1),
     Flag("run_name", "str", None, "run directory name under --output_dir (letters, digits, ._-)", "Run",
          _BATCH, required=True),
