@@ -58,6 +58,7 @@ def run_case(
     stats = endpoint["stats"]
     first = stats["first_request_at"] or started
     entries = sum(1 for _ in (workdir / "runs" / name / "trajectories.jsonl").open())
+    run_stats = json.loads((workdir / "runs" / name / "statistics.json").read_text())
     return {
         "case": name,
         "prompts": prompts,
@@ -66,6 +67,8 @@ def run_case(
         "model_calls": stats["requests_total"],
         "wall_s": round(wall, 2),
         "first_request_to_exit_s": round(started + wall - first, 2),
+        "runner_duration_s": run_stats["duration_seconds"],  # the runner's own clock: scan to statistics
+        "attempts_per_s": run_stats["this_invocation"]["prompts_per_second"],
         "runner_cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2),
     }
 
@@ -76,12 +79,15 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max_inflight", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=1, help="alternate the two cases this many times")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="run both cases this many times (odd rounds: single first)"
+    )
     args = parser.parse_args()
     prompts = 100 if args.quick else 1000
     with tempfile.TemporaryDirectory(prefix="bench-samples-") as tmp:
         for round_no in range(args.rounds):
-            for name, count, samples in (("samples", prompts, 4), ("single", prompts * 4, 1)):
+            cases = (("samples", prompts, 4), ("single", prompts * 4, 1))
+            for name, count, samples in cases if round_no % 2 == 0 else cases[::-1]:
                 workdir = Path(tmp) / f"{name}{round_no}"
                 workdir.mkdir()
                 print(json.dumps(run_case(f"{name}{round_no}", count, samples, args, workdir)), flush=True)
