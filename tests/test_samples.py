@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from agent.store.keys import prompt_key
+from agent.store.keys import prompt_key, sample_key, split_key
+from agent.store.merge import merge_run
 from agent.toolbox.distributions import sample_toolsets_from_distribution
 from tests.support.batch import (
     BatchCLI,
@@ -276,3 +277,30 @@ def _timeless(entry: dict[str, Any]) -> str:
     and the ids the endpoint gives tool calls (random)."""
     entry = {**entry, "metadata": {k: v for k, v in entry["metadata"].items() if k != "timestamp"}}
     return re.sub(r"call_[0-9a-f]{24}", "call_ID", json.dumps(entry))
+
+
+def test_sample_keys_split_back_and_a_prompt_key_is_its_sample_zero() -> None:
+    pid = prompt_key("some prompt", 2)
+    assert sample_key(pid, 0) == pid and split_key(pid) == (pid, 0)
+    assert sample_key(pid, 3) == f"{pid}#3" and split_key(f"{pid}#3") == (pid, 3)
+    for odd in (f"{pid}#0", f"{pid}#03", f"{pid}#x", f"{pid}#"):  # never made: a key as it is
+        assert split_key(odd) == (odd, 0)
+
+
+def test_the_merge_writes_each_shard_in_prompt_index_order(tmp_path: Path) -> None:
+    # workers finish in any order: the shard holds 5, 3, 4 (and 3 again: the first line wins)
+    lines = [(5, "late"), (3, "first"), (4, "middle"), (3, "second copy")]
+    write_dataset(
+        tmp_path / "batch_1.jsonl",
+        [{"prompt_index": n, "metadata": {"prompt_key": f"k{n}"}, "text": text} for n, text in lines],
+    )
+    write_dataset(tmp_path / "batch_0.jsonl", [{"prompt_index": 1, "metadata": {"prompt_key": "k1"}}])
+    report = merge_run(tmp_path, valid_tools=())
+    merged = read_jsonl(tmp_path / "trajectories.jsonl")
+    assert [(e["prompt_index"], e.get("text")) for e in merged] == [
+        (1, None),
+        (3, "first"),
+        (4, "middle"),
+        (5, "late"),
+    ]
+    assert (report.written, report.duplicates) == (4, 1)
