@@ -102,3 +102,32 @@ def _assert_judge_counted(endpoint: SimulatedEndpoint, prompt: str, metadata: di
     completion = usage["completion_tokens"] - check["tokens"]["completion"]
     expected = (prompt * PRICES[0] + completion * PRICES[1]) / 1e6 + judge_cost
     assert usage["cost_usd"] == pytest.approx(expected)
+
+
+@pytest.mark.timeout(180)
+def test_each_sample_is_right_or_wrong_by_its_seed_and_judged_so(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint
+) -> None:
+    prompt = "Samples [answer=42 right=0,2]"
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": prompt, "verify": {"answer": "42", "judge": True}}])
+    (tmp_path / "rubric.md").write_text("Pass when the final answer is the task's answer.\n")
+    cli = BatchCLI(tmp_path, sim_endpoint)
+    run = cli.run(
+        "--dataset_file=d.jsonl",
+        "--batch_size=4",
+        "--run_name=s",
+        "--sandbox=local",
+        "--samples_per_prompt=4",
+        "--model_seed=0",  # sample s sends seed s
+        "--judge_model=sim-judge",
+        "--judge_rubric=rubric.md",
+    )
+    assert run.returncode == 0, run
+    entries = read_jsonl(cli.run_dir("s") / "trajectories.jsonl")
+    outcomes = {
+        e["metadata"]["sample_index"]: [c["passed"] for c in e["metadata"]["verification"]["checks"]]
+        for e in entries
+    }
+    assert outcomes == {0: [True, True], 1: [False, False], 2: [True, True], 3: [False, False]}
+    judged = [r.body for r in sim_endpoint.requests if r.body["model"] == "sim-judge"]
+    assert len(judged) == 4 and all("seed" not in body for body in judged)  # the judge is not sampled
