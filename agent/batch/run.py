@@ -25,6 +25,7 @@ from agent.batch.completion import Completion
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
 from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent
 from agent.batch.jobs import Job
+from agent.batch.keeping import KeepPass, apply_keep
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
 from agent.batch.recovery import current_discards, merge_output, reapply_filters
@@ -68,6 +69,7 @@ class BatchRun:
         self.workers: Backend | None = None  # the backend running the prompts, while it runs
         self.tombstoned: set[str] = set()  # keys whose result a filter moved to discarded.jsonl
         self.previous: Any = None  # the statistics.json of the earlier invocations
+        self.kept = KeepPass()  # what --keep moved at the end (before the merge)
 
     def run(self, scan: DatasetScan) -> int:
         started = time.monotonic()
@@ -110,6 +112,7 @@ class BatchRun:
         self.previous = self.store.read_json("statistics.json") if self.config.resume else None
         self.store.write_json("run_config.json", self.config.public())
         self.tally.withdrawn, self.tally.recovered = reapply_filters(self.config, self.store, index)
+        self._count_keep(apply_keep(self.config, self.store, index, final=False))
         self.tombstoned = set(index.tombstoned)
         return index
 
@@ -219,6 +222,7 @@ class BatchRun:
         merged_keys: set[str] | None = None
         checked: dict[str, Any] = {}
         if ended is None or not ended.interrupted:
+            self._keep_final()
             merged_keys, checked = self._merge(report, summary)
         done = self._completion(ended, merged_keys)
         moved = {"recovered_discards": self.tally.recovered, "withdrawn_entries": self.tally.withdrawn}
@@ -229,6 +233,7 @@ class BatchRun:
             **notes,
             **worker_losses(ended),
             **checked,
+            "keep": self.kept.section(self.config.verify.keep),
         }
         stats = self.tally.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
         stats["rate_limiting"]["partial"] = bool(ended is not None and ended.dead_workers)
@@ -250,8 +255,26 @@ class BatchRun:
         summary["merge"] = merged.as_dict()
         for entry in current_discards(self.config.run_dir, merged.kept_keys):
             self.tally.stats.add_discarded_entry(entry)
-        moved = {key for key, _entry in merged.unkept}
+        moved = {key for key, _entry in merged.unkept} | self.kept.withdrawn_keys
         return merged.kept_keys, {"merge_check": check.report(merged.kept_keys, moved)}
+
+    def _count_keep(self, kept: KeepPass) -> None:
+        self.tally.withdrawn += kept.withdrawn
+        self.tally.recovered += kept.recovered
+
+    def _keep_final(self) -> None:
+        """--keep on the whole output, `best` deciding every prompt (a sample that failed
+        never comes), before the merge, which then leaves the withdrawn entries out."""
+        index = self.store.scan()
+        self.kept = apply_keep(self.config, self.store, index, final=True)
+        self._count_keep(self.kept)
+        self.tombstoned = set(index.tombstoned)
+        if self.kept.short:
+            log.warning(
+                "--keep=best decided %d prompt(s) among fewer than %d samples (the others failed)",
+                self.kept.short,
+                self.config.samples_per_prompt,
+            )
 
     def _on_merged(self, report: RunReport, check: MergeCheck) -> Callable[[dict[str, Any]], None]:
         """Each merged entry feeds statistics.json and the report, and is checked, in one pass
