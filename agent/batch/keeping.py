@@ -221,3 +221,17 @@ def _recover_all(
             store.append_discard({**withdrawal(key, relabel[key], entry), "entry": entry})
     for reason, count in sorted(moves.recovered.items()):
         log.warning("--keep=%s: moved %d %s discard(s) into the output", config.verify.keep, count, reason)
+
+
+def keep_at_end(config: RunConfig, store: RunStore) -> tuple[KeepPass, set[str]]:
+    """--keep on the whole output before the merge, `best` deciding every prompt (a sample
+    that failed never comes); the pass, and the keys the merge leaves out (tombstoned)."""
+    index = store.scan()
+    kept = apply_keep(config, store, index, final=True)
+    if kept.short:
+        log.warning(
+            "--keep=best decided %d prompt(s) among fewer than %d samples (the others failed)",
+            kept.short,
+            config.samples_per_prompt,
+        )
+    return kept, set(index.tombstoned)

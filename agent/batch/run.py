@@ -25,10 +25,11 @@ from agent.batch.completion import Completion
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
 from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent
 from agent.batch.jobs import Job
-from agent.batch.keeping import KeepPass, apply_keep
+from agent.batch.keeping import KeepPass, apply_keep, keep_at_end
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
 from agent.batch.recovery import current_discards, merge_output, reapply_filters
+from agent.batch.rescore import rescore_step
 from agent.batch.row_verify import job_checks
 from agent.batch.run_summary import filters_and_budget, run_summary, worker_losses
 from agent.batch.tally import MergeCheck, RunTally
@@ -76,12 +77,14 @@ class BatchRun:
         raise_fd_limit(self.config.inflight_per_worker, self.config.num_workers)  # workers inherit it
         self.store.lock()
         try:
+            if self.config.rescore:  # its files rewritten before anything is appended to them
+                rescore_step(self.config, self.store, self.console)
             index = self._open_run()
-            todo = self._plan(index)
+            todo = 0 if self.config.rescore else self._plan(index)
             ended = None
             if todo:
                 ended = self._schedule(todo, already_done=scan.valid - todo)
-            else:
+            elif not self.config.rescore:
                 self.console.print("Every prompt of the dataset is already done; merging.")
             self._checkpoint()
             done = self._finish(scan, started, ended, ran=bool(todo))
@@ -222,7 +225,8 @@ class BatchRun:
         merged_keys: set[str] | None = None
         checked: dict[str, Any] = {}
         if ended is None or not ended.interrupted:
-            self._keep_final()
+            self.kept, self.tombstoned = keep_at_end(self.config, self.store)
+            self._count_keep(self.kept)
             merged_keys, checked = self._merge(report, summary)
         done = self._completion(ended, merged_keys)
         moved = {"recovered_discards": self.tally.recovered, "withdrawn_entries": self.tally.withdrawn}
@@ -261,20 +265,6 @@ class BatchRun:
     def _count_keep(self, kept: KeepPass) -> None:
         self.tally.withdrawn += kept.withdrawn
         self.tally.recovered += kept.recovered
-
-    def _keep_final(self) -> None:
-        """--keep on the whole output, `best` deciding every prompt (a sample that failed
-        never comes), before the merge, which then leaves the withdrawn entries out."""
-        index = self.store.scan()
-        self.kept = apply_keep(self.config, self.store, index, final=True)
-        self._count_keep(self.kept)
-        self.tombstoned = set(index.tombstoned)
-        if self.kept.short:
-            log.warning(
-                "--keep=best decided %d prompt(s) among fewer than %d samples (the others failed)",
-                self.kept.short,
-                self.config.samples_per_prompt,
-            )
 
     def _on_merged(self, report: RunReport, check: MergeCheck) -> Callable[[dict[str, Any]], None]:
         """Each merged entry feeds statistics.json and the report, and is checked, in one pass
