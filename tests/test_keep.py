@@ -10,7 +10,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agent.batch.keeping import apply_keep, keep_at_end
+from agent.config.agent_config import AgentConfig
+from agent.config.run_config import RunConfig
+from agent.config.verify_config import VerifyOptions
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
+from agent.store.directory import RunDirectory
 from tests.support.batch import BatchCLI, human_prompt, read_json, read_jsonl, write_dataset
 
 THINK = "Let me answer."
@@ -161,3 +166,42 @@ def test_a_pass_killed_between_its_discard_record_and_tombstone_ends_exactly_onc
         output = _output(run_dir)
         assert output == Counter(["Right 0", "Right 1"])
         assert set(_current_discards(run_dir, output)) == {"Wrong 0", "Wrong 1"}
+
+
+def _entry(prompt_id: str, sample: int, reward: float) -> dict[str, Any]:
+    key = prompt_id if sample == 0 else f"{prompt_id}#{sample}"
+    metadata = {"prompt_key": key, "prompt_id": prompt_id, "sample_index": sample, "batch_num": 0}
+    verification = {"passed": reward == 1.0, "checks": []}
+    conversations = [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]
+    return {
+        "prompt_index": 0,
+        "conversations": conversations,
+        "metadata": {**metadata, "reward": reward, "verification": verification},
+    }
+
+
+def test_best_waits_for_a_prompts_samples_until_the_run_ends(tmp_path: Path) -> None:
+    """At a run's start a prompt with samples still to run is left as it is; at its end (the
+    missing ones failed) it is decided among those present, and counted as such."""
+    config = RunConfig(
+        dataset_file="d.jsonl",
+        batch_size=10,
+        run_name="b",
+        agent=AgentConfig(),
+        output_dir=str(tmp_path),
+        samples_per_prompt=3,
+        verify=VerifyOptions(keep="best"),
+    )
+    store = RunDirectory(config.run_dir)
+    store.lock()
+    try:
+        store.repair()
+        for sample, reward in ((0, 0.0), (1, 1.0)):
+            store.append_result(0, _entry("p:0", sample, reward))
+        start = apply_keep(config, store, store.scan(), final=False)
+        assert (start.withdrawn, start.short) == (Counter(), 0)
+        end, tombstoned = keep_at_end(config, store)
+        assert (end.withdrawn, end.short, tombstoned) == (Counter({"not_best": 1}), 1, {"p:0"})
+        assert store.scan().done == {"p:0#1"}
+    finally:
+        store.close()
