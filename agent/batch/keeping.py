@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.batch.recovery import append_tombstone, batch_of, withdrawal
+from agent.batch.recovery import append_tombstone, batch_of, reapply_filters, withdrawal
 from agent.config.run_config import KEPT_BY_MODE, RunConfig
 from agent.protocols import RunStore, StoredKeys
 from agent.store.index import discard_reasons
@@ -60,6 +60,10 @@ class KeepPass:
     withdrawn_keys: set[str] = field(default_factory=set)
     not_kept: Counter[str] = field(default_factory=Counter)  # the run's entries --keep leaves out
 
+    def added_to(self, withdrawn: Counter[str], recovered: Counter[str]) -> tuple[Counter[str], Counter[str]]:
+        """Counts of earlier moves with this pass's added."""
+        return withdrawn + self.withdrawn, recovered + self.recovered
+
     def section(self, mode: str) -> dict[str, Any]:
         """statistics.json's `keep` section (the whole run, after a final pass)."""
         return {"mode": mode, "not_kept": dict(sorted(self.not_kept.items())), "decided_short": self.short}
@@ -93,6 +97,16 @@ def attempted(entry: dict[str, Any], key: str, *, live: bool, reason: str | None
     prompt_id, sample = prompt_of(entry, key)
     rank = (scored, value, -turns, -sample)
     return Attempted(key, prompt_id, sample, passed, rank, live, reason)
+
+
+def reapply_filters_and_keep(
+    config: RunConfig, store: RunStore, stored: StoredKeys
+) -> tuple[Counter[str], Counter[str]]:
+    """(withdrawn, recovered) per reason when a run starts: the filters of one entry
+    (`agent.batch.recovery`), then --keep on what they left, `best` deciding the prompts whose
+    samples are all in."""
+    withdrawn, recovered = reapply_filters(config, store, stored)
+    return apply_keep(config, store, stored, final=False).added_to(withdrawn, recovered)
 
 
 def apply_keep(config: RunConfig, store: RunStore, stored: StoredKeys, *, final: bool) -> KeepPass:

@@ -25,10 +25,10 @@ from agent.batch.completion import Completion
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
 from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent
 from agent.batch.jobs import Job
-from agent.batch.keeping import KeepPass, apply_keep, keep_at_end
+from agent.batch.keeping import KeepPass, keep_at_end, reapply_filters_and_keep
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
-from agent.batch.recovery import current_discards, merge_output, reapply_filters
+from agent.batch.recovery import current_discards, merge_output
 from agent.batch.rescore import rescore_step
 from agent.batch.row_verify import job_checks
 from agent.batch.run_summary import filters_and_budget, run_summary, worker_losses
@@ -114,8 +114,7 @@ class BatchRun:
         # a resume continues the run's figures; a fresh run's directory has no results to add to
         self.previous = self.store.read_json("statistics.json") if self.config.resume else None
         self.store.write_json("run_config.json", self.config.public())
-        self.tally.withdrawn, self.tally.recovered = reapply_filters(self.config, self.store, index)
-        self._count_keep(apply_keep(self.config, self.store, index, final=False))
+        self.tally.withdrawn, self.tally.recovered = reapply_filters_and_keep(self.config, self.store, index)
         self.tombstoned = set(index.tombstoned)
         return index
 
@@ -226,7 +225,9 @@ class BatchRun:
         checked: dict[str, Any] = {}
         if ended is None or not ended.interrupted:
             self.kept, self.tombstoned = keep_at_end(self.config, self.store)
-            self._count_keep(self.kept)
+            self.tally.withdrawn, self.tally.recovered = self.kept.added_to(
+                self.tally.withdrawn, self.tally.recovered
+            )
             merged_keys, checked = self._merge(report, summary)
         done = self._completion(ended, merged_keys)
         moved = {"recovered_discards": self.tally.recovered, "withdrawn_entries": self.tally.withdrawn}
@@ -261,10 +262,6 @@ class BatchRun:
             self.tally.stats.add_discarded_entry(entry)
         moved = {key for key, _entry in merged.unkept} | self.kept.withdrawn_keys
         return merged.kept_keys, {"merge_check": check.report(merged.kept_keys, moved)}
-
-    def _count_keep(self, kept: KeepPass) -> None:
-        self.tally.withdrawn += kept.withdrawn
-        self.tally.recovered += kept.recovered
 
     def _on_merged(self, report: RunReport, check: MergeCheck) -> Callable[[dict[str, Any]], None]:
         """Each merged entry feeds statistics.json and the report, and is checked, in one pass
