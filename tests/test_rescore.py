@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.support.batch import BatchCLI, human_prompt, read_json, read_jsonl, write_dataset
+from tests.support.batch import BatchCLI, human_prompt, read_json, read_jsonl, tool_then_answer, write_dataset
 
 THINK = "Let me answer."
 ANSWERS = {"Right 0": "42", "Right 1": "The answer is 42", "Wrong 0": "41", "Wrong 1": "I do not know"}
@@ -155,3 +155,51 @@ def test_a_rescore_killed_between_files_leaves_each_before_or_after_and_a_second
         output = read_jsonl(run_dir / "trajectories.jsonl")
         assert Counter(human_prompt(e) for e in output) == Counter(["Wrong 0"])
         assert set(_current_discards(run_dir, {"Wrong 0"})) == {"Right 0", "Right 1", "Wrong 1"}
+
+
+TRANSCRIPT_VERIFIER = '''
+from agent.protocols.turns import AssistantTurn, ToolTurn
+
+
+async def transcript(attempt, sandbox):
+    """Passes when the agent ran a tool before answering; says what it read of the transcript."""
+    from agent.protocols.verification import Score
+
+    kinds = [type(turn).__name__ for turn in attempt.turns]
+    calls = [c.name for t in attempt.turns if isinstance(t, AssistantTurn) for c in t.calls]
+    ran = any(isinstance(turn, ToolTurn) for turn in attempt.turns)
+    details = {"kinds": kinds, "calls": calls, "final": attempt.final_response, "sandbox": sandbox is None}
+    return Score(ran, details=details)
+'''
+
+
+def test_rescore_gives_a_verifier_the_transcript_as_typed_turns_without_a_sandbox(tmp_path: Path) -> None:
+    with SimulatedEndpoint() as endpoint:
+        endpoint.script("Tool", [tool_then_answer()[0], Turn(content="It is 42.", reasoning=THINK)])
+        endpoint.script("Plain", [Turn(content="42", reasoning=THINK)])
+        write_dataset(
+            tmp_path / "d.jsonl", [{"prompt": p, "verify": {"python": True}} for p in ("Tool", "Plain")]
+        )
+        (tmp_path / "transcript_check.py").write_text(TRANSCRIPT_VERIFIER, encoding="utf-8")
+        cli = BatchCLI(tmp_path, endpoint)
+        flags = ("--run_name=t", "--verifier=transcript_check:transcript")
+        first = cli.run("--dataset_file=d.jsonl", "--batch_size=2", "--num_workers=1", *flags)
+        assert first.returncode == 0, first
+        run_dir = cli.run_dir("t")
+        ran = {
+            human_prompt(e): e["metadata"]["verification"] for e in read_jsonl(run_dir / "trajectories.jsonl")
+        }
+        endpoint.clear_requests()
+        again = cli.run(*flags, "--rescore")
+        assert again.returncode == 0, again
+        assert endpoint.requests == []
+        rescored = {human_prompt(e): e["metadata"] for e in read_jsonl(run_dir / "trajectories.jsonl")}
+        assert rescored["Tool"]["reward"] == 1.0 and rescored["Plain"]["reward"] == 0.0
+        for prompt, metadata in rescored.items():
+            (check,) = metadata["verification"]["checks"]
+            (before,) = ran[prompt]["checks"]
+            assert check["details"]["sandbox"] is True  # none when re-checking a transcript
+            for name in ("kinds", "calls", "final"):  # the transcript read back as the run had it
+                assert check["details"][name] == before["details"][name], (prompt, name)
+        assert rescored["Tool"]["verification"]["checks"][0]["details"]["calls"] == ["terminal"]
+        assert rescored["Tool"]["verification"]["checks"][0]["details"]["final"] == "It is 42."
