@@ -9,8 +9,8 @@ as a label, so a rescore (new rewards) or another --keep moves entries both ways
 
 A pass reads the live entries of the shards and the --keep discards of discarded.jsonl
 (small summaries, then again only the entries to move), and moves them as the other filters
-do (`agent.batch.recovery`): each withdrawn entry's discard record is appended before any
-tombstone is, so a kill between the two leaves the entry in the output (and a record that the
+do (`agent.batch.recovery`): every withdrawn entry's discard record is appended and fsynced
+before any tombstone is, so a kill between the two leaves the entry in the output (and a record that the
 next pass's record supersedes), never in neither; a kept-again one is appended to its shard.
 `best` decides a prompt once all its samples are in; at the end of a run (`final`) it decides
 among those present (the others failed), and says how many prompts it decided so.
@@ -198,6 +198,7 @@ def _withdraw_all(
     withdrawn = [(withdrawal(key, out[key], entry), entry) for key, entry in _shard_entries(config, set(out))]
     for record, entry in withdrawn:
         store.append_discard({**record, "moved_from_output": True, "entry": entry})
+    store.sync()  # on disk before any tombstone is: power lost between them, the entry stays in the output
     for record, entry in withdrawn:
         append_tombstone(store, record, entry, config.batch_size)
         key = record["prompt_key"]
