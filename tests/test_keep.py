@@ -14,6 +14,7 @@ from agent.batch.keeping import apply_keep, keep_at_end
 from agent.config.agent_config import AgentConfig
 from agent.config.run_config import RunConfig
 from agent.config.verify_config import VerifyOptions
+from agent.report import RunReport
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from agent.store.directory import RunDirectory
 from tests.support.batch import BatchCLI, human_prompt, read_json, read_jsonl, write_dataset
@@ -76,6 +77,9 @@ def test_keep_passing_discards_the_rest_whole_and_resume_with_all_brings_them_ba
         assert endpoint.requests == []
         assert _output(run_dir) == Counter(["Right 0", "Right 1"])
         assert read_json(run_dir / "statistics.json")["withdrawn_entries"] == {"not_passing": 2}
+        report = RunReport(run_dir)
+        report.write()
+        assert report.digest.discards == Counter({"not_passing": 2})  # each prompt's current record, once
         lines = [e for path in run_dir.glob("batch_*.jsonl") for e in read_jsonl(path)]
         wrong = [e for e in lines if "Wrong 0" in json.dumps(e.get("conversations"))]
         assert len(wrong) == 2  # its result line, and again when kept back: each followed by a tombstone
