@@ -204,8 +204,15 @@ def test_best_waits_for_a_prompts_samples_until_the_run_ends(tmp_path: Path) -> 
             store.append_result(0, _entry("p:0", sample, reward))
         start = apply_keep(config, store, store.scan(), final=False)
         assert (start.withdrawn, start.short) == (Counter(), 0)
+        # Another prompt whose third sample another filter discarded: all in, decided at once.
+        for sample, reward in ((0, 1.0), (1, 0.5)):
+            store.append_result(0, _entry("q:0", sample, reward))
+        third = _entry("q:0", 2, 1.0)
+        store.append_discard({"prompt_key": "q:0#2", "reason": "no_reasoning", "entry": third})
+        decided = apply_keep(config, store, store.scan(), final=False)
+        assert (decided.withdrawn, decided.short) == (Counter({"not_best": 1}), 0)
         end, tombstoned = keep_at_end(config, store)
-        assert (end.withdrawn, end.short, tombstoned) == (Counter({"not_best": 1}), 1, {"p:0"})
-        assert store.scan().done == {"p:0#1"}
+        assert (end.withdrawn, end.short, tombstoned) == (Counter({"not_best": 1}), 1, {"p:0", "q:0#1"})
+        assert store.scan().done == {"p:0#1", "q:0"}
     finally:
         store.close()

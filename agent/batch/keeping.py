@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,8 +114,8 @@ def apply_keep(config: RunConfig, store: RunStore, stored: StoredKeys, *, final:
     judged the other way; `stored` follows the moves."""
     moves = KeepPass()
     candidates = list(_live(config, stored)) if config.verify.keep != "all" else []
-    candidates += _kept_discards(config, stored)
-    verdicts = _verdicts(config, candidates, final, moves)
+    judged, settled = _kept_discards(config, stored)
+    verdicts = _verdicts(config, [*candidates, *judged], settled, final, moves)
     moves.not_kept.update(reason for reason in verdicts.values() if reason is not None)
     out = {a.key: reason for a, reason in verdicts.items() if a.live and reason is not None}
     back = {a.key for a, reason in verdicts.items() if not a.live and reason is None}
@@ -126,10 +126,15 @@ def apply_keep(config: RunConfig, store: RunStore, stored: StoredKeys, *, final:
 
 
 def _verdicts(
-    config: RunConfig, candidates: list[Attempted], final: bool, moves: KeepPass
+    config: RunConfig,
+    candidates: list[Attempted],
+    settled: Mapping[str, set[int]],
+    final: bool,
+    moves: KeepPass,
 ) -> dict[Attempted, str | None]:
     """Each candidate's --keep reason under the run's mode (None: kept); an undecided `best`
-    prompt's candidates are left out (they stay where they are)."""
+    prompt's candidates are left out (they stay where they are). `settled`: the samples of each
+    prompt another filter discarded (in, though no candidate)."""
     mode = config.verify.keep
     if mode != "best":
         return {a: NOT_PASSING if mode == "passing" and not a.passed else None for a in candidates}
@@ -138,7 +143,7 @@ def _verdicts(
         groups.setdefault(candidate.prompt_id, []).append(candidate)
     verdicts: dict[Attempted, str | None] = {}
     for group in groups.values():
-        present = len({a.sample_index for a in group})
+        present = len({a.sample_index for a in group} | settled.get(group[0].prompt_id, set()))
         if present < config.samples_per_prompt and not final:
             continue  # samples still to come: decided when they are in, or at the run's end
         moves.short += present < config.samples_per_prompt
@@ -175,18 +180,21 @@ def _current_discards(config: RunConfig, stored: StoredKeys) -> dict[str, dict[s
     return last
 
 
-def _kept_discards(config: RunConfig, stored: StoredKeys) -> list[Attempted]:
-    """The entries --keep discarded whose other filters the run keeps: --keep judges them again."""
-    found = []
+def _kept_discards(config: RunConfig, stored: StoredKeys) -> tuple[list[Attempted], dict[str, set[int]]]:
+    """The entries --keep discarded whose other filters the run keeps (--keep judges them
+    again), and the samples of each prompt discarded for good by another filter."""
+    found: list[Attempted] = []
+    settled: dict[str, set[int]] = {}
     for key, record in _current_discards(config, stored).items():
         reason, entry = str(record.get("reason")), record.get("entry")
-        if (
-            reason in KEPT_BY_MODE
-            and isinstance(entry, dict)
-            and all(map(config.keeps, discard_reasons(entry)))
-        ):
+        if not isinstance(entry, dict):
+            continue
+        if reason in KEPT_BY_MODE and all(map(config.keeps, discard_reasons(entry))):
             found.append(attempted(entry, key, live=False, reason=reason))
-    return found
+        else:
+            prompt_id, sample = prompt_of(entry, key)
+            settled.setdefault(prompt_id, set()).add(sample)
+    return found, settled
 
 
 def _withdraw_all(
