@@ -5,6 +5,7 @@ discard record and its tombstone ends exactly once."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -12,8 +13,8 @@ from typing import Any
 
 from agent.batch.keeping import apply_keep, keep_at_end
 from agent.config.agent_config import AgentConfig
-from agent.config.run_config import RunConfig
-from agent.config.verify_config import VerifyOptions
+from agent.config.run_config import RunConfig, kept_by
+from agent.config.verify_config import KEEP_MODES, VerifyOptions
 from agent.report import RunReport
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from agent.store.directory import RunDirectory
@@ -216,3 +217,13 @@ def test_best_waits_for_a_prompts_samples_until_the_run_ends(tmp_path: Path) -> 
         assert store.scan().done == {"p:0#1", "q:0"}
     finally:
         store.close()
+
+
+def test_keep_modes_keep_the_other_modes_reasons() -> None:
+    def keeps(mode: str, reason: str) -> bool:
+        config = RunConfig(dataset_file="d", batch_size=1, run_name="r", agent=AgentConfig())
+        return dataclasses.replace(config, verify=VerifyOptions(keep=mode)).keeps(reason)
+
+    assert [keeps(mode, "not_passing") for mode in KEEP_MODES] == [True, False, True]
+    assert [keeps(mode, "not_best") for mode in KEEP_MODES] == [True, True, False]
+    assert kept_by("not_best") == "--keep=all" and kept_by("no_reasoning") == "--keep_no_reasoning"
