@@ -227,3 +227,25 @@ def test_keep_modes_keep_the_other_modes_reasons() -> None:
     assert [keeps(mode, "not_passing") for mode in KEEP_MODES] == [True, False, True]
     assert [keeps(mode, "not_best") for mode in KEEP_MODES] == [True, True, False]
     assert kept_by("not_best") == "--keep=all" and kept_by("no_reasoning") == "--keep_no_reasoning"
+
+
+def test_keep_best_with_samples_keeps_exactly_one_per_prompt(tmp_path: Path) -> None:
+    """Two real samples of each prompt, the same answers: one per prompt stays (the tie goes
+    to sample 0), the other is a not_best discard; --keep=all on --resume brings it back."""
+    with SimulatedEndpoint() as endpoint:
+        cli = _setup(tmp_path, endpoint)
+        best = cli.run(*FLAGS, "--samples_per_prompt=2", "--keep=best")
+        assert best.returncode == 0, best
+        run_dir = cli.run_dir("k")
+        assert _kept_samples(run_dir) == dict.fromkeys(ANSWERS, 0)
+        assert _output(run_dir) == Counter(list(ANSWERS))
+        records = read_jsonl(run_dir / "discarded.jsonl")
+        assert sorted((r["reason"], r["prompt_id"], r["sample_index"]) for r in records) == sorted(
+            ("not_best", r["entry"]["metadata"]["prompt_id"], 1) for r in records
+        )
+        assert len(records) == 4
+        endpoint.clear_requests()
+        back = cli.run(*FLAGS, "--samples_per_prompt=2", "--resume")
+        assert back.returncode == 0, back
+        assert endpoint.requests == []
+        assert _output(run_dir) == Counter({prompt: 2 for prompt in ANSWERS})

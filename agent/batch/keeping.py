@@ -29,7 +29,7 @@ from agent.config.run_config import KEPT_BY_MODE, RunConfig
 from agent.protocols import RunStore, StoredKeys
 from agent.store.index import discard_reasons
 from agent.store.jsonl import read_lines
-from agent.store.keys import KeyResolver, is_tombstone, record_key
+from agent.store.keys import KeyResolver, is_tombstone, record_key, split_key
 from agent.store.layout import DISCARDED_FILE, batch_files
 
 log = logging.getLogger("agent.batch.run")
@@ -70,16 +70,15 @@ class KeepPass:
 
 
 def prompt_of(entry: dict[str, Any], key: str) -> tuple[str, int]:
-    """(prompt_id, sample_index) of an entry: its metadata's, else read from its key."""
+    """(prompt_id, sample_index) of an entry: its metadata's, else its key's (`split_key`)."""
     metadata = entry.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
-    base, _, suffix = key.rpartition("#")
-    prompt_id = metadata.get("prompt_id")
+    from_key = split_key(key)
+    prompt_id, sample = metadata.get("prompt_id"), metadata.get("sample_index")
     if not isinstance(prompt_id, str):
-        prompt_id = base if base and suffix.isdigit() else key
-    sample = metadata.get("sample_index")
+        prompt_id = from_key[0]
     if not isinstance(sample, int) or isinstance(sample, bool):
-        sample = int(suffix) if base and suffix.isdigit() else 0
+        sample = from_key[1]
     return prompt_id, sample
 
 

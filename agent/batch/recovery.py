@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agent.batch.events import sample_fields
 from agent.config.run_config import KEPT_BY_MODE, RunConfig, kept_by
 from agent.protocols import RunStore, StoredKeys
 from agent.protocols.store import MergeSummary
@@ -119,8 +120,14 @@ def _withdraw(store: RunStore, key: str, reason: str, entry: dict[str, Any], bat
 
 def withdrawal(key: str, reason: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     """The fields a withdrawn entry's discard record and its tombstone share."""
-    now = datetime.now().isoformat()
-    return {"prompt_key": key, "prompt_index": entry.get("prompt_index"), "reason": reason, "timestamp": now}
+    record = {
+        "prompt_key": key,
+        **sample_fields(key),
+        "prompt_index": entry.get("prompt_index"),
+        "reason": reason,
+    }
+    record["timestamp"] = datetime.now().isoformat()
+    return record
 
 
 def append_tombstone(
