@@ -203,3 +203,24 @@ def test_rescore_gives_a_verifier_the_transcript_as_typed_turns_without_a_sandbo
                 assert check["details"][name] == before["details"][name], (prompt, name)
         assert rescored["Tool"]["verification"]["checks"][0]["details"]["calls"] == ["terminal"]
         assert rescored["Tool"]["verification"]["checks"][0]["details"]["final"] == "It is 42."
+
+
+def test_rescore_with_a_judge_asks_only_the_judge(tmp_path: Path) -> None:
+    """A run without checks, re-scored with --judge_model: one judge request per entry and no
+    agent request at the endpoint; the verdicts follow the simulated judge's rule."""
+    right, wrong = "Right [answer=42]", "Wrong [answer=42 right=1]"
+    (tmp_path / "rubric.md").write_text("Pass when the final answer is the task's answer.\n")
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": right}, {"prompt": wrong}])
+    with SimulatedEndpoint() as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        flags = ("--run_name=j", "--model_seed=0")
+        first = cli.run("--dataset_file=d.jsonl", "--batch_size=2", *flags)
+        assert first.returncode == 0, first
+        run_dir = cli.run_dir("j")
+        assert all("reward" not in e["metadata"] for e in read_jsonl(run_dir / "trajectories.jsonl"))
+        endpoint.clear_requests()
+        again = cli.run(*flags, "--rescore", "--judge_model=sim-judge", "--judge_rubric=rubric.md")
+        assert again.returncode == 0, again
+        assert [r.body["model"] for r in endpoint.requests] == ["sim-judge", "sim-judge"]
+        rewards = _rewards(run_dir / "trajectories.jsonl")
+        assert rewards == {right: 1.0, wrong: 0.0}
