@@ -4,6 +4,7 @@
         --model=anthropic/claude-sonnet-4.6 --num_workers=4
     python batch_runner.py --dataset_file=data/prompts.jsonl --batch_size=10 --run_name=my_run --resume
     python batch_runner.py --run_name=my_run --export=parquet,openai --push_to_hub=org/name  # an existing run
+    python batch_runner.py --run_name=my_run --rescore --keep=best  # check an existing run's entries again
     python batch_runner.py --list_distributions
     python batch_runner.py --help               # every flag, grouped, with its default
 
@@ -33,6 +34,7 @@ from agent.cli.command_line import run_command
 from agent.cli.export_cli import export_and_push, is_post_process, merged, post_process
 from agent.cli.flags import BATCH
 from agent.cli.logs import configure_logging
+from agent.cli.rescore_cli import rescore
 from agent.cli.verify_cli import check_verification, refuse_bad_checks
 from agent.common.redaction import redact_streams
 from agent.config.agent_config import serving
@@ -54,6 +56,8 @@ def main(values: Mapping[str, Any]) -> int:
     if values["list_distributions"]:
         print(list_distributions_text(values))
         return 0
+    if values["rescore"]:  # check an existing run's entries again; nothing runs
+        return rescore(values, console)
     if is_post_process(values):  # export (and push) an existing run; nothing runs
         return post_process(values, _say)
     return run(build_run_config(values))

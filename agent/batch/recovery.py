@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.batch.events import sample_fields
-from agent.config.run_config import KEPT_BY, RunConfig
+from agent.config.run_config import KEPT_BY_MODE, RunConfig, kept_by
 from agent.protocols import RunStore, StoredKeys
 from agent.protocols.store import MergeSummary
 from agent.store.index import discard_reasons
@@ -55,8 +55,10 @@ def recover_discards(config: RunConfig, store: RunStore, stored: StoredKeys) -> 
         if record is None or key is None or key in stored.done:
             continue
         reason, entry = str(record.get("reason")), record.get("entry")
+        if reason in KEPT_BY_MODE:  # --keep's: judged again from the data (agent.batch.keeping)
+            continue
         if isinstance(entry, dict) and all(config.keeps(r) for r in discard_reasons(entry) or [reason]):
-            store.append_result(_batch_of(entry, record, config.batch_size), entry)
+            store.append_result(batch_of(entry, record, config.batch_size), entry)
             stored.done.add(key)
             stored.tombstoned.discard(key)
             recovered[reason] += 1
@@ -111,12 +113,30 @@ def withdraw_unkept(
 def _withdraw(store: RunStore, key: str, reason: str, entry: dict[str, Any], batch_size: int) -> None:
     """The discard record first: a crash between the two lines leaves the entry in both
     files, still in the output (its key's last line is its result), never in neither."""
-    index = entry.get("prompt_index")
-    now = datetime.now().isoformat()
-    record = {"prompt_key": key, **sample_fields(key), "prompt_index": index, "reason": reason}
-    record["timestamp"] = now
+    record = withdrawal(key, reason, entry)
     store.append_discard({**record, "moved_from_output": True, "entry": entry})
-    batch = _batch_of(entry, record, batch_size)
+    append_tombstone(store, record, entry, batch_size)
+
+
+def withdrawal(key: str, reason: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a withdrawn entry's discard record and its tombstone share."""
+    record = {
+        "prompt_key": key,
+        **sample_fields(key),
+        "prompt_index": entry.get("prompt_index"),
+        "reason": reason,
+    }
+    record["timestamp"] = datetime.now().isoformat()
+    return record
+
+
+def append_tombstone(
+    store: RunStore, record: Mapping[str, Any], entry: Mapping[str, Any], batch_size: int
+) -> None:
+    """The line after an entry's result in its shard that withdraws it from the output (its
+    discard record written before: see `_withdraw`)."""
+    batch = batch_of(entry, record, batch_size)
+    key = record["prompt_key"]
     store.append_result(
         batch, {**record, "discarded": True, "metadata": {"prompt_key": key, "batch_num": batch}}
     )
@@ -141,14 +161,14 @@ def filter_warnings(discards: Mapping[str, int], entries: int) -> list[dict[str,
             "reason": reason,
             "discarded": count,
             "entries": entries,
-            "kept_by": f"--{KEPT_BY[reason]}" if reason in KEPT_BY else None,
+            "kept_by": kept_by(reason),
         }
         for reason, count in sorted(discards.items())
         if 2 * count > entries
     ]
 
 
-def _batch_of(entry: Mapping[str, Any], record: Mapping[str, Any], batch_size: int) -> int:
+def batch_of(entry: Mapping[str, Any], record: Mapping[str, Any], batch_size: int) -> int:
     """The shard the entry was made for (its `metadata.batch_num`), else its index's."""
     metadata = entry.get("metadata")
     number = metadata.get("batch_num") if isinstance(metadata, dict) else None

@@ -25,9 +25,11 @@ from agent.batch.completion import Completion, note_extra_samples
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units
 from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent
 from agent.batch.jobs import Job, sample_sampling
+from agent.batch.keeping import KeepPass, keep_at_end, reapply_filters_and_keep
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
-from agent.batch.recovery import current_discards, merge_output, reapply_filters
+from agent.batch.recovery import current_discards, merge_output
+from agent.batch.rescore import rescore_step
 from agent.batch.row_verify import job_checks
 from agent.batch.run_summary import filters_and_budget, run_summary, sample_counts, worker_losses
 from agent.batch.tally import MergeCheck, RunTally
@@ -68,18 +70,21 @@ class BatchRun:
         self.workers: Backend | None = None  # the backend running the prompts, while it runs
         self.tombstoned: set[str] = set()  # keys whose result a filter moved to discarded.jsonl
         self.previous: Any = None  # the statistics.json of the earlier invocations
+        self.kept = KeepPass()  # what --keep moved at the end (before the merge)
 
     def run(self, scan: DatasetScan) -> int:
         started = time.monotonic()
         raise_fd_limit(self.config.inflight_per_worker, self.config.num_workers)  # workers inherit it
         self.store.lock()
         try:
+            if self.config.rescore:  # its files rewritten before anything is appended to them
+                rescore_step(self.config, self.store, self.console)
             index = self._open_run()
-            todo = self._plan(index)
+            todo = 0 if self.config.rescore else self._plan(index)
             ended = None
             if todo:
                 ended = self._schedule(todo, already_done=scan.valid * self.config.samples_per_prompt - todo)
-            else:
+            elif not self.config.rescore:
                 every = "prompt" if self.config.samples_per_prompt == 1 else "sample of every prompt"
                 self.console.print(f"Every {every} of the dataset is already done; merging.")
             self._checkpoint()
@@ -111,7 +116,7 @@ class BatchRun:
         # a resume continues the run's figures; a fresh run's directory has no results to add to
         self.previous = self.store.read_json("statistics.json") if self.config.resume else None
         self.store.write_json("run_config.json", self.config.public())
-        self.tally.withdrawn, self.tally.recovered = reapply_filters(self.config, self.store, index)
+        self.tally.withdrawn, self.tally.recovered = reapply_filters_and_keep(self.config, self.store, index)
         self.tombstoned = set(index.tombstoned)
         return index
 
@@ -227,6 +232,9 @@ class BatchRun:
         merged_keys: set[str] | None = None
         checked: dict[str, Any] = {}
         if ended is None or not ended.interrupted:
+            self.kept, self.tombstoned = keep_at_end(self.config, self.store)
+            self.tally.withdrawn += self.kept.withdrawn
+            self.tally.recovered += self.kept.recovered
             merged_keys, checked = self._merge(report, summary)
         done = self._completion(ended, merged_keys)
         moved = {"recovered_discards": self.tally.recovered, "withdrawn_entries": self.tally.withdrawn}
@@ -238,6 +246,7 @@ class BatchRun:
             **notes,
             **worker_losses(ended),
             **checked,
+            "keep": self.kept.section(self.config.verify.keep) if merged_keys is not None else None,
         }
         stats = self.tally.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
         stats["rate_limiting"]["partial"] = bool(ended is not None and ended.dead_workers)
@@ -259,7 +268,7 @@ class BatchRun:
         summary["merge"] = merged.as_dict()
         for entry in current_discards(self.config.run_dir, merged.kept_keys):
             self.tally.stats.add_discarded_entry(entry)
-        moved = {key for key, _entry in merged.unkept}
+        moved = {key for key, _entry in merged.unkept} | self.kept.withdrawn_keys
         return merged.kept_keys, {"merge_check": check.report(merged.kept_keys, moved)}
 
     def _on_merged(self, report: RunReport, check: MergeCheck) -> Callable[[dict[str, Any]], None]:

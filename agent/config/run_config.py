@@ -26,6 +26,21 @@ KEPT_BY: dict[str, str] = {
     "no_reasoning": "keep_no_reasoning",
 }
 
+# Each reason --keep discards for and the --keep modes that keep it. Not a filter of one entry
+# like KEPT_BY's: judged from the entry's verification (`not_passing`) and its prompt's other
+# samples (`not_best`), never written as a label; `agent.batch.keeping` re-judges it each run.
+KEPT_BY_MODE: dict[str, tuple[str, ...]] = {
+    "not_passing": ("all", "best"),
+    "not_best": ("all", "passing"),
+}
+
+
+def kept_by(reason: str) -> str | None:
+    """The flag that keeps what `reason` discards, as an operator types it (None: no flag)."""
+    if reason in KEPT_BY_MODE:
+        return "--keep=all"
+    return f"--{KEPT_BY[reason]}" if reason in KEPT_BY else None
+
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -93,6 +108,8 @@ class RunConfig:
 
     def keeps(self, reason: str) -> bool:
         """Whether the filter that discards for `reason` is off in this run."""
+        if reason in KEPT_BY_MODE:
+            return self.verify.keep in KEPT_BY_MODE[reason]
         field_name = KEPT_BY.get(reason)
         return field_name is not None and bool(getattr(self, field_name))
 

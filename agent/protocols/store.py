@@ -61,6 +61,8 @@ class RunStore(Protocol):
 
     def append_failure(self, record: Mapping[str, Any]) -> None: ...
 
+    def sync(self) -> None: ...  # fsync what was appended (a move's discard records before its tombstones)
+
     def write_json(self, name: str, data: Any) -> None: ...
 
     def merge(

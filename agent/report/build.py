@@ -18,7 +18,7 @@ from agent.report.digest import RunDigest
 from agent.report.page import render
 from agent.report.sample import SAMPLE_SIZE
 from agent.store.durable import atomic_write
-from agent.store.index import scan_run
+from agent.store.index import last_records, scan_run
 from agent.store.jsonl import read_lines
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import DISCARDED_FILE, FAILURES_FILE, TRAJECTORIES_FILE, batch_files
@@ -80,9 +80,8 @@ class RunReport:
         stats = read_statistics(self.run_dir) if stats is None else stats
         if not self._fed:
             self._read_entries(stats)
-        for _, record in read_lines(self.run_dir / DISCARDED_FILE):
-            if record is not None:
-                self.digest.add_discard(record)
+        for discard in last_records(self.run_dir / DISCARDED_FILE):  # a prompt's current reason, once
+            self.digest.add_discard(discard)
         for _, record in read_lines(self.run_dir / FAILURES_FILE):
             if record is not None:
                 self.digest.add_failure(record)

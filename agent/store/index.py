@@ -84,6 +84,19 @@ def _note_labels(index: RunIndex, key: str, entry: dict[str, Any]) -> None:
         index.labels[key] = reasons  # the first result line is the one merged
 
 
+def last_records(path: Path) -> Iterator[dict[str, Any]]:
+    """Each key's last record of a discard log, in file order: a key discarded, kept and
+    discarded again (a filter or --keep turned on, off, on) has one current reason, its last."""
+    last: dict[str, int] = {}
+    for number, (_line, record) in enumerate(read_lines(path)):
+        if (key := record_key(record)) is not None:
+            last[key] = number
+    wanted = set(last.values())
+    for number, (_line, record) in enumerate(read_lines(path)):
+        if number in wanted and record is not None:
+            yield record
+
+
 def _record_keys(path: Path, index: RunIndex) -> Iterator[str]:
     """The keys of a discard or failure log, streamed in file order; a line without one is
     counted in `index.invalid_lines`."""
