@@ -25,6 +25,7 @@ from agent.store.jsonl import json_int
 from agent.store.spend import TOKEN_KEYS, Spend, add_tokens
 from agent.store.summary_view import render_statistics
 from agent.store.tool_counts import add_tool_stats, other_tools, percent, tool_statistics
+from agent.store.verification_stats import VerificationTally
 
 __all__ = ["HISTORY_POINTS", "RunStatistics", "has_reasoning", "merge_histories", "render_statistics"]
 
@@ -84,6 +85,7 @@ class RunStatistics:
         self._limiters: dict[object, Mapping[str, Any]] = {}
         self._cost = Spend()  # merged output
         self._run_cost = Spend()  # this invocation
+        self.verification = VerificationTally()  # merged output and current discards
 
     def add_entry(self, entry: Mapping[str, Any], figures: EntryFigures | None = None) -> None:
         """Count one entry of the merged output, with its `figures` when the run counted them
@@ -107,6 +109,7 @@ class RunStatistics:
         self._add_toolsets(entry.get("toolsets_used"), metadata.get("toolsets_unavailable"))
         add_tokens(self._tokens, figures.usage)
         self._cost.add(figures.usage)
+        self.verification.add(entry, in_output=True)
 
     def _add_toolsets(self, sampled: Any, unavailable: Any) -> None:
         """Toolsets sampled, and those sampled that could not run here (the prompt lost them)."""
@@ -127,6 +130,7 @@ class RunStatistics:
         """One entry of discarded.jsonl whose prompt is not in the output: its turns are
         counted apart, so a run whose filter discarded everything still says what it made."""
         self._add_turns(entry.get("conversations") or (), self._discarded_turns)
+        self.verification.add(entry, in_output=False)  # an attempt --keep (or a filter) left out
 
     def _add_turns(self, conversations: Iterable[Any], counted: Counter[str] | None = None) -> None:
         """Assistant turns, those with reasoning, and whether the entry has any."""
@@ -240,7 +244,9 @@ class RunStatistics:
         dataset: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The `statistics.json` document (JSON-serialisable)."""
+        """The `statistics.json` document (JSON-serialisable); `verification` only when an
+        attempt was verified (`agent.store.verification_stats`)."""
+        verification = self.verification.section()
         return {
             "run_name": run_name,
             "distribution": distribution,
@@ -264,5 +270,6 @@ class RunStatistics:
             "rate_limiting": self._rate_limiting(),
             "merge": dict(merge or {}),
             "dataset": dict(dataset or {}),
+            **({"verification": verification} if verification is not None else {}),
             **(extra or {}),
         }
