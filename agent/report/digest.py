@@ -199,8 +199,9 @@ def _checked(metadata: Mapping[str, Any]) -> dict[str, Any]:
     and `reward` (None when none) of an entry."""
     checked = verdict(metadata)
     reward = metadata.get("reward") if checked is not None else None
-    scored = isinstance(reward, int | float) and not isinstance(reward, bool)
-    return {"verdict": checked or "unverified", "reward": round(reward, 4) if scored else None}
+    if not isinstance(reward, int | float) or isinstance(reward, bool):
+        reward = None
+    return {"verdict": checked or "unverified", "reward": None if reward is None else round(reward, 4)}
 
 
 def _gpt_turns(entry: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -223,6 +223,11 @@ class RunStatistics:
             "this_invocation": {key: self._run_tokens[key] for key in TOKEN_KEYS},
         }
 
+    def _verification_section(self) -> dict[str, Any]:
+        """`verification`, only when an attempt was verified (`agent.store.verification_stats`)."""
+        section = self.verification.section()
+        return {"verification": section} if section is not None else {}
+
     def _this_invocation(self, duration_seconds: float) -> dict[str, Any]:
         run: dict[str, Any] = {key: self._run[key] for key in _RUN_KEYS}
         rate = run["processed"] / duration_seconds if duration_seconds > 0 else 0.0
@@ -244,9 +249,7 @@ class RunStatistics:
         dataset: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The `statistics.json` document (JSON-serialisable); `verification` only when an
-        attempt was verified (`agent.store.verification_stats`)."""
-        verification = self.verification.section()
+        """The `statistics.json` document (JSON-serialisable)."""
         return {
             "run_name": run_name,
             "distribution": distribution,
@@ -270,6 +273,6 @@ class RunStatistics:
             "rate_limiting": self._rate_limiting(),
             "merge": dict(merge or {}),
             "dataset": dict(dataset or {}),
-            **({"verification": verification} if verification is not None else {}),
+            **self._verification_section(),
             **(extra or {}),
         }
