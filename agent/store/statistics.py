@@ -223,10 +223,12 @@ class RunStatistics:
             "this_invocation": {key: self._run_tokens[key] for key in TOKEN_KEYS},
         }
 
-    def _verification_section(self) -> dict[str, Any]:
-        """`verification`, only when an attempt was verified (`agent.store.verification_stats`)."""
+    def _toolsets_and_checks(self) -> dict[str, Any]:
+        """`toolsets`; `verification` only when an attempt was verified (its scope and rules:
+        `agent.store.verification_stats`)."""
         section = self.verification.section()
-        return {"verification": section} if section is not None else {}
+        checks = {"verification": section} if section is not None else {}
+        return {"toolsets": self._toolset_statistics(), **checks}
 
     def _this_invocation(self, duration_seconds: float) -> dict[str, Any]:
         run: dict[str, Any] = {key: self._run[key] for key in _RUN_KEYS}
@@ -266,13 +268,12 @@ class RunStatistics:
             "failures": dict(sorted(self._failures.items())),
             "trajectories": {key: self._entries[key] for key in _ENTRY_KEYS},
             "outcomes": dict(sorted(self._outcomes.items())),
-            "toolsets": self._toolset_statistics(),
+            **self._toolsets_and_checks(),
             "tokens": self._token_statistics(),
             "cost": self._cost_statistics(),
             "this_invocation": self._this_invocation(duration_seconds),
             "rate_limiting": self._rate_limiting(),
             "merge": dict(merge or {}),
             "dataset": dict(dataset or {}),
-            **self._verification_section(),
             **(extra or {}),
         }
