@@ -16,12 +16,14 @@ import uvloop
 from agent.servers.simulated.server import SimulatedEndpoint
 
 
-def _serve(conn: Connection, latency: float, rate_429: float) -> None:
+def _serve(conn: Connection, latency: float, rate_429: float, policy: str = "tool_then_answer") -> None:
     """The simulated endpoint in a process of its own, as a real endpoint is: it shares the two
     cores with the runner, but not this process's interpreter lock with the sampler. It runs on
     uvloop, as the workers do, so that the stand-in for a remote server takes less of the
     runner's cores."""
-    endpoint = SimulatedEndpoint(latency=latency, rate_429=rate_429, retry_after=0.5, record=False)
+    endpoint = SimulatedEndpoint(
+        latency=latency, rate_429=rate_429, retry_after=0.5, record=False, policy=policy
+    )
     uvloop.run(_serve_until_told(endpoint, conn))
 
 
@@ -63,9 +65,10 @@ class Endpoint(NamedTuple):
         return report
 
 
-def start_endpoint(latency: float, rate_429: float) -> Endpoint:
+def start_endpoint(latency: float, rate_429: float, policy: str = "tool_then_answer") -> Endpoint:
     ours, theirs = multiprocessing.Pipe()
-    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(theirs, latency, rate_429))
+    args = (theirs, latency, rate_429, policy)
+    server = multiprocessing.get_context("spawn").Process(target=_serve, args=args)
     server.start()
     theirs.close()  # ours.recv() then fails, not hangs, if the endpoint dies before it listens
     return Endpoint(ours, server, ours.recv())

@@ -102,7 +102,16 @@ def test_a_conversation_without_reasoning_is_discarded_unless_kept() -> None:
     discarded = answer(job(), result(reasoning=None), keep_no_reasoning=False)
     assert isinstance(discarded, Discarded)
     record = discarded.record()
-    assert list(record) == ["prompt_key", "prompt_index", "reason", "timestamp", "entry"]
+    assert list(record) == [
+        "prompt_key",
+        "prompt_id",
+        "sample_index",
+        "prompt_index",
+        "reason",
+        "timestamp",
+        "entry",
+    ]
+    assert (record["prompt_id"], record["sample_index"]) == ("k7", 0)  # a prompt key is its sample 0
     assert (record["prompt_key"], record["reason"]) == ("k7", "no_reasoning")
     assert record["entry"]["metadata"]["usage"] == discarded.usage
     assert isinstance(answer(job(), result(reasoning=None), keep_no_reasoning=True), Finished)
@@ -116,6 +125,8 @@ def test_an_endpoint_failure_is_a_failure_with_its_class_and_usage() -> None:
     record = failed.record(attempt=2)
     assert list(record) == [
         "prompt_key",
+        "prompt_id",
+        "sample_index",
         "prompt_index",
         "error_class",
         "message",

@@ -9,12 +9,16 @@ step, follow from that split alone.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent.batch.dataset import DatasetRow
 from agent.protocols import StoredKeys
+from agent.store.keys import split_key
+
+log = logging.getLogger("agent.batch.run")
 
 EXIT_OK, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 130
 NAMED = 10  # prompt indices named in the summary, the rest counted
@@ -31,6 +35,9 @@ class Completion:
     lost: list[int] = field(default_factory=list)  # done on disk, not in the merged output
     interrupted: bool = False
     stopped_by: str | None = None  # "max_cost", "worker_lost", "crash_loop" or None
+    # --samples_per_prompt: with N > 1 every count but `prompts` counts attempts (units of work)
+    samples_per_prompt: int = 1
+    prompts: int = 0  # valid prompts (sample 0 of each)
 
     @classmethod
     def of(
@@ -48,6 +55,7 @@ class Completion:
         done = cls(**state)
         for row in rows:
             done.valid += 1
+            done.prompts += row.sample_index == 0
             if row.key in stored.done:
                 if merged is None or row.key in merged:
                     done.in_output += 1
@@ -73,18 +81,25 @@ class Completion:
             return EXIT_INTERRUPTED
         return EXIT_FAILURES if self.missing else EXIT_OK
 
+    def _of_valid(self) -> str:
+        """What `valid` counts, said: prompts, or attempts (prompts × samples)."""
+        if self.samples_per_prompt == 1:
+            return f"{self.valid} prompts"
+        return f"{self.valid} attempts ({self.prompts} prompts × {self.samples_per_prompt} samples)"
+
     def next_step(self) -> str:
         """The operator's next step, one line."""
         finished = self.in_output + self.discarded
         if self.interrupted:
             return (
-                f"Interrupted: {finished} of {self.valid} prompts are done and on disk "
+                f"Interrupted: {finished} of {self._of_valid()} are done and on disk "
                 f"({len(self.in_flight)} interrupted in flight, {len(self.not_started)} not started, "
                 f"{self.failed} failed); trajectories.jsonl was not rewritten. "
                 "Next: rerun with --resume to finish and merge."
             )
         if not self.missing:
-            return f"Done: all {self.valid} valid prompts are in trajectories.jsonl or discarded.jsonl."
+            valid = f"{self.valid} valid prompts" if self.samples_per_prompt == 1 else self._of_valid()
+            return f"Done: all {valid} are in trajectories.jsonl or discarded.jsonl."
         parts = [f"{self.failed} failed"] if self.failed else []
         if self.in_flight:
             parts.append(f"{len(self.in_flight)} interrupted in flight")
@@ -101,12 +116,14 @@ class Completion:
         counts = " and ".join(parts)
         higher = " and a higher --max_cost" if self.stopped_by == "max_cost" else ""
         next_step = f"--resume{higher}"
-        return f"Not done: {counts} of {self.valid} prompts{why}. Next: rerun with {next_step} to run them."
+        return f"Not done: {counts} of {self._of_valid()}{why}. Next: rerun with {next_step} to run them."
 
     def as_dict(self) -> dict[str, Any]:
         """The `completion` section of statistics.json."""
         return {
-            "valid_prompts": self.valid,
+            "valid_prompts": self.prompts,
+            "samples_per_prompt": self.samples_per_prompt,
+            "valid_attempts": self.valid,  # the counts below count these (= prompts with one sample)
             "in_output": self.in_output,
             "discarded": self.discarded,
             "failed": self.failed,
@@ -121,3 +138,15 @@ class Completion:
             "exit_code": self.exit_code,
             "next_step": self.next_step(),
         }
+
+
+def note_extra_samples(done: Collection[str], samples_per_prompt: int) -> None:
+    """A smaller --samples_per_prompt on resume: the samples already written beyond it are
+    kept (in the output or discarded.jsonl as they were), said in one line."""
+    extra = sum(1 for key in done if split_key(key)[1] >= samples_per_prompt)
+    if extra:
+        log.warning(
+            "%d sample(s) beyond --samples_per_prompt=%d already written: kept as they are",
+            extra,
+            samples_per_prompt,
+        )

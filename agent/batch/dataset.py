@@ -12,7 +12,7 @@ line number, then skipped) by the rules of `agent.batch.row_fields`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -20,7 +20,7 @@ from agent.batch.row_fields import FieldError, LineFields, parse_line
 from agent.batch.row_verify import RowVerify
 from agent.config.sampling import Sampling
 from agent.errors import ConfigError, DatasetError
-from agent.store.keys import prompt_hash
+from agent.store.keys import prompt_hash, sample_key, split_key
 
 MAX_KEPT_ERRORS = 1000
 # The largest context windows hold ~2M tokens (~8 MB of text): a longer line is no prompt.
@@ -53,6 +53,12 @@ class DatasetRow:
     metadata: dict[str, Any]
     sampling: Sampling | None = None  # the row's `sampling` choices
     verify: RowVerify | None = None  # the row's `verify` checks (agent.batch.row_verify)
+    sample_index: int = 0  # which attempt at the row's prompt this unit of work is (`iter_units`)
+
+    @property
+    def prompt_id(self) -> str:
+        """The prompt's identity, the same for all its samples (sample 0's key)."""
+        return split_key(self.key)[0]
 
 
 @dataclass
@@ -213,3 +219,18 @@ def iter_rows(
             verify=record.verify,
         )
         index += 1
+
+
+def iter_units(rows: Iterator[DatasetRow], samples_per_prompt: int) -> Iterator[DatasetRow]:
+    """Each row's units of work, prompt-major: samples 0..N-1 of the first prompt, then of the
+    next. A unit is the row with its sample's key (`sample_key`), `sample_index` and position
+    among the units (`index`: row index * N + sample); sample 0 is the row itself, so a run of
+    one sample per prompt is the run it was before samples existed."""
+    for row in rows:
+        for sample in range(samples_per_prompt):
+            yield replace(
+                row,
+                key=sample_key(row.key, sample),
+                index=row.index * samples_per_prompt + sample,
+                sample_index=sample,
+            )

@@ -15,6 +15,13 @@ from typing import Any
 
 from agent.batch.jobs import Job
 from agent.errors import FailureClass
+from agent.store.keys import split_key
+
+
+def sample_fields(key: str) -> dict[str, Any]:
+    """A record's `prompt_id` and `sample_index` (the entry contract), from its unit's key."""
+    prompt_id, sample_index = split_key(key)
+    return {"prompt_id": prompt_id, "sample_index": sample_index}
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,7 @@ class Discarded:
         """The line of `discarded.jsonl`."""
         return {
             "prompt_key": self.key,
+            **sample_fields(self.key),
             "prompt_index": self.prompt_index,
             "reason": self.reason,
             "timestamp": self.timestamp,
@@ -75,6 +83,7 @@ class Failed:
         """The line of `failures.jsonl` for the prompt's `attempt`-th failure."""
         return {
             "prompt_key": self.key,
+            **sample_fields(self.key),
             "prompt_index": self.prompt_index,
             "error_class": self.error_class,
             "message": self.message,

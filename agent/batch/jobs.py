@@ -4,12 +4,13 @@ the channels a worker takes jobs from and sends events to."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from agent.config.sampling import Sampling
 from agent.config.verify_config import Checks
 from agent.protocols import SandboxSpec
+from agent.store.keys import split_key
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,11 @@ class Job:
     checks: Checks | None = None  # what the attempt is verified with; None: nothing
 
     @property
+    def prompt_id(self) -> str:
+        """The prompt's identity, the same for all its samples (`metadata.prompt_id`)."""
+        return split_key(self.key)[0]
+
+    @property
     def log_prefix(self) -> str:
         return f"[B{self.batch_num}:P{self.index}] "
 
@@ -40,6 +46,14 @@ class Job:
 
     def sandbox_spec(self, run_name: str) -> SandboxSpec:
         return SandboxSpec(run_name, self.key, image=self.image, cwd=self.cwd)
+
+
+def sample_sampling(sampling: Sampling, sample_index: int) -> Sampling:
+    """A sample's sampling: with a model seed chosen (--model_seed or the row's), sample s sends
+    seed + s, so N attempts differ even on a deterministic server; sample 0 sends it unchanged."""
+    if sampling.seed is None or sample_index == 0:
+        return sampling
+    return replace(sampling, seed=sampling.seed + sample_index)
 
 
 class JobSource(Protocol):

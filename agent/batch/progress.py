@@ -117,8 +117,10 @@ class RunProgress:
         interval: float = 10.0,
         max_interval: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        unit: str = "prompts",  # what is counted: "attempts" with several samples per prompt
     ) -> None:
         self.total = total
+        self.unit = unit
         self.already_done = already_done
         self.console = console or Console(stderr=True)
         self.live = enabled and self.console.is_interactive
@@ -167,8 +169,8 @@ class RunProgress:
     def status_line(self) -> str:
         """The plain one-line status printed where no live bar is possible."""
         return (
-            f"progress: {self.finished}/{self.total} prompts ({self.counts_text()}) · "
-            f"{self.rate():.2f} prompts/s · ETA {_clock_text(self.eta())} · {self.tokens_text()} · "
+            f"progress: {self.finished}/{self.total} {self.unit} ({self.counts_text()}) · "
+            f"{self.rate():.2f} {self.unit}/s · ETA {_clock_text(self.eta())} · {self.tokens_text()} · "
             f"{self.load.text()} · elapsed {_clock_text(self._clock() - self._start)}"
         )
 
@@ -178,14 +180,14 @@ class RunProgress:
                 BarColumn(),
                 MofNCompleteColumn(),
                 _CallableColumn(self.counts_text),
-                _CallableColumn(lambda: f"{self.rate():.2f} prompts/s", "progress.data.speed"),
+                _CallableColumn(lambda: f"{self.rate():.2f} {self.unit}/s", "progress.data.speed"),
                 _CallableColumn(lambda: _clock_text(self._clock() - self._start), "progress.elapsed"),
                 _CallableColumn(lambda: f"ETA {_clock_text(self.eta())}", "progress.remaining"),
                 details=lambda: f"  {self.tokens_text()} · {self.load.text()}",
                 console=self.console,
                 refresh_per_second=4,
             )
-            self._task = self._progress.add_task("prompts", total=self.total, completed=self.already_done)
+            self._task = self._progress.add_task(self.unit, total=self.total, completed=self.already_done)
             self._progress.start()
         else:
             self._print_status()

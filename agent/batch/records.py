@@ -32,7 +32,8 @@ from agent.protocols.verification import Verification
 from agent.store.directory import encode_line
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
-_OURS = ("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage", "toolsets_unavailable")
+_OURS = ("batch_num", "timestamp", "model", "prompt_key", "prompt_id", "sample_index", "outcome", "usage",
+         "toolsets_unavailable")  # fmt: skip
 NO_REASONING = "no_reasoning"
 FILTERS = (*FLAWS, NO_REASONING)  # every discard reason, in the order that picks an entry's one
 if set(FILTERS) != set(KEPT_BY):  # one table says which flag keeps each reason (run_config)
@@ -123,7 +124,9 @@ def _render_metadata(job: Job, result: ConversationResult, usage: dict[str, floa
         "batch_num": job.batch_num,
         "timestamp": datetime.now().isoformat(),
         "model": result.model,
-        "prompt_key": job.key,
+        "prompt_key": job.key,  # the unit of work's key: unique per (prompt, sample)
+        "prompt_id": job.prompt_id,  # the same for every sample of the prompt
+        "sample_index": job.sample_index,
         "outcome": result.outcome.value,
         "usage": usage,
         # sampled toolsets none of whose tools could run here (--allow_missing_toolsets)

@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agent.batch.events import sample_fields
 from agent.config.run_config import KEPT_BY, RunConfig
 from agent.protocols import RunStore, StoredKeys
 from agent.protocols.store import MergeSummary
@@ -112,7 +113,8 @@ def _withdraw(store: RunStore, key: str, reason: str, entry: dict[str, Any], bat
     files, still in the output (its key's last line is its result), never in neither."""
     index = entry.get("prompt_index")
     now = datetime.now().isoformat()
-    record = {"prompt_key": key, "prompt_index": index, "reason": reason, "timestamp": now}
+    record = {"prompt_key": key, **sample_fields(key), "prompt_index": index, "reason": reason}
+    record["timestamp"] = now
     store.append_discard({**record, "moved_from_output": True, "entry": entry})
     batch = _batch_of(entry, record, batch_size)
     store.append_result(

@@ -21,15 +21,15 @@ from rich.console import Console
 
 from agent.batch.backend import Backend, BackendFactory, Tally, drive
 from agent.batch.capacity import raise_fd_limit
-from agent.batch.completion import Completion
-from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
+from agent.batch.completion import Completion, note_extra_samples
+from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units
 from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent
-from agent.batch.jobs import Job
+from agent.batch.jobs import Job, sample_sampling
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
 from agent.batch.recovery import current_discards, merge_output, reapply_filters
 from agent.batch.row_verify import job_checks
-from agent.batch.run_summary import filters_and_budget, run_summary, worker_losses
+from agent.batch.run_summary import filters_and_budget, run_summary, sample_counts, worker_losses
 from agent.batch.tally import MergeCheck, RunTally
 from agent.config.run_config import RunConfig
 from agent.errors import FailureClass
@@ -78,9 +78,10 @@ class BatchRun:
             todo = self._plan(index)
             ended = None
             if todo:
-                ended = self._schedule(todo, already_done=scan.valid - todo)
+                ended = self._schedule(todo, already_done=scan.valid * self.config.samples_per_prompt - todo)
             else:
-                self.console.print("Every prompt of the dataset is already done; merging.")
+                every = "prompt" if self.config.samples_per_prompt == 1 else "sample of every prompt"
+                self.console.print(f"Every {every} of the dataset is already done; merging.")
             self._checkpoint()
             done = self._finish(scan, started, ended, ran=bool(todo))
         finally:
@@ -97,6 +98,7 @@ class BatchRun:
             cancelled=self.tally.cancelled_keys,
             merged=merged,
             interrupted=ended is not None and ended.interrupted,
+            samples_per_prompt=self.config.samples_per_prompt,
             stopped_by=ended.stopped_by if ended is not None else None,
         )
 
@@ -132,13 +134,15 @@ class BatchRun:
         for number in self.numbers.values():
             self.tally.plan(number, done=False)
         self.done_keys = index.done | index.discarded
+        note_extra_samples(self.done_keys, self.config.samples_per_prompt)
         return len(pending)
 
     def _rows(self) -> Iterator[DatasetRow]:
         # The same backend as the scan, so the same rows are valid.
-        return iter_rows(
+        rows = iter_rows(
             self.config.dataset_file, self.config.max_samples, backend=self.config.sandbox.backend
         )
+        return iter_units(rows, self.config.samples_per_prompt)  # each (prompt, sample) a unit
 
     def _jobs(self) -> Iterator[Job]:
         cfg = self.config
@@ -156,7 +160,8 @@ class BatchRun:
                 metadata=row.metadata,
                 batch_num=number // cfg.batch_size,
                 toolsets=tuple(sample_toolsets_from_distribution(cfg.distribution, rng)),
-                sampling=cfg.agent.prompt_sampling(row.sampling),
+                sampling=sample_sampling(cfg.agent.prompt_sampling(row.sampling), row.sample_index),
+                sample_index=row.sample_index,
                 checks=job_checks(row.verify, cfg.verify),
             )
 
@@ -169,7 +174,7 @@ class BatchRun:
         # no more workers than prompts to run: each costs a process start (an interpreter, the
         # model client, a sandbox pool), and fewer workers get more of --max_inflight each
         config = replace(self.config, num_workers=min(self.config.num_workers, todo))
-        progress = RunProgress(todo + already_done, already_done, console=self.console)
+        progress = RunProgress(todo + already_done, already_done, console=self.console, unit=_unit(config))
         self.monitor = RunMonitor(progress, self.timeline, config)
         with progress:
             self.workers = self.make_backend(config, self._on_event, self._tick)
@@ -209,7 +214,10 @@ class BatchRun:
 
     def _checkpoint(self) -> None:
         """Group commit: write_json makes the appended lines durable before describing them."""
-        self.store.write_json("checkpoint.json", self.tally.checkpoint(self.config.run_name))
+        checkpoint = self.tally.checkpoint(self.config.run_name)
+        if self.config.samples_per_prompt > 1:  # completed_prompts then lists attempts' prompt_index
+            checkpoint["samples_per_prompt"] = self.config.samples_per_prompt
+        self.store.write_json("checkpoint.json", checkpoint)
 
     def _finish(self, scan: DatasetScan, started: float, ended: Tally | None, *, ran: bool) -> Completion:
         """Merge (unless interrupted), split the dataset by what is on disk, and write
@@ -224,6 +232,7 @@ class BatchRun:
         moved = {"recovered_discards": self.tally.recovered, "withdrawn_entries": self.tally.withdrawn}
         notes = filters_and_budget(self.config, self.tally.stats, moved, ended)
         extra = {
+            **sample_counts(self.config, scan),
             "completion": done.as_dict(),
             "merged": merged_keys is not None,
             **notes,
@@ -274,3 +283,8 @@ def _show(monitor: RunMonitor, event: WorkerEvent, advance: str | None) -> None:
         )
     if advance is not None and isinstance(event, Finished | Discarded | Failed):
         monitor.advance(advance, event.usage)
+
+
+def _unit(config: RunConfig) -> str:
+    """What the run's counts count: prompts, or attempts when each prompt has several samples."""
+    return "prompts" if config.samples_per_prompt == 1 else "attempts"

@@ -23,7 +23,7 @@ def run_summary(cfg: RunConfig, scan: DatasetScan, duration: float) -> dict[str,
         "model": cfg.agent.model,
         "total_prompts": scan.valid,
         "batch_size": cfg.batch_size,
-        "total_batches": -(-scan.valid // cfg.batch_size),
+        "total_batches": -(-scan.valid * cfg.samples_per_prompt // cfg.batch_size),  # of attempts
         "duration_seconds": duration,
         "dataset": {
             "file": scan.path,
@@ -56,3 +56,10 @@ def worker_losses(tally: Tally | None) -> dict[str, Any]:
     """The `worker_losses` section: workers that died and were replaced."""
     losses = tally.losses if tally is not None else None
     return {"worker_losses": losses.as_dict()} if losses is not None else {}
+
+
+def sample_counts(cfg: RunConfig, scan: DatasetScan) -> dict[str, Any]:
+    """--samples_per_prompt and the attempts it makes of the dataset's prompts (units of work:
+    `total_prompts` counts prompts, batches and the `completion` counts attempts)."""
+    per_prompt = cfg.samples_per_prompt
+    return {"samples_per_prompt": per_prompt, "total_attempts": scan.valid * per_prompt}

@@ -52,16 +52,16 @@ def _verify(name: str) -> Any:
 FLAGS: tuple[Flag, ...] = (
     # Run
     Flag("dataset_file", "str", None, "JSONL dataset of prompts", "Run", _BATCH, required=True),
-    Flag("batch_size", "int", None, "prompts per output shard batch_N.jsonl", "Run", _BATCH,
+    Flag("batch_size", "int", None, "attempts (prompts × samples) per shard batch_N.jsonl", "Run", _BATCH,
          required=True, minimum=1),
     Flag("run_name", "str", None, "run directory name under --output_dir (letters, digits, ._-)", "Run",
          _BATCH, required=True),
     Flag("output_dir", "str", _run("output_dir"), "where run directories go", "Run", _BATCH),
     Flag("resume", "bool", _run("resume"), "continue a run: skip prompts already done, retry failed ones",
          "Run", _BATCH),
-    Flag("max_samples", "int", _run("max_samples"), "first N valid prompts only", "Run", _BATCH,
-         minimum=1, shown="all"),
-    Flag("distribution", "str", _run("distribution"), "toolset distribution sampled per prompt", "Run",
+    Flag("max_samples", "int", _run("max_samples"), "first N valid prompts only (prompts, not attempts)",
+         "Run", _BATCH, minimum=1, shown="all"),
+    Flag("distribution", "str", _run("distribution"), "toolset distribution sampled per attempt", "Run",
          _BATCH),
     Flag("seed", "int", _run("seed"), "toolset sampling seed (reproducible per prompt)", "Run", _BATCH),
     Flag("list_distributions", "bool", False,
@@ -209,7 +209,7 @@ FLAGS: tuple[Flag, ...] = (
          "Workers and budgets", _BATCH, shown="none"),
     # Samples and verification
     Flag("samples_per_prompt", "int", _run("samples_per_prompt"),
-         "attempts at each prompt, each its own sandbox, toolsets and entry (raise it on --resume for more)",
+         "attempts at each prompt, each its own sandbox, toolsets, model seed, entry (raise it on --resume)",
          "Samples and verification", _BATCH, minimum=1),
     Flag("verify_command", "str", _verify("verify_command"),
          "shell command run in each prompt's sandbox after its last turn: exit 0 passes; the last "

@@ -66,3 +66,21 @@ def record_key(record: dict[str, Any] | None) -> str | None:
     """The key of a discard or failure record (None when it has none)."""
     key = record.get("prompt_key") if record is not None else None
     return key if isinstance(key, str) and key else None
+
+
+SAMPLE_MARK = "#"  # a sample key: the prompt id, this mark, the sample index (s >= 1)
+
+
+def sample_key(prompt_id: str, sample_index: int) -> str:
+    """The key of one attempt at a prompt (--samples_per_prompt): sample 0's key is the
+    prompt id itself, so a run made with one sample per prompt resumes with more and runs
+    only the new samples; sample s >= 1 is `prompt_id#s`."""
+    return prompt_id if sample_index == 0 else f"{prompt_id}{SAMPLE_MARK}{sample_index}"
+
+
+def split_key(key: str) -> tuple[str, int]:
+    """(prompt id, sample index) of a key `sample_key` made (a prompt key is sample 0)."""
+    prompt_id, mark, index = key.rpartition(SAMPLE_MARK)
+    if mark and index.isdigit() and index == str(int(index)) and int(index) > 0:
+        return prompt_id, int(index)
+    return key, 0

@@ -1,5 +1,10 @@
 """The merged output of a run: `trajectories.jsonl` rewritten from every batch file.
 
+Each batch file is read in `prompt_index` order (its lines sorted by it, file order among equals;
+a line without one first), so the output lists entries by prompt index — with
+--samples_per_prompt, prompt-major: a prompt's samples in sample order — whatever order the
+workers finished in. A key's lines share its index, so their file order is kept.
+
 First line per prompt key wins; tombstones are never merged, nor the result lines of a key in
 `exclude` (those a tombstone withdrew: their entry is in discarded.jsonl); a line that is not
 UTF-8, not JSON, not an object or has no key is counted and skipped (the reference aborted its
@@ -13,13 +18,13 @@ handed back in `unkept` for the caller to move to discarded.jsonl.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.store.durable import atomic_write
-from agent.store.jsonl import encode_line, read_lines
+from agent.store.jsonl import encode_line, parse_object
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import TRAJECTORIES_FILE, batch_files
 from agent.store.tool_counts import TOOL_ROWS, cut_name
@@ -81,7 +86,7 @@ def merge_run(
     report.files = len(files)
     with atomic_write(directory / output) as out:
         for path in files:
-            for line, entry in read_lines(path):
+            for line, entry in _in_index_order(path):
                 key = resolver.result_key(entry) if entry is not None else None
                 if entry is None or key is None:
                     report.invalid_lines += 1
@@ -124,3 +129,31 @@ def _labelled(line: bytes, entry: dict[str, Any], report: MergeReport) -> tuple[
     report.labelled += 1
     entry = {**entry, "metadata": {**metadata, "discard_reasons": [*reasons, UNKNOWN_TOOL_REASON]}}
     return encode_line(entry).rstrip(b"\n"), entry
+
+
+def _in_index_order(path: Path) -> Iterator[tuple[bytes, dict[str, Any] | None]]:
+    """The non-blank lines of a batch file (as `read_lines`), sorted by each line's
+    `prompt_index` (stable; a line without one sorts first). Two passes: the first keeps only
+    (index, offset, length) per line, so a shard is never held in memory; the second reads
+    each line again where it lies."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        order: list[tuple[int, int, int]] = []
+        offset = 0
+        for raw in handle:
+            if raw.strip():
+                order.append((_index_of(parse_object(raw.rstrip(b"\r\n"))), offset, len(raw)))
+            offset += len(raw)
+        order.sort(key=lambda item: item[0])  # stable: file order among equal indices
+        for _index, start, length in order:
+            handle.seek(start)
+            line = handle.read(length).rstrip(b"\r\n")
+            yield line, parse_object(line)
+
+
+def _index_of(entry: dict[str, Any] | None) -> int:
+    number = entry.get("prompt_index") if entry is not None else None
+    return number if isinstance(number, int) and not isinstance(number, bool) else -1

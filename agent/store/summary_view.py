@@ -100,7 +100,7 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
         _cost_line(stats),
         f"Model: {stats.get('model')} · distribution: {stats.get('distribution')} · "
         f"dataset {plural(stats.get('total_prompts'), 'prompt')} in "
-        f"{plural(stats.get('total_batches'), 'batch')} of {_n(stats.get('batch_size'))}",
+        f"{plural(stats.get('total_batches'), 'batch')} of {_n(stats.get('batch_size'))}{_samples(stats)}",
     ]
     lines += _lost_toolsets(stats.get("toolsets") or {})
     lines += verification_lines(stats.get("verification"))
@@ -277,3 +277,11 @@ def render_next_steps(
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     ok = json_int((stats.get("completion") or {}).get("exit_code")) == 0
     console.print(Text(final, style="green" if ok else "red"), soft_wrap=True)
+
+
+def _samples(stats: Mapping[str, Any]) -> str:
+    """With several samples per prompt, what the batches hold: attempts, not prompts."""
+    per_prompt = stats.get("samples_per_prompt")
+    if not isinstance(per_prompt, int) or per_prompt <= 1:
+        return ""
+    return f" attempts ({_n(stats.get('total_attempts'))} attempts: {per_prompt} samples per prompt)"
