@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from agent.store.keys import split_key
 from agent.store.tool_counts import TOOL_ROWS
 
 REWARD_BINS = 10  # the reward histogram: [0, 0.1), [0.1, 0.2), ... [0.9, 1.0]
@@ -154,11 +155,11 @@ class VerificationTally:
 
 
 def _prompt_id(metadata: Mapping[str, Any]) -> str:
-    """The prompt an attempt is a sample of: `prompt_id`, else its key before `#` (a sample's)."""
+    """The prompt an attempt is a sample of: `prompt_id`, else the one its key names."""
     prompt_id = metadata.get("prompt_id")
     if isinstance(prompt_id, str) and prompt_id:
         return prompt_id
-    return str(metadata.get("prompt_key") or "").split("#")[0]
+    return split_key(str(metadata.get("prompt_key") or ""))[0]
 
 
 def _method(row: Counter[str]) -> dict[str, Any]:
