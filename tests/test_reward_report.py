@@ -20,7 +20,7 @@ import pytest
 from agent.publish.card import card_text
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.support.batch import BatchCLI, Finished, read_json, read_jsonl, write_dataset
-from tests.support.report import page_data
+from tests.support.report import CHROMIUM, CHROMIUM_ARGS, missing, page_data
 
 datasets = pytest.importorskip("datasets")
 
@@ -202,3 +202,34 @@ def test_a_run_without_checks_shows_no_rewards(tmp_path: Path, sim_endpoint: Sim
     row = loaded[0]
     assert (row["reward"], row["passed"], row["verification"]) == (None, None, None)
     assert json.loads(row["metadata"])["reward"] == 0.9  # the row's own reward stays in its metadata
+
+
+def test_the_browser_filters_by_pass_and_fail_in_chromium(rewarded: Rewarded) -> None:
+    """The filter in real headless Chromium: each verdict shows exactly its attempts; an
+    opened attempt shows its verdict and reward; the plots have data marks; no script error."""
+    if not CHROMIUM.exists():
+        missing(f"{CHROMIUM} is not installed")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing("playwright is not installed (pip install -e '.[dev]')")
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = chromium.new_page()
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto((rewarded.run_dir / "report.html").as_uri())
+        marks = "(name) => document.querySelectorAll(`svg[data-plot=${name}] .mark`).length"
+        assert (
+            page.evaluate(marks, "rewards") == 10 and page.evaluate(marks, "pass_at_k") == 4
+        )  # line + 3 dots
+        options = page.eval_on_selector_all("#filter-verdict option", "(os) => os.map((o) => o.value)")
+        assert options == ["", "failed", "passed", "undecided"]
+        for verdict, count in (("passed", 6), ("failed", 8), ("undecided", 1)):
+            page.select_option("#filter-verdict", verdict)
+            assert page.inner_text("#entry-count") == f"{count} of 15 sampled entries"
+        page.select_option("#filter-verdict", "passed")
+        page.click("#entry-list tbody tr")
+        assert "passed · reward 1" in page.locator("#viewer .entry-head").inner_text()
+        chromium.close()
+    assert errors == []
