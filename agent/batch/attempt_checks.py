@@ -15,9 +15,10 @@ import asyncio
 from agent.batch.jobs import Job
 from agent.config.verify_config import VerifyOptions
 from agent.loop.conversation import ConversationResult
-from agent.protocols import ChatModel
+from agent.protocols import ChatModel, Prices, Usage
 from agent.protocols.verification import Attempt, Verification
 from agent.toolbox.context import ConversationContext
+from agent.verify.judge import judge_usage
 from agent.verify.runner import verify_attempt
 
 
@@ -36,13 +37,24 @@ def attempt_of(job: Job, result: ConversationResult) -> Attempt:
 
 class AttemptChecks:
     """`converse`'s `after` for one job: runs its checks; `verification` holds what they gave
-    (None: nothing applied, or the conversation failed)."""
+    (None: nothing applied, or the conversation failed), `usage` what a judge used (the
+    entry's usage counts it; priced with `prices` when the endpoint says no cost)."""
 
     def __init__(
-        self, job: Job, model: ChatModel, options: VerifyOptions, deadline: asyncio.Timeout | None
+        self,
+        job: Job,
+        model: ChatModel,
+        options: VerifyOptions,
+        deadline: asyncio.Timeout | None,
+        prices: Prices | None = None,
     ) -> None:
         self.job, self.model, self.options, self.deadline = job, model, options, deadline
+        self.prices = prices
         self.verification: Verification | None = None
+
+    @property
+    def usage(self) -> Usage:
+        return judge_usage(self.verification)
 
     async def __call__(self, result: ConversationResult, context: ConversationContext) -> None:
         checks = self.job.checks
@@ -51,4 +63,6 @@ class AttemptChecks:
         if self.deadline is not None:
             self.deadline.reschedule(None)  # the conversation is over: the checks time themselves
         attempt = attempt_of(self.job, result)
-        self.verification = await verify_attempt(checks, attempt, context, self.model, self.options)
+        self.verification = await verify_attempt(
+            checks, attempt, context, self.model, self.options, self.prices
+        )

@@ -182,7 +182,7 @@ class Worker:
             async with asyncio.timeout(run.prompt_timeout) as deadline:
                 tools = self._tools(job.toolsets)
                 agent = run.agent.with_sampling(job.sampling)  # its row's over the flags'
-                checks = AttemptChecks(job, self.model, run.verify, deadline)  # its own timeouts
+                checks = AttemptChecks(job, self.model, run.verify, deadline, run.prices)  # own timeouts
                 result = await converse(agent, self.model, tools, prompt, self.factory, self.shared, checks)
         except TimeoutError:
             return Failed.of(
@@ -195,7 +195,9 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - a bug costs one prompt, not the run; reported, not swallowed
             log.error("%s\n%s", exc, traceback.format_exc())
             return Failed.of(job, FailureClass.EXCEPTION, f"{type(exc).__name__}: {exc}")
-        result = dataclasses.replace(result, usage=result.usage.priced(run.prices))
+        # The judge's calls are the entry's too (priced already: adding first would keep the
+        # conversation unpriced, a known cost making the sum's).
+        result = dataclasses.replace(result, usage=result.usage.priced(run.prices) + checks.usage)
         return answer(
             job,
             result,

@@ -10,18 +10,15 @@ time spent checking does not count within --prompt_timeout, which bounds the con
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from agent.config.verify_config import Checks, JudgeCheck, VerifyOptions
-from agent.protocols import ChatModel, Sandbox
+from agent.protocols import ChatModel, Prices, Sandbox
 from agent.protocols.verification import Attempt, CheckError, CheckResult, Verification
 from agent.verify.answer import check_answer
 from agent.verify.command import check_command
+from agent.verify.judge import judge_attempt
 from agent.verify.python_verifier import check_python
-
-JudgeFunction = Callable[[Attempt, JudgeCheck, ChatModel, str], Awaitable[CheckResult]]
 
 
 class AttemptSandbox(Protocol):
@@ -33,27 +30,12 @@ class AttemptSandbox(Protocol):
     async def sandbox(self) -> Sandbox: ...
 
 
-def _judge_function() -> JudgeFunction | None:
-    """`agent.verify.judge.judge_attempt`, looked up when a judge check runs: None where that
-    module is not (yet) part of the tree, so the other checks work without it."""
-    try:
-        module = importlib.import_module("agent.verify.judge")
-    except ModuleNotFoundError as exc:
-        if exc.name != "agent.verify.judge":
-            raise
-        return None
-    function: JudgeFunction = module.judge_attempt
-    return function
-
-
 async def _judge(
-    check: JudgeCheck, attempt: Attempt, model: ChatModel, options: VerifyOptions
+    check: JudgeCheck, attempt: Attempt, model: ChatModel, options: VerifyOptions, prices: Prices | None
 ) -> CheckResult:
-    judge = _judge_function()
-    if judge is None or options.judge_model is None:
-        why = "no judge here (agent.verify.judge is missing)" if judge is None else "no --judge_model"
-        return CheckResult("judge", None, None, {}, error=f"{CheckError.JUDGE_ERROR}: {why}")
-    return await judge(attempt, check, model, options.judge_model)
+    if options.judge_model is None:
+        return CheckResult("judge", None, None, {}, error=f"{CheckError.JUDGE_ERROR}: no --judge_model")
+    return await judge_attempt(attempt, check, model, options.judge_model, prices=prices)
 
 
 async def verify_attempt(
@@ -62,9 +44,11 @@ async def verify_attempt(
     sandbox: AttemptSandbox | None,
     model: ChatModel,
     options: VerifyOptions,
+    prices: Prices | None = None,
 ) -> Verification | None:
     """Every check of `checks` on `attempt`, in METHODS order; None when none applies.
-    `sandbox`: the attempt's (None: the run has none, and a command check says so)."""
+    `sandbox`: the attempt's (None: the run has none, and a command check says so); `prices`:
+    the run's, pricing a judge whose endpoint reports no cost."""
     if checks is None or checks.empty:
         return None
     results: list[CheckResult] = []
@@ -78,7 +62,7 @@ async def verify_attempt(
         opened = await sandbox.sandbox() if sandbox is not None and sandbox.sandbox_opened else None
         results.append(await check_python(options.verifier, attempt, opened, options.verify_timeout))
     if checks.judge is not None:
-        results.append(await _judge(checks.judge, attempt, model, options))
+        results.append(await _judge(checks.judge, attempt, model, options, prices))
     return Verification(tuple(results)) if results else None
 
 
@@ -88,11 +72,15 @@ def not_rescorable(checks: Checks | None) -> tuple[str, ...]:
 
 
 async def rescore_attempt(
-    checks: Checks | None, attempt: Attempt, model: ChatModel, options: VerifyOptions
+    checks: Checks | None,
+    attempt: Attempt,
+    model: ChatModel,
+    options: VerifyOptions,
+    prices: Prices | None = None,
 ) -> Verification | None:
     """The checks of `checks` that a transcript allows (answer, python with no sandbox, judge)
     on a stored `attempt`; None when none applies. `not_rescorable(checks)` names what is left out."""
     if checks is None:
         return None
     without_command = Checks(answer=checks.answer, judge=checks.judge, python=checks.python, row=checks.row)
-    return await verify_attempt(without_command, attempt, None, model, options)
+    return await verify_attempt(without_command, attempt, None, model, options, prices)

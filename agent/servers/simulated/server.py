@@ -1,8 +1,9 @@
 """A scripted OpenAI-compatible endpoint for tests and benchmarks (`SimulatedEndpoint`).
 
 Owns which reply a request gets (per-conversation scripts of `Turn`s, else the default
-policy), seeded fault injection (429 with Retry-After, 5xx, hang, drop), latency, and the
-record of every request received. What a reply looks like is `agent.servers.simulated.replies`'s
+policy; final answers and a judge model's verdicts by rule: `agent.servers.simulated.verdicts`),
+seeded fault injection (429 with Retry-After, 5xx, hang, drop), latency, and the record of
+every request received. What a reply looks like is `agent.servers.simulated.replies`'s
 job; HTTP is `agent.servers.endpoint_server`'s; the command line is
 `agent.servers.simulated.cli`'s (`python -m agent.servers.simulated`).
 """
@@ -37,7 +38,9 @@ from agent.servers.simulated.replies import (
     build_completion,
     first_user_text,
     policy_turn,
+    styled_turn,
 )
+from agent.servers.simulated.verdicts import is_judge, judge_turn, marked_answer
 from agent.servers.traffic import current_request
 
 # Turn and EndpointFault are re-exported: scripts are written with them next to the endpoint.
@@ -232,6 +235,8 @@ class SimulatedEndpoint(StartStop):
     def _choose_turn(self, body: dict[str, Any]) -> tuple[Turn, bool]:
         """The turn that answers `body`, and whether a script chose it."""
         messages = body.get("messages") or []
+        if is_judge(body.get("model")):  # a judge's verdict follows its rule, never a script
+            return judge_turn(body), False
         prompt = first_user_text(messages)
         replied = sum(1 for message in messages if message.get("role") == "assistant")
         with self._lock:
@@ -252,6 +257,9 @@ class SimulatedEndpoint(StartStop):
             return Turn(content=describe_images(shown))
         tools = body.get("tools") or []
         turn = policy_turn(self._policy, self._reasoning, messages, tools, self.tool_url)
+        final = marked_answer(first_user_text(messages), body.get("seed"))
+        if final is not None and not turn.tool_calls:  # the rule's answer is the whole reply
+            turn = styled_turn(final, "The task says what to answer.", self._reasoning)
         model = body.get("model")
         if not tools and model in self._other_models:
             turn = replace(turn, content=f"{turn.content}\n(answered by {model})")
