@@ -120,6 +120,7 @@ def test_datasets_loads_every_export_with_one_schema(
     for entry in exported.entries:
         row = rows[entry["prompt_index"]]
         ours = ("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage", "discard_reasons")
+        ours += ("prompt_id", "sample_index")  # columns of their own
         assert json.loads(row["metadata"]) == {k: v for k, v in entry["metadata"].items() if k not in ours}
         if name != "openai":  # a kept flawed entry's label has its own column
             assert row["discard_reasons"] == entry["metadata"].get("discard_reasons", [])

@@ -3,7 +3,9 @@
 `datasets` and Arrow need one schema for a whole file; a trajectory entry's free parts do not
 have one: the dataset row's own metadata (any keys, any types), `tool_stats` keyed by tool
 name, `usage` whose cost and cached tokens appear only when there are any. So an export row
-flattens an entry into fixed columns: our metadata fields each their own column, `usage` a
+flattens an entry into fixed columns: our metadata fields each their own column (the reward
+columns `prompt_id`, `sample_index`, `reward`, `passed` and the checks' record `verification`
+null where absent), `usage` a
 struct with every counter, `tool_stats` a list of `{name, count, success, failure, nonzero_exit}` (a tool's
 `tool_error_counts` is its `failure`), and the dataset row's own metadata one JSON string
 (`metadata`), whose keys differ from dataset to dataset. The schema is declared once, here.
@@ -20,7 +22,11 @@ import pyarrow as pa
 __all__ = ["ENTRY_SCHEMA", "OPENAI_SCHEMA", "OURS", "entry_columns"]
 
 # The keys `agent.batch.records` adds to an entry's metadata; the rest are the dataset row's.
-OURS = ("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage", "discard_reasons")
+OURS = (
+    *("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage", "discard_reasons"),
+    *("prompt_id", "sample_index"),
+)
+VERIFIED = ("reward", "verification")  # ours only when a check applied (else a row's own `reward` stays)
 _USAGE_INTS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cached_tokens")
 
 USAGE = pa.struct([*(pa.field(name, pa.int64()) for name in _USAGE_INTS), pa.field("cost_usd", pa.float64())])
@@ -49,6 +55,11 @@ METADATA_FIELDS = [
     pa.field("usage", USAGE),
     pa.field("tool_stats", TOOL_STATS),
     pa.field("discard_reasons", pa.list_(pa.string())),
+    pa.field("prompt_id", pa.string()),  # the same for every sample of a prompt
+    pa.field("sample_index", pa.int64()),
+    pa.field("reward", pa.float64()),  # null: no check applied, or none scored
+    pa.field("passed", pa.bool_()),  # null: no check applied, or a check could not decide
+    pa.field("verification", pa.string()),  # the checks' record, as JSON (null: none applied)
     pa.field("metadata", pa.string()),  # the dataset row's own metadata, as JSON
 ]
 CONVERSATIONS = pa.list_(pa.struct([pa.field("from", pa.string()), pa.field("value", pa.string())]))
@@ -104,6 +115,28 @@ def _strings(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
+def _verified(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """`prompt_id`, `sample_index`, `reward`, `passed` and `verification` (null where absent)."""
+    record = metadata.get("verification")
+    record = record if isinstance(record, Mapping) else None
+    reward = metadata.get("reward") if record is not None else None
+    passed = record.get("passed") if record is not None else None
+    prompt_id = metadata.get("prompt_id")
+    return {
+        "prompt_id": prompt_id if isinstance(prompt_id, str) else None,
+        "sample_index": _int(metadata.get("sample_index")),
+        "reward": float(reward) if isinstance(reward, int | float) and not isinstance(reward, bool) else None,
+        "passed": passed if isinstance(passed, bool) else None,
+        "verification": json.dumps(record, ensure_ascii=False) if record is not None else None,
+    }
+
+
+def _own(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The dataset row's own metadata: what is not ours."""
+    ours = (*OURS, *VERIFIED) if isinstance(metadata.get("verification"), Mapping) else OURS
+    return {k: v for k, v in metadata.items() if k not in ours}
+
+
 def entry_columns(entry: Mapping[str, Any]) -> dict[str, Any]:
     """The fixed columns (`METADATA_FIELDS`, in order) of one trajectory entry."""
     metadata = entry.get("metadata")
@@ -123,5 +156,6 @@ def entry_columns(entry: Mapping[str, Any]) -> dict[str, Any]:
         "usage": _usage(metadata.get("usage")),
         "tool_stats": _tool_stats(entry.get("tool_stats")),
         "discard_reasons": _strings(metadata.get("discard_reasons")),
-        "metadata": json.dumps({k: v for k, v in metadata.items() if k not in OURS}, ensure_ascii=False),
+        **_verified(metadata),
+        "metadata": json.dumps(_own(metadata), ensure_ascii=False),
     }

@@ -3,7 +3,8 @@
 The YAML header is `huggingface_hub`'s own `DatasetCardData`, so the Hub reads it as it reads
 any card: one `configs` entry per exported format with its data file, the license, the size
 category and tags. The body gives the run's figures from its `statistics.json`: model,
-toolset distribution, outcomes, tool usage with failure rates, failures and discards.
+toolset distribution, the pass rates when attempts were checked, outcomes, tool usage with
+failure rates, failures and discards.
 """
 
 from __future__ import annotations
@@ -86,6 +87,33 @@ def _summary(stats: Mapping[str, Any], entries: int) -> list[str]:
     return ["## Run", "", *_table(["", ""], rows), ""]
 
 
+_VERDICTS = ("passed", "failed", "undecided")
+
+
+def rate(value: Any) -> str:
+    """A rate in [0, 1] as a percentage, or "—" when unknown."""
+    return f"{100 * value:.1f}%" if isinstance(value, int | float) and not isinstance(value, bool) else "—"
+
+
+def _verification(stats: Mapping[str, Any]) -> list[str]:
+    """The pass rates, when the run's attempts were checked (statistics.json `verification`)."""
+    section = stats.get("verification")
+    if not isinstance(section, Mapping):
+        return []
+    attempts = section.get("attempts") or {}
+    rows = [
+        ("attempts checked", attempts.get("verified", 0)),
+        ("passed · failed · undecided", " · ".join(str(attempts.get(k, 0)) for k in _VERDICTS)),
+        ("mean reward", f"{section['mean_reward']:.3f}" if section.get("mean_reward") is not None else "—"),
+        *((f"pass@{k}", rate(value)) for k, value in (section.get("pass_at_k") or {}).items()),
+    ]
+    note = (
+        "pass@k: the unbiased estimator (Chen et al. 2021) over the prompts with at least k decided "
+        "samples; an undecided attempt (a check errored) is no sample. Attempts not kept count too."
+    )
+    return ["## Pass rates", "", *_table(["", ""], rows), "", note, ""]
+
+
 def _usage(repo_id: str, files: Mapping[str, str]) -> list[str]:
     rows = [(f"`{name}`", f"`{DATA_DIR}/{file}`", _FORMAT_TEXT.get(name, "")) for name, file in files.items()]
     first = next(iter(files), "openai")
@@ -114,6 +142,7 @@ def card_text(
         "with its reasoning, tool calls and tool results.",
         "",
         *_summary(stats, entries),
+        *_verification(stats),
         *_counts("Outcomes", stats.get("outcomes"), "outcomes"),
         *_tools(stats),
         *_counts("Failed prompts", stats.get("failures"), "failures"),

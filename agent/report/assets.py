@@ -91,11 +91,15 @@ SCRIPT = r"""
   fill($("filter-outcome"), entries.map(stratum));
   fill($("filter-tool"), entries.flatMap((e) => e.tools));
   fill($("filter-toolset"), entries.flatMap((e) => e.toolsets));
+  const verdicts = $("filter-verdict");  // only in a report of checked attempts
+  if (verdicts) fill(verdicts, entries.map((e) => e.verdict));
   const matches = (e) => {
     const outcome = $("filter-outcome").value, tool = $("filter-tool").value;
     const toolset = $("filter-toolset").value, query = $("filter-text").value.trim().toLowerCase();
+    const verdict = verdicts ? verdicts.value : "";
     return (!outcome || stratum(e) === outcome) && (!tool || e.tools.includes(tool)) &&
-      (!toolset || e.toolsets.includes(toolset)) && (!query || haystack(e).includes(query));
+      (!toolset || e.toolsets.includes(toolset)) && (!verdict || e.verdict === verdict) &&
+      (!query || haystack(e).includes(query));
   };
   const firstHuman = (e) => {
     const t = e.turns.find((t) => t.role === "human");
@@ -173,12 +177,15 @@ SCRIPT = r"""
     const head = el("div", "entry-head");
     head.append(el("h3", "", "prompt_index " + e.index + " · " + stratum(e)));
     const pills = [e.api_calls + " model calls", e.tokens + " tokens", ...e.toolsets];
+    if (e.verdict !== "unverified") {
+      pills.unshift(e.verdict + (e.reward === null ? "" : " · reward " + e.reward));
+    }
     for (const v of pills) head.append(el("span", "pill", v));
     viewer.append(head, ...e.turns.map(turn));
     viewer.scrollTop = 0;
   };
-  for (const id of ["filter-outcome", "filter-tool", "filter-toolset"]) {
-    $(id).addEventListener("change", list);
+  for (const id of ["filter-outcome", "filter-tool", "filter-toolset", "filter-verdict"]) {
+    if ($(id)) $(id).addEventListener("change", list);
   }
   $("filter-text").addEventListener("input", list);
   list();

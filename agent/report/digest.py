@@ -15,6 +15,7 @@ from agent.report.sample import SAMPLE_SIZE, StratifiedSample
 from agent.report.turns import cut, name, readable
 from agent.store.jsonl import json_int
 from agent.store.statistics import has_reasoning
+from agent.store.verification_stats import verdict
 
 EXAMPLES = 3  # failure messages kept per class
 REPORT_TOOLS = 30  # tools named in the tool plot and table, and per sampled entry; the rest summed
@@ -61,6 +62,7 @@ class RunDigest:
         self.turns, self.tokens, self.times = array("l"), array("q"), array("d")
         self.sample: StratifiedSample[Readable] = StratifiedSample(sample_size, seed)
         self.systems: dict[str, int] = {}  # system prompt text -> id, for entries kept in the sample
+        self.verdicts: Counter[str] = Counter()  # passed, failed, undecided of the verified entries
 
     def add_entry(self, entry: Mapping[str, Any], discarded: str | None = None) -> None:
         metadata = entry.get("metadata")
@@ -69,6 +71,9 @@ class RunDigest:
         key = metadata.get("prompt_key")
         if isinstance(key, str):
             self.done_keys.add(key)
+        checked = verdict(metadata)
+        if checked is not None:
+            self.verdicts[checked] += 1
         if discarded is None:
             self._count(entry, metadata, outcome)
         else:
@@ -184,8 +189,19 @@ class RunDigest:
             "tools_more": max(len(tools) - REPORT_TOOLS, 0),
             "api_calls": json_int(entry.get("api_calls")),
             "tokens": _usage_total(metadata),
+            **_checked(metadata),
             "turns": readable(conversations if isinstance(conversations, list) else (), self._system_id),
         }
+
+
+def _checked(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The browser's `verdict` (passed, failed, undecided; `unverified` when no check applied)
+    and `reward` (None when none) of an entry."""
+    checked = verdict(metadata)
+    reward = metadata.get("reward") if checked is not None else None
+    if not isinstance(reward, int | float) or isinstance(reward, bool):
+        reward = None
+    return {"verdict": checked or "unverified", "reward": None if reward is None else round(reward, 4)}
 
 
 def _gpt_turns(entry: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -171,3 +171,29 @@ def outcomes(digest: RunDigest) -> str | None:
         for c, n in digest.still_failed().most_common()
     ]
     return hbar_chart("outcomes", rows, label="prompts by outcome") if rows else None
+
+
+def _verification(stats: Mapping[str, Any]) -> Mapping[str, Any]:
+    section = stats.get("verification")
+    return section if isinstance(section, Mapping) else {}
+
+
+def rewards(stats: Mapping[str, Any]) -> str | None:
+    """The attempts' rewards in statistics.json's bins (output and discarded alike)."""
+    histogram = _verification(stats).get("reward_histogram") or {}
+    counts = [float(c) for c in histogram.get("counts") or []]
+    if not any(counts):
+        return None
+    width = 1.0 / len(counts)
+    bars = [(f"{i * width:.1f}–{(i + 1) * width:.1f}", c) for i, c in enumerate(counts)]
+    return bar_chart("rewards", bars, x_label="reward", y_label="attempts", color=GREEN)
+
+
+def pass_at_k(stats: Mapping[str, Any]) -> str | None:
+    """pass@k for each k of statistics.json (the unbiased estimator), in percent."""
+    rates = _verification(stats).get("pass_at_k") or {}
+    points = sorted((float(k), 100.0 * float(v)) for k, v in rates.items())
+    if not points:
+        return None
+    series = [Series("pass@k", points, GREEN)]
+    return line_chart("pass_at_k", series, x_label="k (samples drawn per prompt)", y_label="% of prompts")

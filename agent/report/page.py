@@ -32,6 +32,11 @@ def embedded_json(value: Any) -> str:
 
 def _browser(digest: RunDigest, shown: int) -> str:
     seen = sum(digest.sample.seen.values())
+    checks = (  # only when the run's attempts were checked
+        '<label>checks <select id="filter-verdict"><option value="">all</option></select></label>'
+        if digest.verdicts
+        else ""
+    )
     return (
         f'<p class="note">{shown:,} of {seen:,} entries (output and discarded), sampled by outcome so '
         "rare outcomes show too; the plots and tables above count every entry.</p>"
@@ -39,6 +44,7 @@ def _browser(digest: RunDigest, shown: int) -> str:
         '<label>outcome <select id="filter-outcome"><option value="">all</option></select></label>'
         '<label>tool <select id="filter-tool"><option value="">any</option></select></label>'
         '<label>toolset <select id="filter-toolset"><option value="">any</option></select></label>'
+        f"{checks}"
         '<input id="filter-text" type="search" placeholder="search the text of the conversations">'
         '<span id="entry-count" class="note"></span></div>'
         '<div class="browser"><div class="list-pane"><table id="entry-list"><thead><tr>'

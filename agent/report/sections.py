@@ -63,6 +63,22 @@ def _reasoning(digest: RunDigest) -> str:
     return line
 
 
+def _verification(stats: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The pass rates, when the run's attempts were checked."""
+    section = stats.get("verification")
+    if not isinstance(section, Mapping):
+        return []
+    attempts, rates = section.get("attempts") or {}, section.get("pass_at_k") or {}
+    counts = " · ".join(f"{json_int(attempts.get(k)):,} {k}" for k in ("passed", "failed", "undecided"))
+    shown = " · ".join(f"pass@{k} {100 * float(v):.1f}%" for k, v in rates.items()) or "no decided attempt"
+    mean = section.get("mean_reward")
+    return [
+        ("Attempts checked", f"{json_int(attempts.get('verified')):,} ({counts})"),
+        ("Pass rates", shown),
+        ("Mean reward", f"{mean:.3f}" if isinstance(mean, int | float) else None),
+    ]
+
+
 def summary(stats: Mapping[str, Any], digest: RunDigest) -> str:
     done, limiting = stats.get("completion") or {}, stats.get("rate_limiting") or {}
     run, tokens, usd = _whole_run(stats)
@@ -96,6 +112,7 @@ def summary(stats: Mapping[str, Any], digest: RunDigest) -> str:
         ),
         ("Peak model calls in flight", limiting.get("peak_inflight")),
         ("Reasoning coverage", _reasoning(digest)),
+        *_verification(stats),
     ]
     next_step = done.get("next_step")
     step = f'<p class="next-step">{escape(str(next_step))}</p>' if next_step else ""
@@ -126,6 +143,11 @@ def plots(stats: Mapping[str, Any], digest: RunDigest) -> str:
         card("tokens", "Tokens per entry", figures.tokens(digest), "no entries"),
         card("reasoning", "Reasoning coverage", figures.reasoning(digest), "no entries"),
     ]
+    if stats.get("verification"):  # only a run whose attempts were checked
+        no_reward = "no check gave a score"
+        cards.append(card("rewards", "Rewards of the checked attempts", figures.rewards(stats), no_reward))
+        no_decided = "no attempt was decided (every check errored)"
+        cards.append(card("pass_at_k", "pass@k (unbiased estimator)", figures.pass_at_k(stats), no_decided))
     return '<div class="cards">' + "".join(cards) + "</div>"
 
 

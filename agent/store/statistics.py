@@ -25,6 +25,7 @@ from agent.store.jsonl import json_int
 from agent.store.spend import TOKEN_KEYS, Spend, add_tokens
 from agent.store.summary_view import render_statistics
 from agent.store.tool_counts import add_tool_stats, other_tools, percent, tool_statistics
+from agent.store.verification_stats import VerificationTally
 
 __all__ = ["HISTORY_POINTS", "RunStatistics", "has_reasoning", "merge_histories", "render_statistics"]
 
@@ -84,6 +85,7 @@ class RunStatistics:
         self._limiters: dict[object, Mapping[str, Any]] = {}
         self._cost = Spend()  # merged output
         self._run_cost = Spend()  # this invocation
+        self.verification = VerificationTally()  # merged output and current discards
 
     def add_entry(self, entry: Mapping[str, Any], figures: EntryFigures | None = None) -> None:
         """Count one entry of the merged output, with its `figures` when the run counted them
@@ -107,6 +109,7 @@ class RunStatistics:
         self._add_toolsets(entry.get("toolsets_used"), metadata.get("toolsets_unavailable"))
         add_tokens(self._tokens, figures.usage)
         self._cost.add(figures.usage)
+        self.verification.add(entry, in_output=True)
 
     def _add_toolsets(self, sampled: Any, unavailable: Any) -> None:
         """Toolsets sampled, and those sampled that could not run here (the prompt lost them)."""
@@ -127,6 +130,7 @@ class RunStatistics:
         """One entry of discarded.jsonl whose prompt is not in the output: its turns are
         counted apart, so a run whose filter discarded everything still says what it made."""
         self._add_turns(entry.get("conversations") or (), self._discarded_turns)
+        self.verification.add(entry, in_output=False)  # an attempt --keep (or a filter) left out
 
     def _add_turns(self, conversations: Iterable[Any], counted: Counter[str] | None = None) -> None:
         """Assistant turns, those with reasoning, and whether the entry has any."""
@@ -219,6 +223,13 @@ class RunStatistics:
             "this_invocation": {key: self._run_tokens[key] for key in TOKEN_KEYS},
         }
 
+    def _toolsets_and_checks(self) -> dict[str, Any]:
+        """`toolsets`; `verification` only when an attempt was verified (its scope and rules:
+        `agent.store.verification_stats`)."""
+        section = self.verification.section()
+        checks = {"verification": section} if section is not None else {}
+        return {"toolsets": self._toolset_statistics(), **checks}
+
     def _this_invocation(self, duration_seconds: float) -> dict[str, Any]:
         run: dict[str, Any] = {key: self._run[key] for key in _RUN_KEYS}
         rate = run["processed"] / duration_seconds if duration_seconds > 0 else 0.0
@@ -257,7 +268,7 @@ class RunStatistics:
             "failures": dict(sorted(self._failures.items())),
             "trajectories": {key: self._entries[key] for key in _ENTRY_KEYS},
             "outcomes": dict(sorted(self._outcomes.items())),
-            "toolsets": self._toolset_statistics(),
+            **self._toolsets_and_checks(),
             "tokens": self._token_statistics(),
             "cost": self._cost_statistics(),
             "this_invocation": self._this_invocation(duration_seconds),

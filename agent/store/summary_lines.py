@@ -54,3 +54,16 @@ def dataset_lines(dataset: Mapping[str, Any]) -> list[str]:
 def endpoint_label(stats: Mapping[str, Any]) -> str:
     invocations = json_int((stats.get("whole_run") or {}).get("invocations"))
     return f"Endpoint (whole run, {invocations} invocations)" if invocations > 1 else "Endpoint"
+
+
+def verification_lines(section: Any) -> list[str]:
+    """One line of pass rates, when the run's attempts were checked."""
+    if not isinstance(section, Mapping):
+        return []
+    attempts = section.get("attempts") or {}
+    rates = section.get("pass_at_k") or {}
+    mean = section.get("mean_reward")
+    parts = [f"pass@{k} {100 * float(v):.1f}%" for k, v in rates.items() if k in ("1", max(rates, key=int))]
+    parts.append(f"mean reward {mean:.3f}" if isinstance(mean, int | float) else "mean reward —")
+    counts = " · ".join(f"{n(attempts.get(key))} {key}" for key in ("passed", "failed", "undecided"))
+    return [f"Verification: {n(attempts.get('verified'))} attempts checked ({counts}) · " + " · ".join(parts)]

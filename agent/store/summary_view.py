@@ -19,7 +19,13 @@ from rich.panel import Panel
 from rich.text import Text
 
 from agent.store.jsonl import json_int
-from agent.store.summary_lines import dataset_lines, endpoint_label, plural, whole_run_lines
+from agent.store.summary_lines import (
+    dataset_lines,
+    endpoint_label,
+    plural,
+    verification_lines,
+    whole_run_lines,
+)
 from agent.store.summary_lines import duration as _duration
 from agent.store.summary_lines import n as _n
 from agent.store.summary_lines import usd as _usd
@@ -97,6 +103,7 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
         f"{plural(stats.get('total_batches'), 'batch')} of {_n(stats.get('batch_size'))}{_samples(stats)}",
     ]
     lines += _lost_toolsets(stats.get("toolsets") or {})
+    lines += verification_lines(stats.get("verification"))
     lines += dataset_lines(stats.get("dataset") or {})
     if any(json_int(value) for value in (stats.get("merge") or {}).values()):
         lines.append(f"Merge: {_counts_line(stats['merge'])}")
