@@ -26,7 +26,6 @@ from agent.config.query_config import QueryConfig
 from agent.errors import ConfigError
 from agent.export.samples_file import save_trajectory
 from agent.export.sharegpt import to_sharegpt
-from agent.llm.factory import open_chat_model
 from agent.llm.rate_limit import AdaptiveLimiter
 from agent.loop.agent_loop import converse
 from agent.loop.conversation import ConversationResult, Prompt
@@ -120,6 +119,8 @@ class AIAgent:
     ) -> dict[str, Any]:
         if self._chat_model is not None:
             return await self.arun_conversation(user_message, task_id, image=image, cwd=cwd)
+        from agent.llm.factory import open_chat_model  # the SDK (~0.5 s): not for --help or a bad flag
+
         client = self._chat_model = open_chat_model(self.config, limiter=self._limiter)
         try:
             return await self.arun_conversation(user_message, task_id, image=image, cwd=cwd)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from agent.common.fetch import PolicyResolver
 from agent.common.network_policy import NetworkPolicy, PolicyRefusal
+from agent.common.policy_resolver import PolicyResolver
 from agent.protocols import ToolConfig
 from agent.toolbox.context import SandboxContext
 from tests.support.batch import children_of

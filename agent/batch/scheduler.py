@@ -171,6 +171,8 @@ class Scheduler:
                 self.pending.appendleft(job)
                 requeued += 1
         self._reap_sandboxes()
+        if self.tally.stopped_by == "crash_loop":
+            return  # another death read in the same pass: the run stops already, said once
         if (line := self.book.crash_loop(now)) is not None:
             log.error("%s", line)
             self.tally.stopped_by = "crash_loop"

@@ -14,17 +14,16 @@ becomes the tool's result); a `FetchRefused` when the network policy refused a h
 from __future__ import annotations
 
 import asyncio
-import socket
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Literal
-
-import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
+from typing import TYPE_CHECKING, Literal
 
 from agent.common.network_policy import NetworkPolicy, PolicyRefusal
+
+if TYPE_CHECKING:
+    import aiohttp
 
 MAX_REDIRECTS = 5
 DEFAULT_TIMEOUT = 30.0
@@ -62,35 +61,6 @@ class Fetched:
     truncated: bool  # the body was longer than max_bytes (only when the rules truncate)
 
 
-class PolicyResolver(AbstractResolver):
-    """aiohttp's name resolution through the policy: only allowed addresses come back, checked
-    when the connection is made (a name that resolves elsewhere after an earlier check cannot
-    reach a refused address)."""
-
-    def __init__(self, policy: NetworkPolicy) -> None:
-        self._policy = policy
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        shown = f"[{host}]" if ":" in host else host
-        addresses = await self._policy.resolve(f"http://{shown}:{port or 80}/")
-        return [
-            ResolveResult(
-                hostname=host,
-                host=address,
-                port=port,
-                proto=0,
-                flags=socket.AI_NUMERICHOST,
-                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
-            )
-            for address in addresses
-        ]
-
-    async def close(self) -> None:
-        return None
-
-
 async def read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
     """The body up to `limit` + 1 bytes (one more says it was longer); the rest is not read."""
     chunks: list[bytes] = []
@@ -109,6 +79,12 @@ async def policy_session(
 ) -> AsyncIterator[aiohttp.ClientSession]:
     """A session for `fetch`: every connection resolved through the policy (no DNS cache), no
     proxies from the environment; the deadline is each fetch's (its rules')."""
+    # aiohttp (~0.2 s) is imported by the first fetch, not by every process that imports the
+    # tools (the runner's parent, run_agent.py --help)
+    import aiohttp
+
+    from agent.common.policy_resolver import PolicyResolver
+
     connector = aiohttp.TCPConnector(resolver=PolicyResolver(policy), use_dns_cache=False, limit_per_host=4)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT)
     async with aiohttp.ClientSession(
@@ -128,6 +104,8 @@ async def fetch(
 ) -> Fetched:
     """GET `url` through `session` (one from `policy_session(policy)`), following up to
     MAX_REDIRECTS redirects, each hop checked, as `rules` say; raises FetchError."""
+    import aiohttp  # loaded already: `session` is one
+
     try:
         async with asyncio.timeout(rules.timeout):
             for _ in range(MAX_REDIRECTS + 1):

@@ -107,8 +107,11 @@ class HubSync:
         while True:
             limiter = self.limiter
             active = limiter.inflight or limiter.waiting or self.successes or self.released or self._ack
+            # asyncio.timeout, not wait_for: on 3.11 a wait_for whose event was set as aclose
+            # cancelled it returned instead of raising, and aclose waited forever (a run hung).
             with suppress(TimeoutError):
-                await asyncio.wait_for(self._need.wait(), PERIOD if active else None)
+                async with asyncio.timeout(PERIOD if active else None):
+                    await self._need.wait()
             self._need.clear()
             report = self._report()
             try:

@@ -186,8 +186,9 @@ class AdaptiveLimiter:
         while (wait := self._wait_seconds(time.monotonic())) > 0 and self.budget_spent is None:
             changed = self._changed
             timeout = None if wait == float("inf") else wait
-            with suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), timeout)
+            with suppress(TimeoutError):  # asyncio.timeout: wait_for can swallow a cancel (3.11)
+                async with asyncio.timeout(timeout):
+                    await changed.wait()
         if self.budget_spent is not None:
             raise ModelAPIError(
                 FailureClass.BUDGET,

@@ -270,7 +270,17 @@ def worker_pids(runner: int) -> list[int]:
 
 
 def commands_of(worker: int) -> list[int]:
-    return children_of(worker)
+    """The worker's children running a prompt's command (the `sleep` of `sleepy_run`), not its
+    own helpers: a worker starting up runs a cgroup probe (`sh -c echo $$ >.../cgroup.procs`),
+    and one killed then (taken for busy under load) held no attempt to lose."""
+    found = []
+    for pid in children_of(worker):
+        try:
+            if b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
 
 
 def sleepy_run(tmp_path: Path, endpoint: SimulatedEndpoint, prompts: list[str], seconds: int) -> BatchCLI:
