@@ -64,8 +64,9 @@ class Outbox:
 
     async def take(self, timeout: float) -> list[Any]:
         if not self.items:
-            try:
-                await asyncio.wait_for(self.ready.wait(), timeout)
+            try:  # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel (hub_sync)
+                async with asyncio.timeout(timeout):
+                    await self.ready.wait()
             except TimeoutError:
                 return []
             await asyncio.sleep(LINGER)
