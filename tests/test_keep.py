@@ -63,6 +63,9 @@ def test_keep_passing_discards_the_rest_whole_and_resume_with_all_brings_them_ba
         stats = read_json(run_dir / "statistics.json")
         assert stats["keep"] == {"mode": "passing", "not_kept": {"not_passing": 2}, "decided_short": 0}
         assert stats["completion"]["exit_code"] == 0
+        assert stats["withdrawn_entries"] == {"not_passing": 2}
+        said = " ".join((first.stdout + first.stderr).split())  # the summary says so, not "none"
+        assert "Moved from the output to discarded.jsonl: not_passing 2" in said, said
 
         endpoint.clear_requests()
         back = cli.run(*FLAGS, "--resume", "--keep=all")

@@ -75,6 +75,8 @@ def test_rescore_with_a_new_answer_key_makes_no_agent_call_and_keeps_again(tmp_p
         everything = cli.run(*RUN, "--rescore")  # --keep=all: everything back, rescored again
         assert everything.returncode == 0, everything
         assert endpoint.requests == []
+        # 4 attempts, though 3 are stored twice (withdrawn batch-file lines, discarded.jsonl records)
+        assert "Re-scored 4 attempts" in " ".join((everything.stdout + everything.stderr).split())
         assert _rewards(run_dir / "trajectories.jsonl") == NEW_REWARDS
         assert read_json(run_dir / "statistics.json")["trajectories"]["entries"] == 4
 
@@ -89,7 +91,7 @@ def test_rescore_keeps_a_command_check_as_it_was_and_says_so(tmp_path: Path) -> 
         assert again.returncode == 0, again
         assert endpoint.requests == []
         said = " ".join(again.stderr.split())
-        assert "4 entries have a command check: it needs the attempt's sandbox and was not re-scored" in said
+        assert "4 attempts have a command check: it needs the attempt's sandbox and was not re-scored" in said
         for entry in read_jsonl(run_dir / "trajectories.jsonl"):
             old = before[human_prompt(entry)]["metadata"]["verification"]
             new = entry["metadata"]["verification"]

@@ -115,6 +115,14 @@ async def test_no_sandbox_is_a_sandbox_error_not_a_fail() -> None:
     assert "the engine is gone" in (failed.error or "")
 
 
+async def test_a_real_cancel_of_the_attempt_still_cancels_the_verifier() -> None:
+    task = asyncio.create_task(check_python("tests.support.verifiers:sleeps", _attempt(), None, 30))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 @pytest.mark.parametrize(
     ("output", "score"), [("0.25\n\n", 0.25), ("1", 1.0), ("2", None), ("ok", None), ("", None)]
 )
@@ -126,6 +134,10 @@ def test_score_lines(output: str, score: float | None) -> None:
     ("name", "error"),
     [
         ("raises", "verifier_error: tests.support.verifiers:raises raised RuntimeError: the verifier broke"),
+        ("exits", "verifier_error: tests.support.verifiers:exits raised SystemExit: 3"),
+        ("interrupts", "verifier_error: tests.support.verifiers:interrupts raised KeyboardInterrupt"),
+        ("base_exception", "verifier_error: tests.support.verifiers:base_exception raised BaseException"),
+        ("cancels_itself", "verifier_error: tests.support.verifiers:cancels_itself raised CancelledError"),
         ("junk", "verifier_error: tests.support.verifiers:junk returned str, not"),
         ("out_of_range", "verifier_error: tests.support.verifiers:out_of_range Score.score 1.5 is not"),
         (

@@ -106,6 +106,22 @@ def test_a_run_without_checks_writes_no_verification(tmp_path: Path, sim_endpoin
     assert "reward" not in metadata and "verification" not in metadata
 
 
+@pytest.mark.parametrize("verifier", ["exits", "cancels_itself"])
+def test_a_verifier_raising_what_ends_processes_neither_kills_nor_hangs_its_worker(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint, verifier: str
+) -> None:
+    # SystemExit ended the worker (replaced, then the prompt lost); its own CancelledError hung the run.
+    _script(sim_endpoint, "One", "echo hi", "The answer is 7.")
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": "One", "verify": {"answer": "7"}}])
+    cli = BatchCLI(tmp_path, sim_endpoint)
+    flags = ("--dataset_file=d.jsonl", "--batch_size=5", "--run_name=r", "--sandbox=local")
+    run = cli.run(*flags, f"--verifier=tests.support.verifiers:{verifier}", timeout=120)
+    assert run.returncode == 0, run
+    (entry,) = _entries(cli, "r").values()
+    assert _checks(entry)["python"]["error"].startswith(f"verifier_error: tests.support.verifiers:{verifier}")
+    assert "lost" not in run.stderr, run.stderr
+
+
 def test_a_verifier_that_raises_is_recorded_and_the_run_goes_on(
     tmp_path: Path, sim_endpoint: SimulatedEndpoint
 ) -> None:
@@ -173,6 +189,12 @@ def _refused(tmp_path: Path, endpoint: SimulatedEndpoint, rows: list[Any], *flag
             [{"prompt": "p", "verify": {"answer": {"expected": "(", "match": "regex"}}}],
             (),
             "error: d.jsonl:1: verify.answer: not a valid regex: missing ) at position 1 "
+            "(a row's checks must be right before the run starts)",
+        ),
+        (
+            [{"prompt": "p", "verify": {"command": "true\u0000false"}}],
+            (),
+            "error: d.jsonl:1: verify.command: holds a NUL character, which no command line can "
             "(a row's checks must be right before the run starts)",
         ),
         (  # among good rows too: skipping it would run its prompt unchecked

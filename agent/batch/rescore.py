@@ -54,10 +54,11 @@ CONCURRENCY = 16  # entries checked at once (a judge's calls go through the endp
 
 @dataclass(frozen=True)
 class Rescored:
-    """What a rescore did: entries checked, and those whose command check was kept as it was."""
+    """What a rescore did: the attempts (keys) checked, and those whose command check was kept
+    as it was. Keys, not lines: an attempt may be stored twice (a batch file and discarded.jsonl)."""
 
-    entries: int
-    commands_kept: int
+    entries: frozenset[str] = frozenset()
+    commands_kept: frozenset[str] = frozenset()
 
 
 def rescore_step(config: RunConfig, store: RunStore, console: Console) -> None:
@@ -65,7 +66,7 @@ def rescore_step(config: RunConfig, store: RunStore, console: Console) -> None:
     for note in store.repair():
         log.warning("%s", note)
     done = rescore_run(config)
-    console.print(f"Re-scored {done.entries} entries from their transcripts; keeping and merging.")
+    console.print(f"Re-scored {len(done.entries)} attempts from their transcripts; keeping and merging.")
 
 
 def rescore_run(config: RunConfig) -> Rescored:
@@ -77,17 +78,18 @@ def rescore_run(config: RunConfig) -> Rescored:
     files = [*batch_files(config.run_dir), config.run_dir / DISCARDED_FILE]
     for path in files:
         _match(path, rows, config.dataset_file)
-    entries = commands = 0
+    entries: frozenset[str] = frozenset()
+    commands: frozenset[str] = frozenset()
     for number, path in enumerate(files, start=1):
         done = asyncio.run(_rescore_file(path, rows, config))
-        entries, commands = entries + done.entries, commands + done.commands_kept
+        entries, commands = entries | done.entries, commands | done.commands_kept
         if os.environ.get(KILL_AFTER) == str(number):  # the crash tests' kill between two files
             os.kill(os.getpid(), signal.SIGKILL)
     if commands:
         log.warning(
-            "%d entries have a command check: it needs the attempt's sandbox and was not re-scored "
+            "%d attempts have a command check: it needs the attempt's sandbox and was not re-scored "
             '(its earlier result is kept, marked "rescored": false)',
-            commands,
+            len(commands),
         )
     return Rescored(entries, commands)
 
@@ -125,7 +127,7 @@ def _match(path: Path, rows: Mapping[str, DatasetRow], dataset: str) -> None:
 async def _rescore_file(path: Path, rows: Mapping[str, DatasetRow], config: RunConfig) -> Rescored:
     lines = list(_entries(path))
     if not any(entry is not None for *_rest, entry in lines):
-        return Rescored(0, 0)
+        return Rescored()
     model: ChatModel = open_chat_model(config.agent) if config.verify.judge_model else _NoModel()
     gate = asyncio.Semaphore(CONCURRENCY)
     try:
@@ -143,8 +145,11 @@ async def _rescore_file(path: Path, rows: Mapping[str, DatasetRow], config: RunC
                 handle.write(
                     encode_line({**record, "entry": entry} if path.name == DISCARDED_FILE else entry)
                 )
-    entries = sum(1 for entry, _command in checked if entry is not None)
-    return Rescored(entries, sum(command for _entry, command in checked))
+    keys = [(key, entry, command) for (_l, key, _r, _o), (entry, command) in zip(lines, checked, strict=True)]
+    return Rescored(
+        frozenset(key for key, entry, _command in keys if key is not None and entry is not None),
+        frozenset(key for key, _entry, command in keys if key is not None and command),
+    )
 
 
 class _NoModel:

@@ -105,11 +105,18 @@ def _answer(value: Any, error: Error) -> dict[str, Any]:
     return parsed
 
 
+def _command_line(value: Any, name: str, error: Error) -> str:
+    text = _text(value, name, error)
+    if "\0" in text:  # no process can be given it: refused here, not after the conversation ran
+        raise error(name, "holds a NUL character, which no command line can")
+    return text
+
+
 def _command(value: Any, error: Error) -> dict[str, Any]:
     if not isinstance(value, dict):
-        return {"command": _text(value, "verify.command", error)}
+        return {"command": _command_line(value, "verify.command", error)}
     chosen = _object(value, "verify.command", ("run", "timeout"), error)
-    parsed: dict[str, Any] = {"command": _text(chosen.get("run"), "verify.command.run", error)}
+    parsed: dict[str, Any] = {"command": _command_line(chosen.get("run"), "verify.command.run", error)}
     if "timeout" in chosen:
         parsed["timeout_s"] = _number(chosen["timeout"], "verify.command.timeout", error, positive=True)
     return parsed

@@ -215,8 +215,8 @@ FLAGS: tuple[Flag, ...] = (
          "shell command run in each prompt's sandbox after its last turn: exit 0 passes; the last "
          "line of its output, a number in [0,1], is the score (a row's verify.command wins)",
          "Samples and verification", _BATCH, shown="none"),
-    Flag("verify_timeout", "float", _verify("verify_timeout"), "seconds a command check may run",
-         "Samples and verification", _BATCH),
+    Flag("verify_timeout", "float", _verify("verify_timeout"),
+         "seconds a command check or a --verifier may take", "Samples and verification", _BATCH),
     Flag("answer_match", "str", _verify("answer_match"),
          "how a row's verify.answer is compared with the final answer when it names no match mode",
          "Samples and verification", _BATCH, choices=MATCH_MODES),

@@ -198,6 +198,9 @@ def _filter_lines(stats: Mapping[str, Any]) -> list[str]:
         if warning.get("kept_by"):
             line += f"; {warning['kept_by']} keeps them (with --resume, from discarded.jsonl, no model call)"
         lines.append(line)
+    withdrawn = stats.get("withdrawn_entries") or {}
+    if any(json_int(value) for value in withdrawn.values()):  # --keep, or a filter turned back on
+        lines.append(f"Moved from the output to discarded.jsonl: {_counts_line(withdrawn)}")
     recovered = stats.get("recovered_discards") or {}
     if any(json_int(value) for value in recovered.values()):
         lines.append(f"Moved from discarded.jsonl into the output (filter off): {_counts_line(recovered)}")

@@ -80,6 +80,6 @@ async def check_command(check: CommandCheck, open_sandbox: SandboxOpener | None)
             result = await sandbox.exec(check.run, timeout=check.timeout_s)
     except TimeoutError:
         result = ExecResult("", -1, timed_out=True)
-    except (SandboxError, OSError) as exc:
+    except (SandboxError, OSError, ValueError) as exc:  # ValueError: a command no process takes
         return unusable(f"the command could not run in the sandbox: {exc}")
     return command_result(check, result, time.monotonic() - started)

@@ -105,7 +105,14 @@ async def check_python(spec: str, attempt: Attempt, sandbox: Sandbox | None, tim
         return failed(f"{spec} gave no score within --verify_timeout={timeout_s:g}s")
     except VerifierLoadError as exc:
         return failed(str(exc))
-    except Exception as exc:  # noqa: BLE001 - the user's code failing is recorded, the run goes on
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():  # the attempt itself is being cancelled
+            raise
+        return failed(f"{spec} raised {type(exc).__name__}: {exc}")
+    except BaseException as exc:  # noqa: BLE001 - the user's code failing is recorded, the run goes on
+        # Whatever a verifier raises is its own (SystemExit, KeyboardInterrupt, a bare BaseException
+        # included; a real cancel was re-raised above): the worker must neither die nor hang of it.
         return failed(f"{spec} raised {type(exc).__name__}: {exc}")
     problem = _invalid(value)
     if problem is not None:

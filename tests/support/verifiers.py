@@ -34,3 +34,19 @@ async def final_says_done(attempt: Attempt, sandbox: Sandbox | None) -> Score:
 
 def not_async(attempt: Attempt, sandbox: Sandbox | None) -> Score:
     return Score(True)
+
+
+async def exits(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    raise SystemExit(3)  # on purpose: a verifier's exit must not end its worker
+
+
+async def interrupts(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    raise KeyboardInterrupt
+
+
+async def base_exception(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    raise BaseException("a bare BaseException")
+
+
+async def cancels_itself(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    raise asyncio.CancelledError()  # its own, not a cancel of the attempt: the run must not hang
