@@ -232,6 +232,13 @@ def test_growing_n_on_resume_runs_only_the_new_samples_and_shrinking_keeps_them(
     assert sim_endpoint.requests == []
     assert "3 sample(s) beyond --samples_per_prompt=2 already written: kept as they are" in shrunk.stderr
     assert len(entries_of(run_dir)) == 9
+    said = " ".join((shrunk.stdout + shrunk.stderr).split())  # the last line counts all 9, not 6
+    assert (
+        "Done: all 6 attempts (3 prompts × 2 samples) are in trajectories.jsonl or discarded.jsonl " in said
+    )
+    assert "(as are 3 samples beyond --samples_per_prompt=2, written earlier)" in said
+    completion = read_json(run_dir / "statistics.json")["completion"]
+    assert (completion["valid_attempts"], completion["extra_samples"]) == (6, 3)
 
 
 # The metadata keys a run wrote before samples existed, in their order.

@@ -38,6 +38,7 @@ class Completion:
     # --samples_per_prompt: with N > 1 every count but `prompts` counts attempts (units of work)
     samples_per_prompt: int = 1
     prompts: int = 0  # valid prompts (sample 0 of each)
+    extra_samples: int = 0  # attempts on disk beyond --samples_per_prompt (written by a larger N)
 
     @classmethod
     def of(
@@ -53,6 +54,8 @@ class Completion:
         """The split of the dataset's `rows` by what `stored` (a fresh scan) holds; with
         `merged` (the keys the merge wrote), a done prompt missing from it is `lost`."""
         done = cls(**state)
+        n = done.samples_per_prompt
+        done.extra_samples = sum(1 for key in stored.done | stored.discarded if split_key(key)[1] >= n)
         for row in rows:
             done.valid += 1
             done.prompts += row.sample_index == 0
@@ -99,7 +102,13 @@ class Completion:
             )
         if not self.missing:
             valid = f"{self.valid} valid prompts" if self.samples_per_prompt == 1 else self._of_valid()
-            return f"Done: all {valid} are in trajectories.jsonl or discarded.jsonl."
+            extra = (
+                f" (as are {self.extra_samples} samples beyond "
+                f"--samples_per_prompt={self.samples_per_prompt}, written earlier)"
+                if self.extra_samples
+                else ""
+            )
+            return f"Done: all {valid} are in trajectories.jsonl or discarded.jsonl{extra}."
         parts = [f"{self.failed} failed"] if self.failed else []
         if self.in_flight:
             parts.append(f"{len(self.in_flight)} interrupted in flight")
@@ -124,6 +133,7 @@ class Completion:
             "valid_prompts": self.prompts,
             "samples_per_prompt": self.samples_per_prompt,
             "valid_attempts": self.valid,  # the counts below count these (= prompts with one sample)
+            "extra_samples": self.extra_samples,  # on disk beyond --samples_per_prompt, not counted below
             "in_output": self.in_output,
             "discarded": self.discarded,
             "failed": self.failed,
