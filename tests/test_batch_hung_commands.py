@@ -10,8 +10,6 @@ time and nothing of it is left running. Before: bwrap 3 of 10 healthy prompts in
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -24,7 +22,7 @@ from agent.servers.simulated.server import SimulatedEndpoint
 from tests.fixtures.containers import DEFAULT_IMAGE, Engine
 from tests.support.batch import (
     BatchCLI,
-    kill_started,
+    enterable_workdir,
     read_jsonl,
     tool_then_answer,
     trajectory_prompts,
@@ -42,14 +40,8 @@ SLEEP = f"sleep 7{os.getpid() % 100:02d}"  # names this test's hung commands on 
 
 @pytest.fixture
 def workdir() -> Iterator[Path]:
-    """Not pytest's tmp_path: a root runner starts bwrap under a uid that cannot enter a 0700 dir."""
-    root = Path(tempfile.mkdtemp(prefix="hung-test-"))
-    root.chmod(0o755)
-    try:
+    with enterable_workdir("hung-test-") as root:
         yield root
-    finally:
-        kill_started()
-        shutil.rmtree(root)
 
 
 def _run(workdir: Path, backend: str, prompt_timeout: float, *extra: str) -> tuple[Counter[str], float]:

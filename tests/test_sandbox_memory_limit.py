@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
@@ -26,8 +24,8 @@ from agent.sandboxes.local.sandbox import open_sandbox as open_local
 from agent.servers.simulated.server import SimulatedEndpoint
 from tests.support.batch import (
     BatchCLI,
+    enterable_workdir,
     human_prompt,
-    kill_started,
     read_jsonl,
     tool_then_answer,
     trajectory_prompts,
@@ -44,14 +42,8 @@ REACHED = memory_limits.oom_message(LIMIT_MB)
 
 @pytest.fixture
 def workdir() -> Iterator[Path]:
-    """Not pytest's tmp_path: a root runner starts bwrap under a uid that cannot enter a 0700 dir."""
-    root = Path(tempfile.mkdtemp(prefix="memcap-test-"))
-    root.chmod(0o755)
-    try:
+    with enterable_workdir("memcap-test-") as root:
         yield root
-    finally:
-        kill_started()
-        shutil.rmtree(root)
 
 
 def _open(backend: str, root: Path, memory_mb: int) -> AbstractAsyncContextManager[Sandbox]:

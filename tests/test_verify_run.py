@@ -5,7 +5,6 @@ verifier does not stop the run, and bad verification input is one line and exit 
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from agent.servers.faults import EndpointFault
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.fixtures.docker_run import DockerRun, run_cleanly
 from tests.fixtures.ray import RayCluster, ray_args
-from tests.support.batch import BatchCLI, human_prompt, kill_started, read_jsonl, write_dataset
+from tests.support.batch import BatchCLI, enterable_workdir, human_prompt, read_jsonl, write_dataset
 
 THINK = "Let me do what was asked."
 
@@ -39,14 +38,8 @@ def _checks(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture
 def tmp_path() -> Iterator[Path]:
-    """Not pytest's own: a root runner starts bwrap under a uid that cannot enter a 0700 dir."""
-    root = Path(tempfile.mkdtemp(prefix="verify-test-"))
-    root.chmod(0o755)
-    try:
+    with enterable_workdir("verify-test-") as root:
         yield root
-    finally:
-        kill_started()
-        shutil.rmtree(root)
 
 
 FILE_TASK = {"python": {"file": "hello.txt", "content": "hello\n"}}

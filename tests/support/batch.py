@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -236,6 +238,20 @@ def kill_started() -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+@contextlib.contextmanager
+def enterable_workdir(prefix: str) -> Iterator[Path]:
+    """A working directory for runs with bwrap sandboxes (not pytest's tmp_path: a root runner
+    starts bwrap under a uid that cannot enter a 0700 dir); afterwards the runners `start`ed are
+    killed and it is removed."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        kill_started()
+        shutil.rmtree(root)
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
