@@ -24,13 +24,21 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.batch.recovery import append_tombstone, batch_of, reapply_filters, withdrawal
+from agent.batch.recovery import (
+    append_tombstone,
+    batch_of,
+    mark_recovered,
+    mark_withdrawn,
+    reapply_filters,
+    shard_entries,
+    withdrawal,
+)
 from agent.config.run_config import KEPT_BY_MODE, RunConfig
 from agent.protocols import RunStore, StoredKeys
 from agent.store.index import discard_reasons
 from agent.store.jsonl import read_lines
-from agent.store.keys import KeyResolver, is_tombstone, record_key, split_key
-from agent.store.layout import DISCARDED_FILE, batch_files
+from agent.store.keys import record_key, split_key
+from agent.store.layout import DISCARDED_FILE
 
 log = logging.getLogger("agent.batch.run")
 
@@ -153,20 +161,8 @@ def _verdicts(
 
 def _live(config: RunConfig, stored: StoredKeys) -> Iterator[Attempted]:
     """The output's entries (each key's first result line, as the merge reads it)."""
-    for key, entry in _shard_entries(config, stored.done):
+    for key, entry in shard_entries(config.run_dir, stored.done):
         yield attempted(entry, key, live=True)
-
-
-def _shard_entries(config: RunConfig, keys: set[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    seen: set[str] = set()
-    resolver = KeyResolver()
-    for path in batch_files(config.run_dir):
-        for _line, entry in read_lines(path):
-            key = resolver.result_key(entry) if entry is not None else None
-            if entry is None or key is None or key in seen or key not in keys or is_tombstone(entry):
-                continue
-            seen.add(key)
-            yield key, entry
 
 
 def _current_discards(config: RunConfig, stored: StoredKeys) -> dict[str, dict[str, Any]]:
@@ -202,16 +198,16 @@ def _withdraw_all(
     """Every discard record first, then the tombstones (see the module's docstring)."""
     if not out:
         return
-    withdrawn = [(withdrawal(key, out[key], entry), entry) for key, entry in _shard_entries(config, set(out))]
+    withdrawn = [
+        (withdrawal(key, out[key], entry), entry) for key, entry in shard_entries(config.run_dir, out)
+    ]
     for record, entry in withdrawn:
         store.append_discard({**record, "moved_from_output": True, "entry": entry})
     store.sync()  # on disk before any tombstone is: power lost between them, the entry stays in the output
     for record, entry in withdrawn:
         append_tombstone(store, record, entry, config.batch_size)
         key = record["prompt_key"]
-        stored.done.discard(key)
-        stored.discarded.add(key)
-        stored.tombstoned.add(key)
+        mark_withdrawn(stored, key)
         moves.withdrawn[record["reason"]] += 1
         moves.withdrawn_keys.add(key)
     for reason, count in sorted(moves.withdrawn.items()):
@@ -236,8 +232,7 @@ def _recover_all(
             continue
         if key in back:
             store.append_result(batch_of(entry, record, config.batch_size), entry)
-            stored.done.add(key)
-            stored.tombstoned.discard(key)
+            mark_recovered(stored, key)
             moves.recovered[str(record.get("reason"))] += 1
         elif key in relabel:
             store.append_discard({**withdrawal(key, relabel[key], entry), "entry": entry})

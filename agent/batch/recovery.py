@@ -59,8 +59,7 @@ def recover_discards(config: RunConfig, store: RunStore, stored: StoredKeys) -> 
             continue
         if isinstance(entry, dict) and all(config.keeps(r) for r in discard_reasons(entry) or [reason]):
             store.append_result(batch_of(entry, record, config.batch_size), entry)
-            stored.done.add(key)
-            stored.tombstoned.discard(key)
+            mark_recovered(stored, key)
             recovered[reason] += 1
     return recovered
 
@@ -73,20 +72,38 @@ def withdraw_kept(config: RunConfig, store: RunStore, stored: StoredKeys) -> Cou
     withdrawn: Counter[str] = Counter()
     if not unkept:
         return withdrawn
+    for key, entry in shard_entries(config.run_dir, unkept):
+        reason = next(r for r in discard_reasons(entry) if not config.keeps(r))
+        _withdraw(store, key, reason, entry, config.batch_size)
+        mark_withdrawn(stored, key)
+        withdrawn[reason] += 1
+    return withdrawn
+
+
+def shard_entries(run_dir: Path, keys: Collection[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(key, entry) of the first result line of each of `keys` in the batch files."""
+    seen: set[str] = set()
     resolver = KeyResolver()
-    for path in batch_files(config.run_dir):
+    for path in batch_files(run_dir):
         for _line, entry in read_lines(path):
             key = resolver.result_key(entry) if entry is not None else None
-            if entry is None or key not in unkept or is_tombstone(entry):
+            if entry is None or key is None or key in seen or key not in keys or is_tombstone(entry):
                 continue
-            unkept.discard(key)
-            reason = next(r for r in discard_reasons(entry) if not config.keeps(r))
-            _withdraw(store, key, reason, entry, config.batch_size)
-            stored.done.discard(key)
-            stored.discarded.add(key)
-            stored.tombstoned.add(key)
-            withdrawn[reason] += 1
-    return withdrawn
+            seen.add(key)
+            yield key, entry
+
+
+def mark_withdrawn(stored: StoredKeys, key: str) -> None:
+    """`stored` after `key`'s entry moved from the output to discarded.jsonl."""
+    stored.done.discard(key)
+    stored.discarded.add(key)
+    stored.tombstoned.add(key)
+
+
+def mark_recovered(stored: StoredKeys, key: str) -> None:
+    """`stored` after `key`'s discard moved back into the output."""
+    stored.done.add(key)
+    stored.tombstoned.discard(key)
 
 
 def merge_output(
