@@ -74,7 +74,7 @@ def run(config: RunConfig) -> int:
     if scan.error_count > len(scan.errors):
         _say(f"… and {scan.error_count - len(scan.errors)} more invalid lines")
     require_valid_rows(scan)  # after every bad line was named
-    check_verification(config)  # --verifier, --judge_rubric, and the rows' checks with the flags
+    check_verification(config, scan)  # --verifier, --judge_rubric, and the rows' checks with the flags
     config = ready_sandbox(config, scan)  # which sandbox images the rows need is known now
     backend = backend_factory(config.backend)  # imported only now: Ray takes seconds to import
     with serving(config.agent, config.embedded_threads) as agent:  # one embedded server for all workers

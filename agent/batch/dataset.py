@@ -70,6 +70,7 @@ class DatasetScan:
     error_count: int = 0  # all errors, kept or not
     truncated: int = 0  # valid rows left out by max_samples
     without_image: int = 0  # valid rows (of the `valid` ones) that name no image: the run's default
+    with_verify: int = 0  # valid rows (of the `valid` ones) with a `verify` object
 
 
 def _check_max_samples(max_samples: int | None) -> None:
@@ -163,8 +164,9 @@ def scan_dataset(
             if len(scan.errors) < MAX_KEPT_ERRORS:
                 scan.errors.append(record)
         elif record is not None:
-            if record.image is None and (max_samples is None or valid_total < max_samples):
-                scan.without_image += 1
+            if max_samples is None or valid_total < max_samples:
+                scan.without_image += record.image is None
+                scan.with_verify += record.verify is not None
             valid_total += 1
     scan.valid = valid_total if max_samples is None else min(valid_total, max_samples)
     scan.truncated = valid_total - scan.valid

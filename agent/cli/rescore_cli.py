@@ -61,5 +61,5 @@ def rescore(values: Mapping[str, Any], console: Console) -> int:
     backend = config.sandbox.backend
     scan = scan_dataset(config.dataset_file, config.max_samples, require_valid=False, backend=backend)
     refuse_bad_checks(scan)
-    check_verification(config)
+    check_verification(config, scan)
     return BatchRun(config, console, backend=backend_factory(config.backend)).run(scan)

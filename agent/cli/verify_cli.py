@@ -27,13 +27,16 @@ def refuse_bad_checks(scan: DatasetScan) -> None:
             raise ConfigError(f"{error} (a row's checks must be right before the run starts)")
 
 
-def check_verification(config: RunConfig) -> None:
+def check_verification(config: RunConfig, scan: DatasetScan) -> None:
     """ConfigError (exit 2) naming the flag, or the first row's file:line: field, at fault.
-    Called after the dataset scan: the rows read here are the valid ones the run will run."""
+    Called after the dataset scan: the rows read here are the valid ones the run will run; with
+    no check asked for, by the flags or by any row, none can fail, and the dataset is not read again."""
     options = config.verify
     if options.verifier is not None:
         load_verifier(options.verifier)
     read_rubric(options.judge_rubric)
+    if not options.any and not scan.with_verify:
+        return
     rows = iter_rows(config.dataset_file, config.max_samples, backend=config.sandbox.backend)
     for row in rows:
         try:
