@@ -13,6 +13,7 @@ from typing import Any
 
 from agent.cli.flag import BATCH, BATCH_ONLY, BOTH, CLIS, GROUPS, QUERY, QUERY_ONLY, Flag, Kind, default_of
 from agent.config.agent_config import DIALECTS, PROVIDER_SORTS, REASONING_EFFORTS, AgentConfig
+from agent.config.dataset_config import DatasetOptions
 from agent.config.export_config import REASONING_PLACES, ExportOptions
 from agent.config.run_config import RUN_BACKENDS, RunConfig
 from agent.config.sampling import MAX_STOP, Sampling
@@ -45,13 +46,30 @@ def _sampling(name: str) -> Any:
     return default_of(Sampling, name)
 
 
+def _dataset(name: str) -> Any:
+    return default_of(DatasetOptions, name)
+
+
 def _verify(name: str) -> Any:
     return default_of(VerifyOptions, name)
 
 
 FLAGS: tuple[Flag, ...] = (
     # Run
-    Flag("dataset_file", "str", None, "JSONL dataset of prompts", "Run", _BATCH, required=True),
+    Flag("dataset_file", "str", None,
+         "the prompts: a JSONL or Parquet file, a datasets directory, or hf://datasets/org/name[/config][:split]",
+         "Run", _BATCH, required=True),
+    Flag("prompt_field", "str", _dataset("prompt_field"), "the dataset column holding the prompt", "Run",
+         _BATCH),
+    Flag("field_map", "list", _dataset("field_map"),
+         "comma list of field=column: dataset columns read as row fields (image, cwd, metadata, sampling, "
+         "verify, answer)", "Run", _BATCH, shown="none"),
+    Flag("dataset_revision", "str", _dataset("revision"),
+         "a Hub dataset's branch, tag or commit (the commit it resolves to is pinned for --resume)", "Run",
+         _BATCH, shown="main"),
+    Flag("distributions_file", "str", _run("distributions_file"),
+         "YAML or JSON file of distributions (name: {description, toolsets: {toolset: percent}}) adding to "
+         "or overriding the built-in ones", "Run", _BATCH, shown="none"),
     Flag("batch_size", "int", None, "attempts (prompts × samples) per shard batch_N.jsonl", "Run", _BATCH,
          required=True, minimum=1),
     Flag("run_name", "str", None, "run directory name under --output_dir (letters, digits, ._-)", "Run",
@@ -187,6 +205,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("web_corpus_url", "str", _tool("web_corpus_url"),
          "URL where --web_corpus is served: web_search results link there, web_extract maps them back",
          "Tools", shown="none"),
+    Flag("mcp_config", "str", None,
+         'JSON file of MCP servers ({"mcpServers": {name: {command, args, env} | {url, headers}}}): each '
+         "server is a toolset of its tools", "Tools", shown="none"),
+    Flag("tools_module", "list", _tool("tools_modules"),
+         "comma list of Python modules whose TOOLSET (or TOOLSETS) adds your own toolsets", "Tools",
+         shown="none"),
     # Logging
     Flag("verbose", "bool", _run("verbose"), "log every tool call and result", "Logging"),
     Flag("quiet", "bool", False, "warnings and errors only", "Logging", _QUERY),

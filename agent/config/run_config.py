@@ -10,6 +10,7 @@ from typing import Any
 from agent.backends import BACKENDS, unavailable_reason
 from agent.backends import RUN_BACKENDS as RUN_BACKENDS  # the flag table's choices
 from agent.config.agent_config import AgentConfig
+from agent.config.dataset_config import DatasetOptions
 from agent.config.export_config import ExportOptions
 from agent.config.verify_config import VerifyOptions
 from agent.errors import ConfigError
@@ -89,6 +90,8 @@ class RunConfig:
     samples_per_prompt: int = 1  # attempts at each prompt, each its own unit of work and entry
     verify: VerifyOptions = field(default_factory=VerifyOptions)  # checks of each attempt; --keep
     rescore: bool = False  # re-check an existing run's entries from their transcripts, run nothing
+    dataset: DatasetOptions = field(default_factory=DatasetOptions)  # columns -> row fields, revision
+    distributions_file: str | None = None  # YAML/JSON distributions adding to or overriding the table
 
     def __post_init__(self) -> None:
         given = (self.price_input is not None, self.price_output is not None)

@@ -5,6 +5,7 @@ Each seam takes a value and returns a value, so a test double is a short functio
 The value types that cross the seams live beside them; import them from here.
 """
 
+from agent.protocols.mcp import McpServer, McpTool
 from agent.protocols.model import (
     IMAGE_APIS,
     ChatModel,
@@ -27,6 +28,7 @@ from agent.protocols.sandbox import (
     SandboxFactory,
     SandboxOptions,
     SandboxPool,
+    SandboxProcess,
     SandboxSpec,
 )
 from agent.protocols.store import RunStore, StoredKeys
@@ -57,6 +59,8 @@ __all__ = [
     "ImageModel",
     "ImageReply",
     "ImageRequest",
+    "McpServer",
+    "McpTool",
     "ModelReply",
     "Prices",
     "Responder",
@@ -67,6 +71,7 @@ __all__ = [
     "SandboxFactory",
     "SandboxOptions",
     "SandboxPool",
+    "SandboxProcess",
     "SandboxSpec",
     "SandboxTool",
     "StoredKeys",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
@@ -45,6 +45,30 @@ class SandboxSpec:
     cwd: str | None = None  # working directory inside the sandbox
 
 
+class SandboxProcess(Protocol):
+    """A long-running process inside a sandbox whose stdin and stdout are byte streams (a stdio
+    MCP server): started by `Sandbox.spawn`, killed with everything it started when its block is
+    left or its sandbox closes. Used from the event loop; a cancelled call leaves the process
+    running (only leaving the block stops it)."""
+
+    async def send(self, data: bytes) -> None:
+        """Write all of `data` to its stdin; `agent.errors.SandboxError` once it has ended."""
+        ...
+
+    async def receive(self) -> bytes:
+        """The next bytes of its stdout (at most 64 KiB), b"" at end of file."""
+        ...
+
+    @property
+    def returncode(self) -> int | None:
+        """None while it runs; its exit status (128+N for signal N) once ended."""
+        ...
+
+    def stderr_tail(self) -> str:
+        """The last few KiB of its stderr (decoded with replacement), for error messages."""
+        ...
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     """A prompt's private environment, used from the event loop. Paths are in the sandbox's
@@ -60,6 +84,15 @@ class Sandbox(Protocol):
     async def read_file(self, path: str) -> bytes: ...
 
     async def write_file(self, path: str, data: bytes) -> None: ...
+
+    def spawn(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> AbstractAsyncContextManager[SandboxProcess]:
+        """Start `argv` (resolved on the sandbox's PATH) inside the sandbox, with the sandbox's
+        own environment plus `env`, in `cwd` (default: `workdir`); held to the sandbox's limits.
+        Leaving the block kills it and everything it started; so does closing the sandbox.
+        A program that cannot start raises `agent.errors.SandboxError` saying why."""
+        ...
 
 
 # Opening a sandbox: `async with factory(spec) as sandbox: ...`; leaving the block destroys it.

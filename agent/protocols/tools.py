@@ -10,6 +10,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from agent.protocols.mcp import McpServer
 from agent.protocols.model import ChatModel, Usage
 from agent.protocols.sandbox import Sandbox
 
@@ -40,11 +41,14 @@ class ToolConfig:
     moa_aggregator: str | None = None  # None: the run's model
     browser_executable: str | None = None  # None: chromium found on PATH
     artifacts_dir: str | None = None  # where tools save files (images): set to the run directory
+    mcp_servers: tuple[McpServer, ...] = ()  # --mcp_config's servers, their tools listed at the start
+    tools_modules: tuple[str, ...] = ()  # --tools_module: modules declaring a user's toolsets
 
     def public(self) -> dict[str, Any]:
         """The settings as JSON-able data without keys (saved with a run)."""
         data = asdict(self)
         data["web_keys"] = sorted(self.web_keys)  # which backends have a key, never the key
+        data["mcp_servers"] = [server.public() for server in self.mcp_servers]
         return data
 
 

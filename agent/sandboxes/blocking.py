@@ -20,11 +20,12 @@ import asyncio
 import functools
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractContextManager, asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, suppress
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from agent.protocols import JSON, ExecResult, ToolContext, ToolHandler
+from agent.errors import SandboxError
+from agent.protocols import JSON, ExecResult, SandboxProcess, ToolContext, ToolHandler
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -126,6 +127,12 @@ class ThreadedSandbox(Generic[B]):
 
     async def write_file(self, path: str, data: bytes) -> None:
         await self._call(functools.partial(self.blocking.write_file, path, data))
+
+    def spawn(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> AbstractAsyncContextManager[SandboxProcess]:
+        """A long-running process in the sandbox (`agent.protocols.SandboxProcess`)."""
+        raise SandboxError("this sandbox cannot start a long-running process yet")
 
     async def _call(self, call: Callable[[], T]) -> T:
         work = own_thread(call)

@@ -30,12 +30,12 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from types import TracebackType
 
 from agent.errors import SandboxError, SandboxPathError, SandboxUnavailable
-from agent.protocols import ExecResult, Sandbox, SandboxFactory, SandboxOptions, SandboxSpec
+from agent.protocols import ExecResult, Sandbox, SandboxFactory, SandboxOptions, SandboxProcess, SandboxSpec
 from agent.sandboxes.blocking import in_thread
 from agent.sandboxes.host import memory_limits
 from agent.sandboxes.host.process_groups import ProcessGroups
@@ -187,6 +187,12 @@ class LocalSandbox:
             _write(self._root_fd, relative, data, path)
         else:
             await in_thread(_write, self._root_fd, relative, data, path)
+
+    def spawn(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> AbstractAsyncContextManager[SandboxProcess]:
+        """A long-running process in the sandbox (`agent.protocols.SandboxProcess`)."""
+        raise SandboxError("this sandbox cannot start a long-running process yet")
 
     # ------------------------------------------------------------ lifecycle
 
