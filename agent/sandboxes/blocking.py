@@ -37,11 +37,11 @@ async def to_the_end(work: asyncio.Future[T]) -> T:
     try:
         return await asyncio.shield(work)
     except asyncio.CancelledError:
-        await _outlast(work)
+        await outlast(work)
         raise
 
 
-async def _outlast(work: asyncio.Future[Any]) -> None:
+async def outlast(work: asyncio.Future[Any]) -> None:
     """Wait until `work` is done, whatever cancellations come meanwhile; its outcome is dropped."""
     while not work.done():
         with suppress(asyncio.CancelledError):
@@ -146,10 +146,10 @@ class ThreadedSandbox(Generic[B]):
         except asyncio.CancelledError:
             if not work.done():
                 interrupting = own_thread(self.blocking.interrupt)
-                await _outlast(interrupting)
+                await outlast(interrupting)
                 if not interrupting.cancelled() and interrupting.exception() is not None:
                     log.warning("could not interrupt a sandbox: %s", interrupting.exception())
-            await _outlast(work)
+            await outlast(work)
             raise
 
 

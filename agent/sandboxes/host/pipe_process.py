@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 from agent.errors import SandboxError
@@ -47,17 +47,7 @@ class PipeProcess:
 
     async def started(self) -> None:
         """Wait for the handshake; SandboxError saying why when the program cannot start."""
-        line = b""
-        async with asyncio.timeout(START_TIMEOUT):
-            while b"\n" not in line and len(line) < HANDSHAKE_LIMIT:
-                chunk = await self._read()
-                if not chunk:
-                    break
-                line += chunk
-        first, _, self._pending = line.partition(b"\n")
-        if not first.strip().isdigit():
-            why = first.decode(errors="replace").strip() or f"it exited at once; stderr: {self.stderr_tail()}"
-            raise SandboxError(f"cannot start the process: {why}")
+        _pid, self._pending = await handshake(self._read, self.stderr_tail)
 
     async def send(self, data: bytes) -> None:
         view = memoryview(data)
@@ -154,3 +144,22 @@ class PipeProcess:
 def _settle(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+async def handshake(
+    read: Callable[[], Awaitable[bytes]], stderr_tail: Callable[[], str]
+) -> tuple[int, bytes]:
+    """SPAWN's first stdout line read with `read`: the program's pid and what followed it;
+    SandboxError saying why when the program cannot start."""
+    line = b""
+    async with asyncio.timeout(START_TIMEOUT):
+        while b"\n" not in line and len(line) < HANDSHAKE_LIMIT:
+            chunk = await read()
+            if not chunk:
+                break
+            line += chunk
+    first, _, rest = line.partition(b"\n")
+    if not first.strip().isdigit():
+        why = first.decode(errors="replace").strip() or f"it exited at once; stderr: {stderr_tail()}"
+        raise SandboxError(f"cannot start the process: {why}")
+    return int(first), rest
