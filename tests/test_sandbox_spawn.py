@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -43,7 +44,19 @@ FORKS = (
 )
 SILENT = "import time; print('up', flush=True); time.sleep(300)"
 MB = 1 << 20
-Opener = Callable[[], AbstractAsyncContextManager[Sandbox]]
+
+
+@dataclass(frozen=True)
+class Opener:
+    """Opens a fresh sandbox of the backend `name`."""
+
+    name: str
+    open: Callable[[], AbstractAsyncContextManager[Sandbox]]
+
+    def __call__(self) -> AbstractAsyncContextManager[Sandbox]:
+        return self.open()
+
+
 BACKENDS = [
     pytest.param("local"),
     pytest.param("bwrap", marks=pytest.mark.bwrap),
@@ -76,20 +89,19 @@ def opener(
     name = request.param
     if name == "local":
         options = SandboxOptions(backend="local", root=str(tmp_path / "sandboxes"))
-        yield lambda: open_local(SPEC, options)
+        yield Opener(name, lambda: open_local(SPEC, options))
     elif name == "bwrap":
         request.getfixturevalue("bwrap_available")
         root = tempfile.mkdtemp(prefix="bwrap-spawn-")  # not tmp_path: the sandbox's uid must enter it
         os.chmod(root, 0o755)
-        yield lambda: open_bwrap(
-            SPEC, SandboxOptions(backend="bwrap", memory_mb=512, pids_limit=64, root=root)
-        )
+        bwrap_options = SandboxOptions(backend="bwrap", memory_mb=512, pids_limit=64, root=root)
+        yield Opener(name, lambda: open_bwrap(SPEC, bwrap_options))
         assert os.listdir(root) == [], "a sandbox directory was left behind"
         os.rmdir(root)
     else:
         client = _engine(name, monkeypatch)
         options = SandboxOptions(backend="docker", default_image=DEFAULT_IMAGE, memory_mb=256, pids_limit=64)
-        yield lambda: open_docker(SPEC, options)
+        yield Opener(name, lambda: open_docker(SPEC, options))
         close_clients()
         labels = [f"{LABEL_PROJECT}=1", f"{LABEL_PID}={os.getpid()}"]
         left = client.containers.list(all=True, filters={"label": labels})
@@ -231,6 +243,18 @@ async def test_leaving_the_block_kills_it_and_its_children(opener: Opener) -> No
             )  # the program (MARK is its argument), its child (bwrap: its launcher)
         assert _gone(mark) == []
         assert (await sandbox.exec("echo alive", timeout=30)).output == "alive\n"
+
+
+async def test_leaving_the_block_kills_a_child_that_left_its_session(opener: Opener) -> None:
+    """Local (a cgroup of its own, v2) and bwrap (its pid namespace); in a container a kill
+    reaches the exec's session and process group only: the rest dies with the container."""
+    if opener.name in ("docker", "podman"):
+        pytest.skip("a container's spawned process is killed by session and process group")
+    mark = f"spawn-{uuid.uuid4().hex}"
+    async with _sandbox(opener) as sandbox:
+        async with sandbox.spawn(["python3", "-c", FORKS, mark, "setsid"]) as process:
+            assert await _line(process) == b"ready\n"
+        assert _gone(mark) == []
 
 
 async def test_closing_the_sandbox_kills_it_and_everything_it_started(opener: Opener) -> None:
