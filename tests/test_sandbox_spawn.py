@@ -12,7 +12,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -295,3 +295,15 @@ async def test_a_program_that_never_reads_cannot_block_the_loop_or_the_exit(open
             assert time.monotonic() - started < 15
         finally:
             ticker.cancel()
+
+
+async def test_a_receive_waiting_in_another_task_ends_with_the_block(opener: Opener) -> None:
+    async with _sandbox(opener) as sandbox:
+        async with sandbox.spawn(["python3", "-c", SILENT]) as process:
+            assert await _line(process) == b"up\n"
+            waiting = asyncio.ensure_future(process.receive())
+            await asyncio.sleep(0.1)
+        with suppress(SandboxError):  # EOF if the kill's came first, else the block's end
+            assert await asyncio.wait_for(waiting, timeout=10) == b""
+        with pytest.raises(SandboxError):
+            await process.receive()

@@ -78,6 +78,8 @@ class ExecProcess:
             try:
                 chunk = self._chunks.get_nowait()
             except queue.Empty:
+                if self._stopping:
+                    raise SandboxError("the process's block was left") from None
                 self._ready.clear()
                 if self._chunks.empty():  # a put between get and clear set it again after
                     await self._ready.wait()
@@ -155,6 +157,10 @@ class ExecProcess:
             return GONE_EXIT
         return GONE_EXIT if code < 0 else code
 
+    def wake(self) -> None:
+        """Wake a `receive` waiting in another task (it then sees the block left)."""
+        self._ready.set()
+
     def stop(self) -> None:
         """Make the reader thread end soon (a thread; the process must be killed already)."""
         self._stopping = True
@@ -209,6 +215,7 @@ async def _end(
     finally:
         process.stop()
         await outlast(reading)
+        process.wake()
         _close(process.sock)
 
 
