@@ -154,6 +154,14 @@ def _marked(mark: str) -> list[int]:
     return found
 
 
+def _seen(mark: str, least: int, wait: float = 10.0) -> int:
+    """How many processes of `mark` run, once at least `least` do (or `wait` s passed)."""
+    deadline = time.monotonic() + wait
+    while len(found := _marked(mark)) < least and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return len(found)
+
+
 def _gone(mark: str, wait: float = 10.0) -> list[int]:
     """What still runs of `mark` once SIGKILLs had `wait` s to land."""
     deadline = time.monotonic() + wait
@@ -240,9 +248,8 @@ async def test_leaving_the_block_kills_it_and_its_children(opener: Opener) -> No
     async with _sandbox(opener) as sandbox:
         async with sandbox.spawn(["python3", "-c", FORKS, mark]) as process:
             assert await _line(process) == b"ready\n"
-            assert (
-                len(_marked(mark)) >= 2
-            )  # the program (MARK is its argument), its child (bwrap: its launcher)
+            # the program (MARK is its argument) and its child; under bwrap its launcher too
+            assert _seen(mark, 2) >= 2
         assert _gone(mark) == []
         assert (await sandbox.exec("echo alive", timeout=30)).output == "alive\n"
 
@@ -266,7 +273,7 @@ async def test_closing_the_sandbox_kills_it_and_everything_it_started(opener: Op
         spawned = sandbox.spawn(["python3", "-c", FORKS, mark, "setsid"])
         process = await spawned.__aenter__()
         assert await _line(process) == b"ready\n"
-        assert len(_marked(mark)) >= 3
+        assert _seen(mark, 3) >= 3
     assert _gone(mark) == []
     started = time.monotonic()
     await spawned.__aexit__(None, None, None)  # the block left after its sandbox closed
