@@ -196,9 +196,12 @@ async def test_env_is_given_on_top_of_the_scrubbed_one_in_cwd(opener: Opener) ->
     program = "import json, os; print(json.dumps([dict(os.environ), sorted(os.listdir('.'))]))"
     async with _sandbox(opener) as sandbox:
         await sandbox.write_file("/workspace/sub/here.txt", b"x")
-        spawned = sandbox.spawn(["python3", "-c", program], env={"GIVEN": "a b=c"}, cwd="/workspace/sub")
+        await sandbox.write_file("/tmp/show.py", program.encode())  # named by its sandbox path
+        spawned = sandbox.spawn(["python3", "/tmp/show.py"], env={"GIVEN": "a b=c"}, cwd="/workspace/sub")
         async with spawned as process:
             env, listing = json.loads(await _all(process))
+        async with sandbox.spawn(["python3", "-c", program], cwd="sub") as process:  # relative to workdir
+            assert json.loads(await _all(process))[1] == ["here.txt"]
     assert env["GIVEN"] == "a b=c"
     assert "OPENAI_API_KEY" not in env and "sk-runner-secret" not in json.dumps(env)
     assert "PATH" in env
