@@ -89,12 +89,14 @@ class WorkerActor:
         import ray
 
         from agent.batch.worker import Worker, forward_logs  # the SDKs: here, never in the driver
+        from agent.toolbox.extensions import install_extensions
 
         for name in reap_stale(self.config.sandbox):
             log.warning("removed a sandbox left by a dead process on this node: %s", name)
         raise_fd_limit(self.config.inflight_per_worker)
         self.inbox, self.outbox = Inbox(), Outbox()
         forward_logs(self.outbox, self.config.verbose)
+        install_extensions(self.config.agent.tools)  # the run's own toolsets, as the driver's
         self.worker = Worker(self.id, self.config, self.inbox, self.outbox, RayLink(self.hub))
         self.task = asyncio.get_running_loop().create_task(self.worker.serve())
         node: str = ray.get_runtime_context().get_node_id()
