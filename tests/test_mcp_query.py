@@ -8,6 +8,7 @@ secrets of the config appear in no output."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.support.batch import enterable_workdir
-from tests.support.cli import endpoint_flags, run_cli
+from tests.support.cli import ROOT, endpoint_flags, run_cli
 from tests.support.mcp_fixtures import STDIO_SERVER, McpHttpServer
 
 SECRET = "mcp-secret-5d1e9a7c2b"
@@ -184,3 +185,65 @@ def test_a_server_that_crashes_at_start_is_one_line_with_its_stderr(
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("error: --mcp_config: MCP server broken:") and "stderr:" in line, line
     assert not sim_endpoint.requests
+
+
+def test_a_server_that_keeps_failing_is_started_three_times_at_most(
+    sim_endpoint: SimulatedEndpoint, work: Path
+) -> None:
+    config = write_config(work / "mcp.json", {"flaky": stdio_entry(work, host=True)})
+    query = "crash four times"
+    script(sim_endpoint, query, *([("crash", {})] * 3), ("add", {"a": 1, "b": 2}))
+    flags = [*endpoint_flags(sim_endpoint, query), f"--mcp_config={config}", "--enabled_toolsets=flaky"]
+    done = run_cli(work, *flags)
+    assert done.returncode == 0, done.stderr
+    errors = [json.loads(result)["error"] for result in tool_results(sim_endpoint)]
+    assert all("crashing on purpose" in error for error in errors[:3]), errors
+    assert errors[3] == (
+        "MCP server flaky: not started again: "
+        "it was started 3 times in this conversation and failed each time"
+    )
+    assert servers_left(work) == []
+
+
+def test_a_server_that_hangs_at_start_is_one_line_and_is_stopped(
+    sim_endpoint: SimulatedEndpoint, work: Path
+) -> None:
+    entry = stdio_entry(work, "--hang-at-start", startup_timeout=2)
+    config = write_config(work / "mcp.json", {"stuck": entry})
+    flags = [*endpoint_flags(sim_endpoint, "q"), f"--mcp_config={config}", "--enabled_toolsets=stuck"]
+    done = run_cli(work, *flags, "--sandbox=local")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: --mcp_config: MCP server stuck: did not start within 2 s"
+    ]
+    assert servers_left(work) == []
+
+
+def test_tools_named_alike_need_a_prefix_and_the_listing_shows_backends(work: Path) -> None:
+    one = stdio_entry(work, host=True)
+    clash = write_config(work / "mcp.json", {"one": one, "two": stdio_entry(work, host=True)})
+
+    def listing(config: Path) -> subprocess.CompletedProcess[str]:
+        argv = [
+            sys.executable,
+            str(ROOT / "batch_runner.py"),
+            "--list_distributions",
+            f"--mcp_config={config}",
+        ]
+        return subprocess.run(argv, cwd=work, capture_output=True, text=True, check=False)
+
+    done = listing(clash)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: {clash}: mcpServers.two: its tool 'add' is named like a tool of the server 'one'; "
+        'set "tool_prefix" in its entry to tell them apart'
+    ]
+    apart = write_config(work / "mcp.json", {"one": one, "two": stdio_entry(work, tool_prefix="two_")})
+    done = listing(apart)
+    assert done.returncode == 0, done.stderr
+    rows = {
+        line.split()[0]: line.split(None, 1)[1] for line in done.stdout.splitlines() if line.startswith("  ")
+    }
+    assert rows["one"] == f"mcp stdio on the host: {sys.executable} {STDIO_SERVER} --name={work.name}"
+    assert rows["two"] == f"mcp stdio in the sandbox: python3 server.py --name={work.name}"
+    assert servers_left(work) == []
