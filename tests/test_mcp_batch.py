@@ -17,18 +17,7 @@ from tests.support.batch import BatchCLI, enterable_workdir, human_prompt, promp
 from tests.test_mcp_query import SECRET, servers_left, stdio_entry, write_config
 
 THINK = "The notes server can do this."
-# A distribution naming the MCP toolset, added before the runner reads its flags (what
-# --distributions_file does); sampling happens in the parent, which alone needs it.
-MAIN = """
-from agent.toolbox.distributions import DISTRIBUTIONS, Distribution
-
-DISTRIBUTIONS["notes_test"] = Distribution("notes server only", {"notes": 100})
-
-if __name__ == "__main__":
-    import batch_runner  # on PYTHONPATH, as the repository
-
-    batch_runner.run_cli()
-"""
+DISTRIBUTIONS = 'notes_test: {description: "notes server only", toolsets: {notes: 100}}\n'
 
 
 @pytest.fixture
@@ -47,8 +36,8 @@ def written_text(run_dir: Path) -> str:
 def test_a_sampled_mcp_toolset_is_called_and_recorded(work: Path, sandbox: str) -> None:
     prompts = [f"Use the notes, take {i}" for i in range(4)]
     config = write_config(work / "mcp.json", {"notes": stdio_entry(work, env={"NOTE_KEY": SECRET})})
-    main = work / "main_with_notes.py"
-    main.write_text(MAIN, encoding="utf-8")
+    distributions = work / "distributions.yaml"
+    distributions.write_text(DISTRIBUTIONS, encoding="utf-8")
     with SimulatedEndpoint() as endpoint:
         for i, prompt in enumerate(prompts):
             calls = (
@@ -66,7 +55,7 @@ def test_a_sampled_mcp_toolset_is_called_and_recorded(work: Path, sandbox: str) 
             "--num_workers=2",
             f"--sandbox={sandbox}",
             f"--mcp_config={config}",
-            runner=str(main),
+            f"--distributions_file={distributions}",
         )
     assert done.returncode == 0, done
     run_dir = cli.run_dir("notes")
