@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, suppress
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from agent.errors import SandboxError
 from agent.protocols import JSON, ExecResult, SandboxProcess, ToolContext, ToolHandler
 
 log = logging.getLogger(__name__)
@@ -38,11 +37,11 @@ async def to_the_end(work: asyncio.Future[T]) -> T:
     try:
         return await asyncio.shield(work)
     except asyncio.CancelledError:
-        await _outlast(work)
+        await outlast(work)
         raise
 
 
-async def _outlast(work: asyncio.Future[Any]) -> None:
+async def outlast(work: asyncio.Future[Any]) -> None:
     """Wait until `work` is done, whatever cancellations come meanwhile; its outcome is dropped."""
     while not work.done():
         with suppress(asyncio.CancelledError):
@@ -99,6 +98,13 @@ class BlockingSandbox(Protocol):
 
     def write_file(self, path: str, data: bytes) -> None: ...
 
+    def spawn(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> AbstractAsyncContextManager[SandboxProcess]:
+        """`Sandbox.spawn`, entered and left on the loop: a process outlives any one call, so
+        its own work (threads, loop readers) is its own, never a call's thread."""
+        ...
+
     def interrupt(self) -> None:
         """Kill every command running now, so that the calls waiting on them return soon."""
         ...
@@ -131,8 +137,7 @@ class ThreadedSandbox(Generic[B]):
     def spawn(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
     ) -> AbstractAsyncContextManager[SandboxProcess]:
-        """A long-running process in the sandbox (`agent.protocols.SandboxProcess`)."""
-        raise SandboxError("this sandbox cannot start a long-running process yet")
+        return self.blocking.spawn(argv, env=env, cwd=cwd)
 
     async def _call(self, call: Callable[[], T]) -> T:
         work = own_thread(call)
@@ -141,10 +146,10 @@ class ThreadedSandbox(Generic[B]):
         except asyncio.CancelledError:
             if not work.done():
                 interrupting = own_thread(self.blocking.interrupt)
-                await _outlast(interrupting)
+                await outlast(interrupting)
                 if not interrupting.cancelled() and interrupting.exception() is not None:
                     log.warning("could not interrupt a sandbox: %s", interrupting.exception())
-            await _outlast(work)
+            await outlast(work)
             raise
 
 

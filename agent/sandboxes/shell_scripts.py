@@ -8,6 +8,10 @@ and permissions mean exactly what they mean to the model's own commands.
 from __future__ import annotations
 
 import errno
+import re
+from collections.abc import Mapping, Sequence
+
+from agent.errors import SandboxError
 
 # $1 command, $2 directory. bash when the image has it, else sh; stdin at EOF; stderr joined
 # to stdout so the two interleave in the order they were written.
@@ -22,6 +26,17 @@ READ = (
 )
 # $1 path; the content arrives on stdin. `cat >` keeps an existing file's mode (a script stays executable).
 WRITE = 'dir=$(dirname -- "$1") && mkdir -p -- "$dir" && cat >"$1"'
+
+# A long-running process (Sandbox.spawn): $1 directory, $2 how many NAME=VALUE follow, then the
+# program and its arguments. Its first stdout line is a handshake: its pid when it starts (the
+# exec keeps that pid: what a container's kill targets), or why it cannot.
+SPAWN = (
+    'cd -- "$1" 2>/dev/null || { echo "no such directory: $1"; exit 126; }; n=$2; shift 2; '
+    'while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n - 1)); done; '
+    'p=$(command -v -- "$1") || { echo "program not found: $1"; exit 127; }; shift; '
+    'echo "$$"; exec "$p" "$@"'
+)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 MAX_READ = 64 * 1024 * 1024  # bytes read_file returns at most
 OUTPUT_LIMIT = 8 * 1024 * 1024  # bytes of command output kept (head and tail)
@@ -48,3 +63,15 @@ def check_read_size(path: str, data: bytes) -> bytes:
     if len(data) > MAX_READ:
         raise OSError(errno.EFBIG, f"file is larger than {MAX_READ} bytes", path)
     return data
+
+
+def spawn_args(cwd: str, env: Mapping[str, str] | None, argv: Sequence[str]) -> list[str]:
+    """SPAWN's arguments; SandboxError for an empty argv or an environment name sh cannot set."""
+    if not argv or not argv[0]:
+        raise SandboxError("no program to start")
+    pairs = []
+    for name, value in (env or {}).items():
+        if not _ENV_NAME.fullmatch(name) or "\0" in value:
+            raise SandboxError(f"cannot set the environment variable {name!r}")
+        pairs.append(f"{name}={value}")
+    return [cwd, str(len(pairs)), *pairs, *argv]

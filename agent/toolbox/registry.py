@@ -50,24 +50,15 @@ def add_toolsets(toolsets: Iterable[Toolset]) -> None:
     """Register a run's own toolsets (`--tools_module`, `--mcp_config`) beside the built-in
     ones, in this process: the CLI edge before it checks anything, each worker before its
     first job (`agent.toolbox.extensions.install_extensions`). A name already taken, by a
-    toolset or a tool, is a ConfigError naming both; registering the same toolset again is a no-op."""
+    toolset or a tool, is a ConfigError; registering the same toolset again is a no-op."""
     new = [toolset for toolset in toolsets if TOOLSETS.get(toolset.name) is not toolset]
-    merged_toolsets, merged_specs = dict(TOOLSETS), dict(ALL_TOOLS)
-    for toolset in new:
-        if toolset.name in merged_toolsets or toolset.name == ALL:
-            raise ConfigError(f"toolset {toolset.name!r} is already declared; give yours another name")
-        merged_toolsets[toolset.name] = toolset
-        for spec in toolset.tools:
-            if spec.name in merged_specs or spec.schema.get("name") != spec.name:
-                owner = TOOL_TO_TOOLSET_MAP.get(spec.name) or "another of your toolsets"
-                raise ConfigError(
-                    f"toolset {toolset.name!r}: tool {spec.name!r} is already a tool of {owner!r} "
-                    "(or its schema names it otherwise); tool names must be unique"
-                )
-            merged_specs[spec.name] = spec
+    try:
+        merged_toolsets, merged_specs = _collect([*TOOLSETS.values(), *new])
+    except RuntimeError as exc:
+        raise ConfigError(f"{exc}; names of toolsets and tools must be unique") from None
     TOOLSETS.update(merged_toolsets)  # in place: every importer holds these very dicts
     ALL_TOOLS.clear()
-    ALL_TOOLS.update(sorted(merged_specs.items()))
+    ALL_TOOLS.update(merged_specs)
     TOOL_TO_TOOLSET_MAP.clear()
     TOOL_TO_TOOLSET_MAP.update(
         sorted((spec.name, toolset.name) for toolset in TOOLSETS.values() for spec in toolset.tools)

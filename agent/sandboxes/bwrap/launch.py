@@ -17,12 +17,14 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 
 from agent.errors import SandboxError
+from agent.protocols import SandboxProcess
 from agent.sandboxes.blocking import to_the_end
 from agent.sandboxes.host.output_buffer import OutputBuffer
+from agent.sandboxes.host.pipe_process import PipeProcess
 from agent.sandboxes.host.process_output import on_output, read_ready
 from agent.sandboxes.host.sandbox_process import DEFAULT_PATH, ProcessOutcome
 
@@ -35,14 +37,15 @@ class Launch:
     """One bwrap process and its namespace. `start` it, `wait` for it; `kill` (any thread-free
     caller, any time) ends it at once, and `finish` waits until nothing of it is left."""
 
-    def __init__(self, argv_for: Callable[[int], list[str]], limit: int) -> None:
+    def __init__(self, argv_for: Callable[[int], list[str]], limit: int, *, piped: bool = False) -> None:
+        """`piped`: a long-running process (spawn) whose three pipes belong to the caller."""
         info_read, info_write = os.pipe2(os.O_CLOEXEC)
         try:
             self.proc = subprocess.Popen(
                 argv_for(info_write),
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if piped else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.PIPE if piped else subprocess.STDOUT,
                 env={"PATH": os.environ.get("PATH") or DEFAULT_PATH},
                 start_new_session=True,  # its own process group: a kill reaches all of the launcher
                 pass_fds=(info_write,),
@@ -58,6 +61,19 @@ class Launch:
         self._exit_fd = os.pidfd_open(self.proc.pid)
         self.output = OutputBuffer(limit)
         self._done = False
+        self._piped = piped
+        self._finishing: asyncio.Future[None] | None = None
+
+    async def follow(self) -> None:
+        """Learn the namespace's pid 1 from bwrap (for `kill`), without waiting for the exit:
+        a spawned process runs on; `wait` does this itself."""
+        loop = asyncio.get_running_loop()
+        info_done: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(self._info_fd, self._read_info, loop, info_done)
+        try:
+            await asyncio.wait([info_done], timeout=NAMESPACE_END_WAIT)
+        finally:
+            loop.remove_reader(self._info_fd)
 
     async def wait(self, timeout: float) -> ProcessOutcome:
         """Run to the command's exit or `timeout`, then end the namespace and wait for it; a
@@ -125,7 +141,13 @@ class Launch:
 
     async def finish(self) -> None:
         """Kill what is left and wait until the namespace and bwrap are gone, then release
-        the descriptors. Safe to call again."""
+        the descriptors. Safe to call again, also while another call waits (the sandbox
+        closing while a spawned process's block is left)."""
+        if self._finishing is None:
+            self._finishing = asyncio.ensure_future(self._finish())
+        await asyncio.shield(self._finishing)
+
+    async def _finish(self) -> None:
         if self._done:
             return
         self.kill()  # the command has ended (or must): what still runs in its namespace must not
@@ -137,8 +159,9 @@ class Launch:
         self._done = True
         self.proc.wait()  # exited (or SIGKILLed): at once
         assert self.proc.stdout is not None
-        read_ready(self.proc.stdout.fileno(), self.output)  # every writer is gone: the rest
-        self.proc.stdout.close()
+        if not self._piped:  # a spawned process's pipes are its caller's
+            read_ready(self.proc.stdout.fileno(), self.output)  # every writer is gone: the rest
+            self.proc.stdout.close()
         for fd in (self._info_fd, self._exit_fd, self._init_fd):
             if fd is not None:
                 os.close(fd)
@@ -199,9 +222,45 @@ class Launches:
         finally:
             self._running.discard(launch)
 
+    def start(self, argv_for: Callable[[int], list[str]]) -> Launch:
+        """A long-running process with pipes (spawn), counted as running until `end`."""
+        if self._closed:
+            raise SandboxError("the sandbox is closed")
+        launch = Launch(argv_for, self._limit, piped=True)
+        self._running.add(launch)
+        return launch
+
+    async def end(self, launch: Launch) -> None:
+        """End a process of `start` and its namespace, and wait until nothing of it is left."""
+        try:
+            await launch.finish()
+        finally:
+            self._running.discard(launch)
+
     async def close(self) -> None:
         self._closed = True
         for launch in list(self._running):
             launch.kill()
         for launch in list(self._running):
             await launch.finish()
+
+
+@asynccontextmanager
+async def spawned(launches: Launches, argv_for: Callable[[int], list[str]]) -> AsyncIterator[SandboxProcess]:
+    """A long-running process of `launches` (see `Launches.start`) as a SandboxProcess, its
+    namespace killed and waited for when the block is left, however it is left."""
+    launch = launches.start(argv_for)
+    process = PipeProcess(launch.proc)
+    try:
+        await process.started()
+        await launch.follow()
+        yield process
+    finally:
+        await to_the_end(asyncio.ensure_future(_end(launches, launch, process)))
+
+
+async def _end(launches: Launches, launch: Launch, process: PipeProcess) -> None:
+    try:
+        await launches.end(launch)
+    finally:
+        process.close()

@@ -29,11 +29,11 @@ import os
 import posixpath
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from agent.errors import SandboxError, SandboxPathError
-from agent.protocols import ExecResult, SandboxOptions, SandboxSpec
+from agent.protocols import ExecResult, SandboxOptions, SandboxProcess, SandboxSpec
 from agent.sandboxes import shell_scripts
 from agent.sandboxes.blocking import ThreadedSandbox, in_thread, to_the_end
 from agent.sandboxes.bwrap import host_files
@@ -48,11 +48,12 @@ from agent.sandboxes.bwrap.host import (
     tasks_of,
     unavailable_reason,
 )
-from agent.sandboxes.bwrap.launch import Launches
+from agent.sandboxes.bwrap.launch import Launches, spawned
 from agent.sandboxes.host import memory_limits
 from agent.sandboxes.host.cgroups import ProcessCgroup
 from agent.sandboxes.host.sandbox_dirs import make_sandbox_dir, remove_tree
 from agent.sandboxes.host.sandbox_process import ProcessOutcome, kill_running, run_process
+from agent.sandboxes.shell_scripts import SPAWN, spawn_args
 
 WRITABLE = ("/workspace", "/tmp")
 
@@ -154,13 +155,24 @@ class BwrapSandbox:
 
     async def launch(self, script: str, args: list[str], *, timeout: float) -> ProcessOutcome:
         """Run `script` in fresh namespaces from the loop, without a thread (see `launch`)."""
+        return await self._launches.run(self._argv_for(script, args), timeout)
+
+    @asynccontextmanager
+    async def spawn(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> AsyncIterator[SandboxProcess]:
+        """A long-running process in a namespace of its own, launched as a command is (from
+        the loop, no thread); leaving the block (or closing the sandbox) kills the namespace."""
+        target = self._resolve(cwd) if cwd else self._workdir
+        async with spawned(self._launches, self._argv_for(SPAWN, spawn_args(target, env, argv))) as process:
+            yield process
+
+    def _argv_for(self, script: str, args: list[str]) -> Callable[[int], list[str]]:
         if self._layout is None or self._dir is None:
             raise SandboxError("the sandbox is not open")
         layout, options, nproc, uid = self._layout, self._options, self._nproc(), self._uid
         procs = None if self._memory is None else self._memory.procs
-        return await self._launches.run(
-            lambda info_fd: bwrap_argv(layout, options, nproc, script, args, info_fd, uid, procs), timeout
-        )
+        return lambda info_fd: bwrap_argv(layout, options, nproc, script, args, info_fd, uid, procs)
 
     def _nproc(self) -> int:
         return self._options.pids_limit + (0 if self._uid is not None else tasks_of(os.getuid()))

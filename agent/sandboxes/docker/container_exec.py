@@ -38,7 +38,7 @@ COMMAND_SCRIPT = (
 )
 KILL_GRACE = 5.0  # seconds to collect the output of a killed command
 KILL_TIMEOUT = 10.0
-_HEADER = struct.Struct(">BxxxL")
+FRAME_HEADER = struct.Struct(">BxxxL")
 
 # Kills the process group and the session of pid $1, repeating while members remain (they
 # may fork while we scan). Builtins only: it must work in a container with no free pids left.
@@ -99,12 +99,12 @@ class _FrameReader:
 
     def _feed(self, chunk: bytes) -> None:
         self._pending += chunk
-        while len(self._pending) >= _HEADER.size:
-            stream, size = _HEADER.unpack_from(self._pending)
-            end = _HEADER.size + size
+        while len(self._pending) >= FRAME_HEADER.size:
+            stream, size = FRAME_HEADER.unpack_from(self._pending)
+            end = FRAME_HEADER.size + size
             if len(self._pending) < end:
                 return
-            payload, self._pending = self._pending[_HEADER.size : end], self._pending[end:]
+            payload, self._pending = self._pending[FRAME_HEADER.size : end], self._pending[end:]
             if stream == 2:
                 self.stderr.append(payload)
             elif stream == 1:
@@ -166,7 +166,7 @@ def _outcome(
 ) -> ExecOutcome:
     if not finished:
         return ExecOutcome(reader.stdout.getvalue(), reader.stderr.getvalue(), -1, True, restarted)
-    exit_code = _exit_code(client, exec_id)
+    exit_code = exec_exit_code(client, exec_id)
     if reader.pid is None:
         raise ExecNotStarted(f"exit code {exit_code}: {reader.stderr.getvalue().decode(errors='replace')}")
     return ExecOutcome(reader.stdout.getvalue(), reader.stderr.getvalue(), exit_code, False)
@@ -200,7 +200,7 @@ def restart_container(client: Any, container_id: str) -> None:
     client.api.restart(container_id, timeout=0)
 
 
-def _exit_code(client: Any, exec_id: str) -> int:
+def exec_exit_code(client: Any, exec_id: str) -> int:
     # The stream can end a moment before the engine records the exit status.
     for _ in range(200):
         info = client.api.exec_inspect(exec_id)

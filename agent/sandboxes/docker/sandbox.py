@@ -22,15 +22,16 @@ import logging
 import posixpath
 import threading
 import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import Future
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import Any
 
 from docker.errors import APIError, NotFound
 
 from agent.errors import SandboxError, SandboxPathError
-from agent.protocols import ExecResult, SandboxOptions, SandboxSpec
+from agent.protocols import ExecResult, SandboxOptions, SandboxProcess, SandboxSpec
 from agent.sandboxes import shell_scripts
 from agent.sandboxes.blocking import ThreadedSandbox, opened_in_thread
 from agent.sandboxes.docker import disk_image
@@ -49,7 +50,9 @@ from agent.sandboxes.docker.engine import (
     ensure_image,
     short_error,
 )
+from agent.sandboxes.docker.exec_stream import spawned
 from agent.sandboxes.docker.lifecycle import ContainerPlan, create_container, reap_stale, remove_sandbox
+from agent.sandboxes.shell_scripts import spawn_args
 
 __all__ = ["DockerSandbox", "ensure_image", "open_sandbox", "reap_stale", "unavailable_reason"]
 
@@ -219,6 +222,15 @@ class DockerSandbox:
         if outcome.timed_out:
             return ExecResult(output, 124, timed_out=True)
         return ExecResult(output, outcome.exit_code)
+
+    @asynccontextmanager
+    async def spawn(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> AsyncIterator[SandboxProcess]:
+        """A long-running exec in the container (see exec_stream), entered from the loop."""
+        target = self._resolve(cwd) if cwd else self.workdir
+        async with spawned(self._client, self._container_id, spawn_args(target, env, argv)) as process:
+            yield process
 
     def read_file(self, path: str) -> bytes:
         target = self._resolve(path)

@@ -120,7 +120,18 @@ class ProcessGroups:
         kill_strays(self._dir)  # descendants that left their group (setsid, double fork)
         return True
 
-    def _spawn(self, argv: Sequence[str], cwd: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(self, argv: Sequence[str], *, cwd: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """A long-running process in a group of its own with stdin, stdout and stderr pipes;
+        the caller kills its group (`kill_groups`) and waits for it (`reap`)."""
+        return self._spawn(argv, cwd, env, piped=True)
+
+    def reap(self, proc: subprocess.Popen[bytes]) -> None:
+        """`_reap` for a process of `start` that has exited or been killed."""
+        self._reap(proc)
+
+    def _spawn(
+        self, argv: Sequence[str], cwd: str, env: dict[str, str], *, piped: bool = False
+    ) -> subprocess.Popen[bytes]:
         with self._lock, orphans.spawning() as commands:
             if self._closed:
                 raise SandboxError(f"sandbox {self._dir} is closed")
@@ -128,9 +139,9 @@ class ProcessGroups:
                 list(argv),
                 cwd=cwd,
                 env=env,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if piped else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.PIPE if piped else subprocess.STDOUT,
                 start_new_session=True,  # its own process group, so a timeout can kill all of it
             )
             self._groups.add(proc.pid)

@@ -23,27 +23,28 @@ address-space rlimit of that size.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import errno
 import os
-import secrets
 import shutil
-import stat
 import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 
 from agent.errors import SandboxError, SandboxPathError, SandboxUnavailable
 from agent.protocols import ExecResult, Sandbox, SandboxFactory, SandboxOptions, SandboxProcess, SandboxSpec
-from agent.sandboxes.blocking import in_thread
+from agent.sandboxes.blocking import in_thread, to_the_end
 from agent.sandboxes.host import memory_limits
-from agent.sandboxes.host.process_groups import ProcessGroups
-from agent.sandboxes.host.safe_paths import DIR_PATH, escapes, open_beneath, open_dirs_beneath
+from agent.sandboxes.host.pipe_process import PipeProcess
+from agent.sandboxes.host.process_groups import ProcessGroups, kill_groups
+from agent.sandboxes.host.safe_paths import DIR_PATH, escapes, open_beneath
+from agent.sandboxes.local.file_io import check_readable, write_beneath
 from agent.sandboxes.local.slots import SlotPool
 from agent.sandboxes.local.view import SandboxView
+from agent.sandboxes.shell_scripts import SPAWN, spawn_args
 
-MAX_READ_BYTES = 50 << 20  # read_file refuses larger files (the whole file is loaded)
 LOOP_IO_BYTES = 1 << 20  # files up to this size are read and written on the event loop
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NO_BASH = "bash was not found on PATH; install bash to use the local backend"
@@ -178,21 +179,47 @@ class LocalSandbox:
     async def read_file(self, path: str) -> bytes:
         fd = self._open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not hang us
         with os.fdopen(fd, "rb") as handle:
-            small = _check_readable(os.fstat(fd), path) <= LOOP_IO_BYTES
+            small = check_readable(os.fstat(fd), path) <= LOOP_IO_BYTES
             return handle.read() if small else await in_thread(handle.read)
 
     async def write_file(self, path: str, data: bytes) -> None:
         relative = os.path.relpath(self.resolve_path(path), self.root)
         if len(data) <= LOOP_IO_BYTES:
-            _write(self._root_fd, relative, data, path)
+            write_beneath(self._root_fd, relative, data, path)
         else:
-            await in_thread(_write, self._root_fd, relative, data, path)
+            await in_thread(write_beneath, self._root_fd, relative, data, path)
 
     def spawn(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
     ) -> AbstractAsyncContextManager[SandboxProcess]:
-        """A long-running process in the sandbox (`agent.protocols.SandboxProcess`)."""
-        raise SandboxError("this sandbox cannot start a long-running process yet")
+        """A long-running process in the sandbox (`agent.protocols.SandboxProcess`): run like a
+        command (the slot's cgroup or rlimit, the scrubbed environment plus `env`) in a process
+        group of its own, which leaving the block kills; closing the sandbox kills the rest."""
+        return self._spawned(argv, env or {}, cwd)
+
+    @asynccontextmanager
+    async def _spawned(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None
+    ) -> AsyncIterator[SandboxProcess]:
+        try:
+            directory = self._workdir if cwd is None else self._existing_dir(cwd)
+        except FileNotFoundError:
+            raise SandboxError(f"no such directory: {cwd}") from None
+        on_host = self._view.on_host
+        args = spawn_args(directory, {k: on_host(v) for k, v in env.items()}, [on_host(a) for a in argv])
+        proc = self._processes.start([*self._bash, "-c", SPAWN, "spawn", *args], cwd=self.root, env=self._env)
+        process = PipeProcess(proc)
+        try:
+            await process.started()
+            yield process
+        finally:
+            await to_the_end(asyncio.ensure_future(self._end(process)))
+
+    async def _end(self, process: PipeProcess) -> None:
+        """Kill the process's group (its pid is not reaped yet: the group id is still ours)."""
+        await in_thread(kill_groups, [process.proc.pid])
+        process.close()
+        self._processes.reap(process.proc)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -237,57 +264,6 @@ class LocalSandbox:
         if not os.path.isdir(real):
             raise FileNotFoundError(errno.ENOENT, "No such directory", cwd)
         return real
-
-
-def _check_readable(info: os.stat_result, path: str) -> int:
-    """The size of a file read_file may load; the error the model should see otherwise."""
-    if stat.S_ISDIR(info.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-    if not stat.S_ISREG(info.st_mode):
-        raise OSError(errno.EINVAL, "Not a regular file", path)
-    if info.st_size > MAX_READ_BYTES:
-        limit = f"{info.st_size} bytes, limit {MAX_READ_BYTES}"
-        raise OSError(errno.EFBIG, f"File too large to load ({limit}); use the terminal", path)
-    return info.st_size
-
-
-def _write(root_fd: int, relative: str, data: bytes, path: str) -> None:
-    """Replace the file at `relative` beneath `root_fd` at once (a temporary file renamed over
-    it), making its parents; an existing file keeps its mode (e.g. the executable bit)."""
-    directory, name = os.path.split(relative)
-    if name in ("", "."):
-        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-    try:
-        parent = open_dirs_beneath(root_fd, directory)
-    except OSError as exc:
-        if escapes(exc):
-            raise SandboxPathError(f"{path}: leads outside the sandbox") from None
-        raise OSError(exc.errno, exc.strerror, path) from None
-    try:
-        _replace(parent, name, data)
-    finally:
-        os.close(parent)
-
-
-def _replace(parent: int, name: str, data: bytes) -> None:
-    try:
-        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
-        mode = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else 0o644
-    except FileNotFoundError:
-        mode = 0o644
-    temporary = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(temporary, flags, 0o600, dir_fd=parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            os.fchmod(fd, mode)
-        # rename replaces the name itself (a symlink swapped in is replaced, not followed)
-        os.replace(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.unlink(temporary, dir_fd=parent)
-        raise
 
 
 def _scrubbed_env(root: str, bash: str) -> dict[str, str]:
