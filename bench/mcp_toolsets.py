@@ -2,9 +2,9 @@
 a built-in tool, and the memory a conversation holds with its server, each against a baseline
 measured in the same run.
 
-    python bench/mcp.py                     # both parts (about 2 minutes)
-    python bench/mcp.py --only=calls --cycles=5
-    python bench/mcp.py --only=memory --inflight=256 --latency=8
+    python bench/mcp_toolsets.py                     # both parts (about 2 minutes)
+    python bench/mcp_toolsets.py --only=calls --cycles=5
+    python bench/mcp_toolsets.py --only=memory --inflight=256 --latency=8
 
 calls (per sandbox backend: local, bwrap): through the runner's own dispatch, in one sandbox
 per cycle (opened and warmed by a terminal call first): the first call of the MCP tool `add`
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -116,7 +117,9 @@ async def one_cycle(
             if case.expect not in answer:
                 raise SystemExit(f"the MCP call failed: {answer}")
             warm = [(await timed(call(tool, case.arguments(i + 1))))[0] for i in range(calls)]
-            builtin = [(await timed(call("terminal", {"command": "echo hi"})))[0] for _ in range(calls)]
+            terminal = [(await timed(call("terminal", {"command": "echo hi"})))[0] for _ in range(calls)]
+            await sandbox.write_file("hello.txt", b"hello\n")
+            read = [(await timed(call("read_file", {"path": "hello.txt"})))[0] for _ in range(calls)]
         finally:
             closing = time.perf_counter()
             await context.aclose()  # stops the server
@@ -126,7 +129,8 @@ async def one_cycle(
         "first": first,
         "warm": warm_ms,
         "start": first - warm_ms,
-        "builtin": statistics.median(builtin),
+        "terminal": statistics.median(terminal),
+        "read_file": statistics.median(read),
         "stop": stop,
     }
 
@@ -136,7 +140,7 @@ async def call_figures(case: CallCase, args: argparse.Namespace) -> dict[str, fl
     listed = await list_server(case.server, sandboxes)
     config = ToolConfig(mcp_servers=(listed,))
     install_extensions(config)
-    allowed = {spec.name: spec for name in ("terminal", listed.name) for spec in TOOLSETS[name].tools}
+    allowed = {spec.name: spec for name in ("terminal", "file", listed.name) for spec in TOOLSETS[name].tools}
     await one_cycle(sandboxes, config, allowed, case, "warmup", 2)  # first-use costs paid once per run
     cycles = [
         await one_cycle(sandboxes, config, allowed, case, f"c{i}", args.calls) for i in range(args.cycles)
@@ -145,16 +149,21 @@ async def call_figures(case: CallCase, args: argparse.Namespace) -> dict[str, fl
 
 
 def print_calls(label: str, figures: dict[str, float]) -> None:
+    terminal, read = figures["terminal"], figures["read_file"]
     print(
-        f"{label:<22} start {figures['start']:7.1f} ms ({figures['start'] / figures['builtin']:5.1f}x a terminal call)"
-        f" | MCP call {figures['warm']:6.2f} ms vs terminal {figures['builtin']:6.2f} ms"
-        f" = {figures['warm'] / figures['builtin']:4.2f}x | stop {figures['stop']:6.1f} ms",
+        f"{label:<22} start {figures['start']:7.1f} ms (= {figures['start'] / terminal:5.1f} terminal calls)"
+        f" | MCP call {figures['warm']:6.2f} ms = {figures['warm'] / terminal:4.2f}x terminal"
+        f" ({terminal:6.2f} ms), {figures['warm'] / read:4.2f}x read_file ({read:5.2f} ms)"
+        f" | stop {figures['stop']:6.1f} ms",
         flush=True,
     )
 
 
 def calls_part(args: argparse.Namespace) -> None:
-    print(f"calls: medians over {args.cycles} cycles of {args.calls} calls each (terminal call: `echo hi`)")
+    print(
+        f"calls: medians over {args.cycles} cycles of {args.calls} calls each "
+        "(terminal: `echo hi`; read_file: 6 bytes)"
+    )
     for case in CALL_CASES:
         reason = unavailable_reason(SandboxOptions(backend=case.backend))
         if reason is not None:
@@ -180,10 +189,8 @@ class TreeSampler(threading.Thread):
         while stack:
             current = stack.pop()
             pss += _memory_kib(str(current))[1]
-            try:
+            with contextlib.suppress(OSError):  # it ended meanwhile
                 servers += SERVER_FILE.encode() in Path(f"/proc/{current}/cmdline").read_bytes()
-            except OSError:
-                pass
             stack += _children(current)
         return pss, servers
 
@@ -241,10 +248,11 @@ def memory_part(args: argparse.Namespace) -> None:
         print(json.dumps(mcp), flush=True)
     added = mcp["kib_per_conversation"] - baseline["kib_per_conversation"]
     ratio = mcp["kib_per_conversation"] / max(baseline["kib_per_conversation"], 1.0)
+    with_mcp, without = mcp["kib_per_conversation"] / 1024, baseline["kib_per_conversation"] / 1024
     print(
-        f"memory at {args.inflight} in flight: {mcp['kib_per_conversation'] / 1024:.2f} MiB per conversation with "
-        f"an MCP server vs {baseline['kib_per_conversation'] / 1024:.2f} MiB with terminal ({ratio:.1f}x; "
-        f"+{added / 1024:.2f} MiB each; {mcp['peak_servers_alive']} servers alive at the peak)"
+        f"memory at {args.inflight} in flight: {with_mcp:.2f} MiB per conversation with an MCP server vs "
+        f"{without:.2f} MiB with terminal ({ratio:.1f}x; +{added / 1024:.2f} MiB each; "
+        f"{mcp['peak_servers_alive']} servers alive at the peak)"
     )
 
 
