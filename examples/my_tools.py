@@ -13,7 +13,8 @@ A module declares `TOOLSET` (or `TOOLSETS`, a list): the toolset's name (what di
 OpenAI function schema, and an async handler `(args, context)` whose return value (JSON-able,
 or a string) is the tool message the model reads; the arguments were checked against the
 schema first. Return `{"error": ...}` for a mistake the model should correct; an exception the
-handler raises also reaches the model, as `{"error": "Tool 'name' failed: Kind: message"}`. `context.sandbox()` is the conversation's sandbox (made on first use: local, bwrap or
+handler raises also reaches the model, as `{"error": "Tool 'name' failed: Kind: message"}`.
+`context.sandbox()` is the conversation's sandbox (made on first use: local, bwrap or
 docker, as the run's --sandbox says); `available(config)` says why a tool cannot run here
 (None: it can), so a run that samples it stops before any token with your reason.
 Every worker process imports this module too: keep its import cheap and free of side effects.
@@ -24,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.protocols import JSON, ToolContext, Toolset, ToolSpec
+from agent.protocols import JSON, ToolConfig, ToolContext, Toolset, ToolSpec
 
 # Each unit in metres (length) or kilograms (mass): a conversion stays within one kind.
 _FACTORS: dict[str, tuple[str, float]] = {
@@ -89,6 +90,11 @@ async def measure_file(args: Mapping[str, Any], context: ToolContext) -> JSON:
     return {"path": args["path"], "bytes": len(data), "lines": data.count(b"\n")}
 
 
+def backend(config: ToolConfig) -> str:
+    """What --list_distributions says runs this toolset."""
+    return "examples/my_tools.py (measure_file: in the prompt's sandbox)"
+
+
 TOOLSET = Toolset(
     "units",
     "Unit conversion and file measurement (an example --tools_module)",
@@ -96,4 +102,5 @@ TOOLSET = Toolset(
         ToolSpec("convert_units", CONVERT_SCHEMA, convert_units),
         ToolSpec("measure_file", MEASURE_SCHEMA, measure_file),
     ),
+    backend=backend,
 )

@@ -48,6 +48,8 @@ def resolve_tool_modules(entries: Sequence[str]) -> tuple[tuple[str, ...], tuple
     roots: list[str] = []
     for entry in entries:
         if _is_file(entry):
+            if not Path(entry).is_file():  # said as typed, before it is made absolute
+                raise ConfigError(f"--tools_module={entry}: no such file (give a .py file or a module name)")
             modules.append(str(Path(entry).absolute()))
             continue
         modules.append(entry)
@@ -155,9 +157,12 @@ def _raised(entry: str, exc: BaseException) -> ConfigError:
 
 def _declared(entry: str, module: ModuleType) -> tuple[Toolset, ...]:
     """The module's TOOLSET or TOOLSETS, each checked as the registry and the model need it."""
-    where = f"--tools_module={entry} ({getattr(module, '__file__', module.__name__)})"
+    where = f"--tools_module={entry}"
+    where += "" if _is_file(entry) else f" ({getattr(module, '__file__', module.__name__)})"
     if hasattr(module, "TOOLSET") == hasattr(module, "TOOLSETS"):
-        raise ConfigError(f"{where}: declare TOOLSET (an agent.protocols.Toolset) or TOOLSETS (a list), one of them")
+        raise ConfigError(
+            f"{where}: declare one of TOOLSET (an agent.protocols.Toolset) or TOOLSETS (a list)"
+        )
     declared: Any = module.TOOLSET if hasattr(module, "TOOLSET") else module.TOOLSETS
     toolsets = (declared,) if hasattr(module, "TOOLSET") else declared
     if not isinstance(toolsets, list | tuple) or not toolsets:
@@ -175,7 +180,7 @@ def _check_toolset(where: str, toolset: object) -> None:
     if not isinstance(toolset, Toolset):
         raise ConfigError(f"{where}: {_kind(toolset)} where an agent.protocols.Toolset is declared")
     if not _NAME.match(toolset.name) or toolset.name == ALL:
-        raise ConfigError(f"{where}: toolset name {toolset.name!r}: use 1-64 letters, digits, _ or - (not {ALL!r})")
+        raise ConfigError(f"{where}: toolset name {toolset.name!r}: use 1-64 letters, digits, _ or -")
     if not isinstance(toolset.tools, tuple) or not toolset.tools:
         raise ConfigError(f"{where}: toolset {toolset.name!r}: tools must be a non-empty tuple of ToolSpecs")
     for spec in toolset.tools:
@@ -196,11 +201,13 @@ def _spec_problem(spec: object) -> str | None:
     if not isinstance(schema.get("parameters", {}), dict):
         return f"tool {spec.name!r}: its schema's 'parameters' must be a JSON schema object (a dict)"
     handler = spec.handler
+    call = getattr(handler, "__call__", None)  # noqa: B004 - an object whose __call__ is async counts
     if handler is not None and not (
-        inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+        inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
     ):
         return f"tool {spec.name!r}: its handler must be an async function: async def handler(args, context)"
-    if not callable(spec.available):
+    available: Any = spec.available  # a user's module is not type-checked
+    if not callable(available):
         return f"tool {spec.name!r}: available must be a function of the ToolConfig"
     return None
 
@@ -211,7 +218,7 @@ def _check_unique(entry: str, toolset: Toolset, found: Sequence[Toolset]) -> Non
         return  # registered already (a second install in this process)
     taken = {t.name for t in found} | set(TOOLSETS)
     if toolset.name in taken:
-        raise ConfigError(f"--tools_module={entry}: toolset {toolset.name!r} is already declared; rename yours")
+        raise ConfigError(f"--tools_module={entry}: toolset {toolset.name!r} is already declared: rename it")
     owners = {**TOOL_TO_TOOLSET_MAP, **{s.name: t.name for t in found for s in t.tools}}
     for spec in toolset.tools:
         if spec.name in owners:
