@@ -48,11 +48,14 @@ class SandboxSpec:
 class SandboxProcess(Protocol):
     """A long-running process inside a sandbox whose stdin and stdout are byte streams (a stdio
     MCP server): started by `Sandbox.spawn`, killed with everything it started when its block is
-    left or its sandbox closes. Used from the event loop; a cancelled call leaves the process
-    running (only leaving the block stops it)."""
+    left or its sandbox closes. Used from the event loop, which it never blocks; a cancelled call
+    leaves the process running (only leaving the block stops it) and the block's exit prompt,
+    though a cancelled `send` may have written part of its data. Its stderr is read all along
+    (a program that writes much of it never blocks), keeping only the tail."""
 
     async def send(self, data: bytes) -> None:
-        """Write all of `data` to its stdin; `agent.errors.SandboxError` once it has ended."""
+        """Write all of `data` to its stdin, waiting while the pipe is full (a program that
+        does not read blocks the caller only); `agent.errors.SandboxError` once it has ended."""
         ...
 
     async def receive(self) -> bytes:
@@ -88,10 +91,13 @@ class Sandbox(Protocol):
     def spawn(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
     ) -> AbstractAsyncContextManager[SandboxProcess]:
-        """Start `argv` (resolved on the sandbox's PATH) inside the sandbox, with the sandbox's
-        own environment plus `env`, in `cwd` (default: `workdir`); held to the sandbox's limits.
-        Leaving the block kills it and everything it started; so does closing the sandbox.
-        A program that cannot start raises `agent.errors.SandboxError` saying why."""
+        """Start `argv` (resolved on the sandbox's PATH, `env`'s PATH if it sets one) inside the
+        sandbox, with the sandbox's own environment (never the runner's) plus `env`, in `cwd`
+        (a path in the sandbox's view, relative to `workdir`, its default; it must exist);
+        held to the sandbox's limits like `exec`'s commands. Leaving the block kills it and
+        everything it started (in a container: its session and process group; what left both
+        dies when the sandbox closes); closing the sandbox kills it too. A program that cannot
+        start, or a missing `cwd`, raises `agent.errors.SandboxError` saying why."""
         ...
 
 

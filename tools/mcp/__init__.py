@@ -7,10 +7,13 @@ servers never loads it, and it is an optional extra (`pip install -e ".[mcp]"`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from agent.protocols import JSON, McpServer, McpTool, ToolConfig, ToolContext, ToolHandler, Toolset, ToolSpec
+
+if TYPE_CHECKING:
+    from tools.mcp.transports import Launch
 
 _made: dict[str, tuple[McpServer, Toolset]] = {}  # by name: the same server gives the same Toolset
 
@@ -39,7 +42,7 @@ def _schema(tool: McpTool) -> dict[str, Any]:
     return {"name": tool.name, "description": tool.description, "parameters": tool.parameters}
 
 
-def _backend(server: McpServer) -> Any:
+def _backend(server: McpServer) -> Callable[[ToolConfig], str]:
     def backend(config: ToolConfig) -> str:
         from tools.mcp.transports import describe
 
@@ -51,24 +54,23 @@ def _backend(server: McpServer) -> Any:
 def _handler(server: McpServer, tool: McpTool) -> ToolHandler:
     async def handler(args: Mapping[str, Any], context: ToolContext) -> JSON:
         from tools.mcp.sessions import server_sessions
-        from tools.mcp.transports import Launch, in_sandbox, on_host, over_http
 
-        if server.url is not None:
-            allow = context.config.allow_hosts
-
-            def launch() -> Launch:
-                return over_http(server, allow)
-        elif server.host:
-
-            def launch() -> Launch:
-                return on_host(server)
-        else:
-            sandbox = await context.sandbox()  # opened first, so closed after the server
-
-            def launch() -> Launch:
-                return in_sandbox(server, sandbox)
-
+        launch = await _launcher(server, context)
         sessions = await context.resource(f"mcp:{server.name}", lambda: server_sessions(server, launch))
         return await sessions.call(tool.remote_name, dict(args), context.config, context.prompt_key)
 
     return handler
+
+
+async def _launcher(server: McpServer, context: ToolContext) -> Callable[[], Launch]:
+    """What starts the conversation's session with `server`: in its sandbox (opened now, before
+    the session, so that the session is closed first), on the host, or over HTTP."""
+    from tools.mcp.transports import in_sandbox, on_host, over_http
+
+    if server.url is not None:
+        allow = context.config.allow_hosts
+        return lambda: over_http(server, allow)
+    if server.host:
+        return lambda: on_host(server)
+    sandbox = await context.sandbox()
+    return lambda: in_sandbox(server, sandbox)

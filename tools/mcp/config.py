@@ -110,9 +110,9 @@ def _stdio(
         raise EntryError("args", "expected a list of strings")
     host = _typed(entry, "host", bool, False)
     cwd = _typed(entry, "cwd", str, "") or None
-    files = _files(entry, base)
-    if files and host:
+    if host and entry.get("files"):
         raise EntryError("files", "only for a server in the sandbox (a host server reads host paths itself)")
+    files = _files(entry, base)
     if cwd is not None and not host and not cwd.startswith("/"):
         raise EntryError("cwd", "give an absolute path inside the sandbox")
     env = _expanded(entry, "env", environ)

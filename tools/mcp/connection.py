@@ -54,7 +54,7 @@ class Connection:
         why = f"did not start within {self.startup_timeout:g} s"
         if self._owner.done():
             why = f"failed to start: {self._cause()}"
-        await self.close()
+        await self.close(at_once=True)  # it never read our stop: it may be stuck in its start
         raise self.failure(why)
 
     async def _own(self) -> None:
@@ -125,13 +125,14 @@ class Connection:
         await self.close()
         raise self.failure(why)
 
-    async def close(self) -> None:
-        """Stop the server and leave the session (in its owner task), to the end."""
+    async def close(self, *, at_once: bool = False) -> None:
+        """Stop the server and leave the session (in its owner task), to the end; `at_once`:
+        cancel the owner rather than ask it (the transports still stop their server then)."""
         owner, self.session = self._owner, None
         if owner is None:
             return
         self._stop.set()
-        done, _ = await asyncio.wait({owner}, timeout=STOP_GRACE)
+        done, _ = await asyncio.wait({owner}, timeout=0 if at_once else STOP_GRACE)
         if not done:
             owner.cancel()
             with contextlib.suppress(asyncio.CancelledError):  # the cancel we just asked for

@@ -78,6 +78,8 @@ class ExecProcess:
             try:
                 chunk = self._chunks.get_nowait()
             except queue.Empty:
+                if self._stopping:
+                    raise SandboxError("the process's block was left") from None
                 self._ready.clear()
                 if self._chunks.empty():  # a put between get and clear set it again after
                     await self._ready.wait()
@@ -138,12 +140,13 @@ class ExecProcess:
 
     def _put(self, chunk: bytes) -> None:
         while True:
+            if self._stopping:  # nobody will read it
+                return
             try:
                 self._chunks.put(chunk, timeout=POLL)
                 break
             except queue.Full:
-                if self._stopping:
-                    return
+                continue
         with suppress(RuntimeError):  # the loop is closed: nobody reads any more
             self._loop.call_soon_threadsafe(self._ready.set)
 
@@ -153,6 +156,10 @@ class ExecProcess:
         except ENGINE_ERRORS:
             return GONE_EXIT
         return GONE_EXIT if code < 0 else code
+
+    def wake(self) -> None:
+        """Wake a `receive` waiting in another task (it then sees the block left)."""
+        self._ready.set()
 
     def stop(self) -> None:
         """Make the reader thread end soon (a thread; the process must be killed already)."""
@@ -182,7 +189,13 @@ async def spawned(
         except ENGINE_ERRORS as exc:
             raise SandboxError(f"cannot start the process: {short_error(exc)}") from exc
 
-    exec_id, sock = await in_thread(start)
+    starting = own_thread(start)
+    try:
+        exec_id, sock = await to_the_end(starting)
+    except asyncio.CancelledError:
+        if not starting.cancelled() and starting.exception() is None:
+            _close(starting.result()[1])  # its stdin ends; the container's end kills the rest
+        raise
     process = ExecProcess(client, exec_id, sock)
     process.conn.setblocking(False)  # writes go from the loop; the thread polls before reading
     reading = own_thread(process.pump)
@@ -202,11 +215,18 @@ async def _end(
     finally:
         process.stop()
         await outlast(reading)
-        process.sock.close()
+        process.wake()
+        _close(process.sock)
+
+
+def _close(sock: Any) -> None:
+    """Close the exec's connection: the socket under docker-py's SocketIO too."""
+    getattr(sock, "_sock", sock).close()
+    sock.close()
 
 
 def _kill(client: Any, container_id: Callable[[], str], pid: int) -> None:
     try:
         stop_command(client, container_id(), pid)
-    except (SandboxError, *ENGINE_ERRORS) as exc:  # the container is gone: so is the process
+    except (SandboxError, OSError, *ENGINE_ERRORS) as exc:  # the container is gone: so is the process
         log.debug("could not kill a spawned process: %s", short_error(exc))

@@ -42,6 +42,7 @@ class PipeProcess:
         self._closed = False
         self._exit_fd = os.pidfd_open(proc.pid)
         self._exited: asyncio.Future[None] = self._loop.create_future()
+        self._gone: asyncio.Future[None] = self._loop.create_future()  # set by `close`
         self._loop.add_reader(self._err, self._drain_stderr)
         self._loop.add_reader(self._exit_fd, self._on_exit)
 
@@ -52,7 +53,7 @@ class PipeProcess:
     async def send(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            if self._closed or self._exited.done():
+            if self._closed or self._exited.done():  # (the block was left, or it exited)
                 raise SandboxError(f"the process has ended (exit status {self.returncode})")
             try:
                 view = view[os.write(self._in, view[:CHUNK]) :]
@@ -91,9 +92,10 @@ class PipeProcess:
         ready: asyncio.Future[None] = self._loop.create_future()
         add(fd, _settle, ready)
         try:
-            await asyncio.wait([ready, *also], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([ready, self._gone, *also], return_when=asyncio.FIRST_COMPLETED)
         finally:
-            remove(fd)
+            if not self._closed:  # else `close` removed it: the number may be another's by now
+                remove(fd)
             ready.cancel()
 
     @property
@@ -122,18 +124,15 @@ class PipeProcess:
         if not self._exited.done():
             self._exited.set_result(None)
 
-    async def exited(self, timeout: float) -> bool:
-        """Wait (at most `timeout` s) until the process has exited."""
-        await asyncio.wait([self._exited], timeout=timeout)
-        return self._exited.done()
-
     def close(self) -> None:
         """Release the descriptors (the process must be dead or be killed by the caller)."""
         if self._closed:
             return
         self._closed = True
-        for fd in (self._err, self._exit_fd):
+        for fd in (self._err, self._exit_fd, self._out):
             self._loop.remove_reader(fd)
+        self._loop.remove_writer(self._in)
+        _settle(self._gone)  # wakes a send or receive waiting in another task
         os.close(self._exit_fd)
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             with suppress(OSError):  # stdin with unwritten data
@@ -152,12 +151,15 @@ async def handshake(
     """SPAWN's first stdout line read with `read`: the program's pid and what followed it;
     SandboxError saying why when the program cannot start."""
     line = b""
-    async with asyncio.timeout(START_TIMEOUT):
-        while b"\n" not in line and len(line) < HANDSHAKE_LIMIT:
-            chunk = await read()
-            if not chunk:
-                break
-            line += chunk
+    try:
+        async with asyncio.timeout(START_TIMEOUT):
+            while b"\n" not in line and len(line) < HANDSHAKE_LIMIT:
+                chunk = await read()
+                if not chunk:
+                    break
+                line += chunk
+    except TimeoutError:
+        raise SandboxError(f"the process did not start within {START_TIMEOUT:.0f} s") from None
     first, _, rest = line.partition(b"\n")
     if not first.strip().isdigit():
         why = first.decode(errors="replace").strip() or f"it exited at once; stderr: {stderr_tail()}"

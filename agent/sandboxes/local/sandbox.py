@@ -27,6 +27,7 @@ import asyncio
 import dataclasses
 import errno
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -37,6 +38,7 @@ from agent.errors import SandboxError, SandboxPathError, SandboxUnavailable
 from agent.protocols import ExecResult, Sandbox, SandboxFactory, SandboxOptions, SandboxProcess, SandboxSpec
 from agent.sandboxes.blocking import in_thread, to_the_end
 from agent.sandboxes.host import memory_limits
+from agent.sandboxes.host.cgroups import ProcessCgroup
 from agent.sandboxes.host.pipe_process import PipeProcess
 from agent.sandboxes.host.process_groups import ProcessGroups, kill_groups
 from agent.sandboxes.host.safe_paths import DIR_PATH, escapes, open_beneath
@@ -125,7 +127,8 @@ class LocalSandbox:
         self.root = slot  # realpath of the sandbox dir; every file path must stay under it
         self._pool = pool
         self._workdir = os.path.join(slot, "workspace")
-        group, self._memory = pool.group(slot), pool.memory(slot)
+        self._group = group = pool.group(slot)
+        self._memory = pool.memory(slot)
         # no memory cgroup here: each process is held to the limit by RLIMIT_AS instead
         rlimit = memory_mb > 0 and self._memory is None and shutil.which("prlimit") is not None
         self._bash = [*(["prlimit", f"--as={memory_mb << 20}", "--"] if rlimit else []), bash]
@@ -193,8 +196,9 @@ class LocalSandbox:
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
     ) -> AbstractAsyncContextManager[SandboxProcess]:
         """A long-running process in the sandbox (`agent.protocols.SandboxProcess`): run like a
-        command (the slot's cgroup or rlimit, the scrubbed environment plus `env`) in a process
-        group of its own, which leaving the block kills; closing the sandbox kills the rest."""
+        command (the slot's memory group or rlimit, the scrubbed environment plus `env`) in a
+        cgroup of its own below the slot's (cgroup v2; else its process group), which leaving
+        the block kills whole; closing the sandbox kills the slot's group, it included."""
         return self._spawned(argv, env or {}, cwd)
 
     @asynccontextmanager
@@ -207,17 +211,34 @@ class LocalSandbox:
             raise SandboxError(f"no such directory: {cwd}") from None
         on_host = self._view.on_host
         args = spawn_args(directory, {k: on_host(v) for k, v in env.items()}, [on_host(a) for a in argv])
-        proc = self._processes.start([*self._bash, "-c", SPAWN, "spawn", *args], cwd=self.root, env=self._env)
-        process = PipeProcess(proc)
+        own = self._own_group()
+        joins = self._pool.join_env(own, self._memory) if own is not None else {}
+        argv = [*self._bash, "-c", SPAWN, "spawn", *args]
+        try:
+            process = PipeProcess(self._processes.start(argv, cwd=self.root, env={**self._env, **joins}))
+        except BaseException:
+            if own is not None:
+                await in_thread(own.remove)
+            raise
         try:
             await process.started()
             yield process
         finally:
-            await to_the_end(asyncio.ensure_future(self._end(process)))
+            await to_the_end(asyncio.ensure_future(self._end(process, own)))
 
-    async def _end(self, process: PipeProcess) -> None:
-        """Kill the process's group (its pid is not reaped yet: the group id is still ours)."""
-        await in_thread(kill_groups, [process.proc.pid])
+    def _own_group(self) -> ProcessCgroup | None:
+        """A group below the slot's, whose kill takes what left the process's session; v2
+        only: there a group's kill and emptiness take in the groups below it, so the slot's
+        close and reuse stay right."""
+        if self._group is None or self._group.hierarchy.kind != "cgroup2":
+            return None
+        return self._group.child(f"spawn-{secrets.token_hex(6)}").make()
+
+    async def _end(self, process: PipeProcess, own: ProcessCgroup | None) -> None:
+        """Kill the process's cgroup, or its process group (its pid is not reaped yet: the
+        group id is still ours)."""
+        if own is None or not await in_thread(own.remove):
+            await in_thread(kill_groups, [process.proc.pid])
         process.close()
         self._processes.reap(process.proc)
 
