@@ -11,6 +11,7 @@ import math
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,8 @@ minimal:
   toolsets: {units: 100}
 """
 ATTEMPTS = 600
+MCP_ATTEMPTS = 500
+MCP_SERVER = REPO / "tests" / "support" / "mcp_stdio_server.py"  # stdlib only: runs in any sandbox
 Z_999 = 3.2905  # two-sided 99.9 % normal quantile
 
 
@@ -64,11 +67,43 @@ def test_a_file_distribution_samples_its_stated_rates_and_a_resume_samples_the_s
     for entry in entries:  # each attempt drew what its seeded key draws from the file's odds
         rng = random.Random(f"7:{entry['metadata']['prompt_key']}")
         assert entry["toolsets_used"] == sample_toolsets_from_distribution("units_mix", rng, table)
-    for toolset, percent in RATES.items():
+    assert_rates(entries, RATES)
+
+
+def assert_rates(entries: list[dict[str, Any]], rates: dict[str, float]) -> None:
+    """Each toolset drawn for its stated share of the entries, within the 99.9 % binomial interval."""
+    for toolset, percent in rates.items():
         drawn = sum(toolset in entry["toolsets_used"] for entry in entries)
-        p = percent / 100
-        margin = Z_999 * math.sqrt(ATTEMPTS * p * (1 - p))
-        assert abs(drawn - ATTEMPTS * p) <= margin, (toolset, drawn, ATTEMPTS * p, margin)
+        p, n = percent / 100, len(entries)
+        margin = Z_999 * math.sqrt(n * p * (1 - p))
+        assert abs(drawn - n * p) <= margin, (toolset, drawn, n * p, margin)
+
+
+def test_an_mcp_toolset_in_a_file_distribution_samples_its_stated_rate(
+    tmp_path: Path, answering: SimulatedEndpoint
+) -> None:
+    server = {"command": "python3", "args": ["server.py"], "files": {"server.py": str(MCP_SERVER)}}
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"notes": server}}), encoding="utf-8")
+    rates = {"notes": 40, "units": 25, "file": 100}
+    (tmp_path / "d.json").write_text(json.dumps({"mcp_mix": {"toolsets": rates}}), encoding="utf-8")
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": f"mcp prompt {i}"} for i in range(MCP_ATTEMPTS)])
+    run = BatchCLI(tmp_path, answering).run(
+        "--dataset_file=d.jsonl", "--batch_size=100", "--run_name=mcp", "--num_workers=2",
+        "--mcp_config=mcp.json", f"--tools_module={EXAMPLE}", "--distributions_file=d.json",
+        "--distribution=mcp_mix",
+    )  # fmt: skip
+    assert run.returncode == 0, run
+    entries = read_jsonl(tmp_path / "data" / "mcp" / "trajectories.jsonl")
+    assert len(entries) == MCP_ATTEMPTS
+    assert_rates(entries, rates)
+    offered_notes = sum(_offers(request.body, "note_write") for request in answering.requests)
+    assert offered_notes == sum(
+        "notes" in entry["toolsets_used"] for entry in entries
+    )  # as the server listed them
+
+
+def _offers(body: dict[str, Any], tool: str) -> bool:
+    return any(t["function"]["name"] == tool for t in body.get("tools") or [])
 
 
 def test_a_file_distribution_replaces_a_built_in_one_of_its_name(
