@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.fixtures.browser",
     "tests.fixtures.docker_run",
     "tests.fixtures.ray",
+    "tests.support.mcp_fixtures",
 ]
 
 

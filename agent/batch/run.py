@@ -164,7 +164,7 @@ class BatchRun:
                 cwd=row.cwd,
                 metadata=row.metadata,
                 batch_num=number // cfg.batch_size,
-                toolsets=tuple(sample_toolsets_from_distribution(cfg.distribution, rng)),
+                toolsets=tuple(sample_toolsets_from_distribution(cfg.distribution, rng, cfg.distributions)),
                 sampling=sample_sampling(cfg.agent.prompt_sampling(row.sampling), row.sample_index),
                 sample_index=row.sample_index,
                 checks=job_checks(row.verify, cfg.verify),

@@ -35,6 +35,7 @@ from agent.loop.agent_loop import converse
 from agent.loop.conversation import Prompt
 from agent.sandboxes import prepare_worker, sandbox_pool, throttled
 from agent.toolbox.context import Resources
+from agent.toolbox.extensions import install_extensions
 from agent.toolbox.registry import ResolvedTools, resolve_tools
 
 log = logging.getLogger("agent.batch.worker")
@@ -56,6 +57,7 @@ def main(worker_id: int, config: RunConfig, jobs: Any, events: Any, parent_pid: 
     sink = PipeSink(events)
     forward_logs(sink, config.verbose)
     prepare_worker(config.sandbox)  # after forward_logs: what the backend says reaches the parent
+    install_extensions(config.agent.tools)  # the run's own toolsets, as the parent registered them
     # The SDK's imports leave ~10^5 long-lived objects (pydantic models of every API type) that
     # every full collection would walk again; frozen, collections only see what the run makes.
     gc.freeze()

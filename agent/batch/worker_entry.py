@@ -15,9 +15,12 @@ if TYPE_CHECKING:
 def main(worker_id: int, config: RunConfig, *args: Any) -> None:
     # First: the pickled config holds the API key, and a command of our user must not read
     # this process's memory (an exec'd image is dumpable again, so each worker sets it). The keys
-    # (model, search APIs) are the only secrets a worker holds: what it prints is redacted of them.
+    # (model, search APIs, MCP servers' env and headers) are the only secrets a worker holds:
+    # what it prints is redacted of them.
     set_not_dumpable()
-    install((config.agent.api_key, *config.agent.tools.web_keys.values()))
+    tools = config.agent.tools
+    mcp_secrets = (secret for server in tools.mcp_servers for secret in server.secrets())
+    install((config.agent.api_key, *tools.web_keys.values(), *mcp_secrets))
     redact_streams()
     from agent.batch.worker import main as worker_main
 

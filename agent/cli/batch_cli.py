@@ -29,7 +29,8 @@ from agent.sandboxes import (
     run_options,
     unavailable_reason,
 )
-from agent.toolbox.distributions import format_distributions, get_distribution
+from agent.toolbox.distribution_file import load_distributions_file, recorded_distributions
+from agent.toolbox.distributions import Distribution, format_distributions, get_distribution
 from agent.toolbox.registry import toolset_availability, toolset_backends
 
 # RunConfig fields filled by the flag of the same name, as parsed.
@@ -38,6 +39,7 @@ _SAME_NAME = (
     "batch_size",
     "output_dir",
     "distribution",
+    "distributions_file",
     "seed",
     "num_workers",
     "resume",
@@ -65,8 +67,10 @@ _SAME_NAME = (
 def build_run_config(values: Mapping[str, Any]) -> RunConfig:
     """The run's config from typed flag values; one clear ConfigError per problem."""
     check_required(BATCH, values)
-    agent = build_agent_config(values, api_key=resolve_key(values))
-    get_distribution(values["distribution"])  # unknown → ConfigError listing the valid ones
+    agent = build_agent_config(values, api_key=resolve_key(values))  # registers --tools_module's
+    run_name = check_run_name(values["run_name"])
+    distributions = _file_distributions(values, Path(values["output_dir"], run_name))
+    get_distribution(values["distribution"], distributions)  # unknown → ConfigError listing the valid ones
     sandbox = SandboxOptions(
         backend=resolve_backend(values["sandbox"]),
         default_image=values["image"],
@@ -74,13 +78,13 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
         disk_mb=values["sandbox_disk_mb"],
         memory_mb=values["sandbox_memory_mb"],
     )
-    run_name = check_run_name(values["run_name"])
     artifacts = Path(values["output_dir"], run_name).absolute()  # tools save files (images) there
     agent = replace(agent, tools=replace(agent.tools, artifacts_dir=str(artifacts)))
     return RunConfig(
         **{name: values[name] for name in _SAME_NAME},
         run_name=run_name,
         agent=agent,
+        distributions=distributions,
         # Not raised to --num_workers: the hub's shares cap the calls at the endpoint, and a
         # worker without a slot waits for one (raised, 2 over 4 workers put 4 calls there).
         max_inflight=values["max_inflight"],
@@ -123,9 +127,17 @@ def ready_sandbox(config: RunConfig, scan: DatasetScan) -> RunConfig:
     return config
 
 
+def _file_distributions(values: Mapping[str, Any], run_dir: Path) -> dict[str, Distribution]:
+    """--distributions_file's, read once the run's own toolsets are registered; on --resume
+    without it, those the run recorded in run_config.json, so it samples as it did."""
+    if values["distributions_file"] is not None:
+        return load_distributions_file(values["distributions_file"])
+    return recorded_distributions(run_dir) if values["resume"] else {}
+
+
 def _check_toolsets(config: RunConfig) -> None:
     """A distribution whose toolsets cannot all run here would make data it is not named for."""
-    toolsets = list(get_distribution(config.distribution).toolsets)
+    toolsets = list(get_distribution(config.distribution, config.distributions).toolsets)
     asked = f"--distribution={config.distribution}"
     check_toolsets(asked, toolsets, config.agent.tools, config.allow_missing_toolsets)
 
@@ -151,8 +163,10 @@ def list_distributions_text(values: Mapping[str, Any] | None = None) -> str:
     # A run saves images in its run directory, whichever it is: image_gen is usable as in a run.
     run_dir = "<output_dir>/<run_name>"
     tools = build_tool_config(values, run_dir) if values is not None else ToolConfig(artifacts_dir=run_dir)
+    source = values["distributions_file"] if values is not None else None
+    extra = load_distributions_file(source) if source is not None else None
     backends = available_backends()
-    text = format_distributions(toolset_availability(tools), toolset_backends(tools))
+    text = format_distributions(toolset_availability(tools), toolset_backends(tools), extra, source)
     lines = [text, "", "Sandbox backends on this machine:"]
     lines += [
         f"  {name:8} {'available' if why is None else 'unavailable: ' + why}"

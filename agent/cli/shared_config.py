@@ -8,12 +8,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agent.cli.mcp_cli import mcp_servers
 from agent.common.network_policy import NetworkPolicy
 from agent.common.secrets import started_secrets
 from agent.config.agent_config import AgentConfig, is_embedded, load_prefill, reasoning_config
 from agent.config.sampling import flag_sampling
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
+from agent.toolbox.extensions import install_extensions, resolve_tool_modules
 from agent.toolbox.registry import unavailable_toolsets
 from tools.web.backends import FIRECRAWL_URL_VARIABLE, corpus_files, needs_corpus, web_keys
 
@@ -67,17 +69,31 @@ _TOOL_FLAGS = (
 
 def build_tool_config(values: Mapping[str, Any], artifacts_dir: str | None = None) -> ToolConfig:
     """The tools' settings from typed flag values, the search API keys the process started
-    with (never the flags: they would show in `ps`) and FIRECRAWL_API_URL."""
+    with (never the flags: they would show in `ps`) and FIRECRAWL_API_URL; the run's own
+    toolsets (--mcp_config's servers, listed now) registered in this process."""
     NetworkPolicy.from_allow_list(values["allow_hosts"])  # a bad entry: one line, exit 2, now
-    return ToolConfig(
+    tools_modules, tools_path = resolve_tool_modules(values["tools_module"])
+    config = ToolConfig(
         **{name: values[name] for name in _TOOL_FLAGS},
+        tools_modules=tools_modules,
+        tools_path=tools_path,
         web_corpus=_corpus_folder(values["web_backend"], values["web_corpus"]),
         web_keys=web_keys(started_secrets().environ),
         web_api_url=_search_api_url(values),
         artifacts_dir=artifacts_dir,
         images_unsupported=TEXT_ONLY if is_embedded(values["model"]) else None,
         image_output_unsupported=NO_IMAGE_OUTPUT if is_embedded(values["model"]) else None,
+        mcp_servers=mcp_servers(values),
     )
+    return with_extensions(config)
+
+
+def with_extensions(config: ToolConfig) -> ToolConfig:
+    """`config` once the run's own toolsets (--tools_module, --mcp_config) are registered in this
+    process: before any toolset or distribution is checked. Workers do the same before their
+    first job (`agent.batch.worker.main`, `agent.cluster.actor.WorkerActor.start`)."""
+    install_extensions(config)  # idempotent: the same config registers the same toolsets
+    return config
 
 
 # Honest for every GGUF: the embedded server loads no vision projector and its adapter sends

@@ -80,7 +80,7 @@ class WorkerActor:
 
     def __init__(self, worker_id: int, config: RunConfig, hub: Any) -> None:
         set_not_dumpable()  # the config holds the API key: no command of our user reads us
-        install((config.agent.api_key,))
+        install((config.agent.api_key, *(s for m in config.agent.tools.mcp_servers for s in m.secrets())))
         redact_streams()
         self.id, self.config, self.hub = worker_id, config, hub
 
@@ -89,12 +89,14 @@ class WorkerActor:
         import ray
 
         from agent.batch.worker import Worker, forward_logs  # the SDKs: here, never in the driver
+        from agent.toolbox.extensions import install_extensions
 
         for name in reap_stale(self.config.sandbox):
             log.warning("removed a sandbox left by a dead process on this node: %s", name)
         raise_fd_limit(self.config.inflight_per_worker)
         self.inbox, self.outbox = Inbox(), Outbox()
         forward_logs(self.outbox, self.config.verbose)
+        install_extensions(self.config.agent.tools)  # the run's own toolsets, as the driver's
         self.worker = Worker(self.id, self.config, self.inbox, self.outbox, RayLink(self.hub))
         self.task = asyncio.get_running_loop().create_task(self.worker.serve())
         node: str = ray.get_runtime_context().get_node_id()

@@ -50,13 +50,21 @@ class Redactor:
 
 
 _active = Redactor(())
+_secrets: tuple[str | None, ...] = ()  # what _active was built from, for `add`
 
 
 def install(secrets: Iterable[str | None]) -> Redactor:
     """Make the redactor of `secrets` the process's one; returns it."""
-    global _active
-    _active = Redactor(secrets)
+    global _active, _secrets
+    _secrets = tuple(secrets)
+    _active = Redactor(_secrets)
     return _active
+
+
+def add(secrets: Iterable[str | None]) -> Redactor:
+    """The process's redactor, hiding `secrets` as well (the MCP servers' env and headers values,
+    known once their config file is read)."""
+    return install((*_secrets, *secrets))
 
 
 def active() -> Redactor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from agent.backends import BACKENDS, unavailable_reason
 from agent.backends import RUN_BACKENDS as RUN_BACKENDS  # the flag table's choices
 from agent.config.agent_config import AgentConfig
 from agent.config.dataset_config import DatasetOptions
+from agent.config.distribution_config import Distribution
 from agent.config.export_config import ExportOptions
 from agent.config.verify_config import VerifyOptions
 from agent.errors import ConfigError
@@ -92,6 +94,8 @@ class RunConfig:
     rescore: bool = False  # re-check an existing run's entries from their transcripts, run nothing
     dataset: DatasetOptions = field(default_factory=DatasetOptions)  # columns -> row fields, revision
     distributions_file: str | None = None  # YAML/JSON distributions adding to or overriding the table
+    # Its distributions as loaded (a resume without the file: as run_config.json recorded them)
+    distributions: Mapping[str, Distribution] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         given = (self.price_input is not None, self.price_output is not None)

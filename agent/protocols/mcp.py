@@ -47,6 +47,8 @@ class McpServer:
     files: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
     startup_timeout: float = 30.0  # seconds to start and initialize a session
     call_timeout: float = 60.0  # seconds per tool call
+    tool_prefix: str = ""  # put before each tool's name (to tell apart servers that share names)
+    description: str = ""  # the server's instructions (else its name), read when it is listed
     tools: tuple[McpTool, ...] = ()  # filled when the run lists the server at its start
 
     @property
@@ -72,5 +74,6 @@ class McpServer:
             "files": [name for name, _data in self.files],
             "startup_timeout": self.startup_timeout,
             "call_timeout": self.call_timeout,
+            "tool_prefix": self.tool_prefix,
             "tools": [tool.name for tool in self.tools],
         }

@@ -43,6 +43,9 @@ class ToolConfig:
     artifacts_dir: str | None = None  # where tools save files (images): set to the run directory
     mcp_servers: tuple[McpServer, ...] = ()  # --mcp_config's servers, their tools listed at the start
     tools_modules: tuple[str, ...] = ()  # --tools_module: modules declaring a user's toolsets
+    # Where the CLI edge found --tools_module's dotted names: on every worker's sys.path too
+    # (a Ray actor starts elsewhere). Not a flag: resolved from the modules.
+    tools_path: tuple[str, ...] = ()
 
     def public(self) -> dict[str, Any]:
         """The settings as JSON-able data without keys (saved with a run)."""

@@ -4,22 +4,19 @@ are declared by their `tools/` modules (see `agent.toolbox.registry`).
 
 Sampling draws an independent Bernoulli per toolset (probabilities in percent, no
 normalisation) from a caller-supplied `random.Random`, so a seeded run is reproducible.
+A run's `--distributions_file` (`agent.toolbox.distribution_file`) adds to or overrides the
+table: every function here takes those as `extra` (the run's `RunConfig.distributions`).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from agent.config.distribution_config import Distribution as Distribution  # its home: RunConfig holds them
 from agent.errors import ConfigError
 
-
-@dataclass(frozen=True)
-class Distribution:
-    description: str
-    toolsets: dict[str, int]  # toolset -> inclusion probability in percent
-
+Extra = Mapping[str, Distribution] | None  # a run's file distributions, over the built-in ones
 
 __: int | None = None  # toolset not in the distribution
 # name: (description, then the percent of each toolset in _COLUMNS order)
@@ -51,20 +48,26 @@ DISTRIBUTIONS: dict[str, Distribution] = {
 }
 
 
-def get_distribution(name: str) -> Distribution:
+def all_distributions(extra: Extra = None) -> dict[str, Distribution]:
+    """The built-in table with `extra`'s entries added or put in place of a built-in one."""
+    return {**DISTRIBUTIONS, **(extra or {})}
+
+
+def get_distribution(name: str, extra: Extra = None) -> Distribution:
+    table = all_distributions(extra)
     try:
-        return DISTRIBUTIONS[name]
+        return table[name]
     except KeyError:
-        valid = ", ".join(sorted(DISTRIBUTIONS))
+        valid = ", ".join(sorted(table))
         raise ConfigError(f"unknown distribution {name!r}; valid: {valid}") from None
 
 
-def sample_toolsets_from_distribution(name: str, rng: random.Random) -> list[str]:
+def sample_toolsets_from_distribution(name: str, rng: random.Random, extra: Extra = None) -> list[str]:
     """Toolsets drawn for one prompt, in the distribution's order; never empty.
 
     Each toolset is drawn independently with its probability; when none is drawn, the most
     likely one is used (the first on ties)."""
-    odds = get_distribution(name).toolsets
+    odds = get_distribution(name, extra).toolsets
     chosen = [toolset for toolset, percent in odds.items() if rng.random() * 100 < percent]
     if not chosen:
         best = max(odds.values())
@@ -73,30 +76,44 @@ def sample_toolsets_from_distribution(name: str, rng: random.Random) -> list[str
 
 
 def format_distributions(
-    available_toolsets: Mapping[str, str | None], backends: Mapping[str, str] | None = None
+    available_toolsets: Mapping[str, str | None],
+    backends: Mapping[str, str] | None = None,
+    extra: Extra = None,
+    source: str | None = None,
 ) -> str:
     """The `--list_distributions` text: distributions by name, toolsets by probability.
 
     `available_toolsets` maps a toolset to why it cannot run on this machine (None when it
-    can); unavailable toolsets are marked. At the end, with `backends` (toolset -> what runs
-    it, or why it cannot run), every toolset's backend; without, the unavailable ones' reasons."""
+    can); unavailable toolsets are marked. `extra`'s distributions (from the file `source`) are
+    listed among the built-in ones, each marked with its file. At the end, with `backends`
+    (toolset -> what runs it, or why it cannot run), every toolset's backend; without, the
+    unavailable ones' reasons."""
 
     def why(toolset: str) -> str | None:
         return available_toolsets.get(toolset, "availability unknown")
 
-    width = max(len(toolset) for dist in DISTRIBUTIONS.values() for toolset in dist.toolsets)
+    table = all_distributions(extra)
+    width = max(len(toolset) for dist in table.values() for toolset in [*dist.toolsets, *(backends or ())])
     lines = []
-    for name in sorted(DISTRIBUTIONS):
-        dist = DISTRIBUTIONS[name]
+    for name in sorted(table):
+        dist = table[name]
         usable = any(why(toolset) is None for toolset in dist.toolsets)
-        lines.append(f"{name}: {dist.description}" + ("" if usable else "  [nothing usable here]"))
+        lines.append(f"{name}: {dist.description}{_origin(name, extra, source)}")
+        lines[-1] += "" if usable else "  [nothing usable here]"
         for toolset, percent in sorted(dist.toolsets.items(), key=lambda item: (-item[1], item[0])):
             mark = "" if why(toolset) is None else "  (unavailable)"
-            lines.append(f"  {toolset:<{width}} {percent:>3}%{mark}")
+            lines.append(f"  {toolset:<{width}} {percent:>3g}%{mark}")
     if backends is not None:
         lines += ["", "Toolset backends with these settings:"]
         return "\n".join([*lines, *(f"  {t:<{width}} {backend}" for t, backend in backends.items())])
-    missing = sorted({t for dist in DISTRIBUTIONS.values() for t in dist.toolsets if why(t) is not None})
+    missing = sorted({t for dist in table.values() for t in dist.toolsets if why(t) is not None})
     if missing:
         lines += ["", "Unavailable on this machine:", *(f"  {t}: {why(t)}" for t in missing)]
     return "\n".join(lines)
+
+
+def _origin(name: str, extra: Extra, source: str | None) -> str:
+    """`  [FILE]`, `  [FILE, in place of the built-in one]` for a file's distribution."""
+    if not extra or name not in extra:
+        return ""
+    return f"  [{source or 'file'}{', in place of the built-in one' if name in DISTRIBUTIONS else ''}]"
