@@ -1,6 +1,6 @@
 """MCP servers as toolsets in `run_agent.py` (a real subprocess, the simulated endpoint over
 HTTP, the test servers of tests/support): a stdio server listed at the start and called with
-the model's arguments in the prompt's sandbox (local, bwrap) and on the host; an HTTP server on
+the model's arguments in the prompt's sandbox (local, bwrap, docker, podman) and on the host; an HTTP server on
 127.0.0.1 (refused without --allow_hosts); a server that crashes at start, crashes mid-call or
 hangs is a tool error the model reads, the command still answers, nothing is left running; the
 secrets of the config appear in no output."""
@@ -8,6 +8,7 @@ secrets of the config appear in no output."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -79,7 +80,16 @@ def servers_left(tag: Path) -> list[str]:
     return left
 
 
-@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+@pytest.mark.parametrize(
+    "sandbox",
+    [
+        "local",
+        "bwrap",
+        # as tests/test_batch_docker.py: the engine's runs share one xdist worker
+        pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.xdist_group("docker-engine")]),
+        pytest.param("podman", marks=[pytest.mark.podman, pytest.mark.xdist_group("docker-engine")]),
+    ],
+)
 def test_a_stdio_server_in_the_sandbox_is_called_with_the_models_arguments(
     sim_endpoint: SimulatedEndpoint, work: Path, sandbox: str
 ) -> None:
@@ -94,9 +104,11 @@ def test_a_stdio_server_in_the_sandbox_is_called_with_the_models_arguments(
         ("env_value", {"name": "NOTE_KEY"}),
     )
     flags = endpoint_flags(sim_endpoint, query)
+    # podman: the docker backend at Podman's compat socket (as tests/fixtures/containers.py)
+    env = {"DOCKER_HOST": os.environ["PODMAN_HOST"]} if sandbox == "podman" else None
     done = run_cli(
-        work, *flags, f"--mcp_config={config}", "--enabled_toolsets=notes", f"--sandbox={sandbox}",
-        "--save_trajectories",
+        work, *flags, f"--mcp_config={config}", "--enabled_toolsets=notes",
+        f"--sandbox={'docker' if sandbox == 'podman' else sandbox}", "--save_trajectories", env=env,
     )  # fmt: skip
     assert (done.returncode, done.stdout) == (0, "done.\n"), done.stderr
     assert "add" in offered(sim_endpoint) and "note_read" in offered(sim_endpoint)
