@@ -60,6 +60,9 @@ def test_a_file_distribution_samples_its_stated_rates_and_a_resume_samples_the_s
     (tmp_path / "dists.yaml").unlink()  # the resume samples with what run_config.json recorded
     resumed = cli.run(*common, "--resume")
     assert resumed.returncode == 0, resumed
+    no_module = cli.run(*[flag for flag in common if not flag.startswith("--tools_module")], "--resume")
+    assert no_module.returncode == 2  # the recorded distribution names a toolset not registered
+    assert no_module.stderr.splitlines()[-1].startswith("error: unknown toolset 'units'; valid: browser,")
 
     entries = read_jsonl(cli.run_dir("mix") / "trajectories.jsonl")
     assert len(entries) == ATTEMPTS
