@@ -9,6 +9,7 @@ import ast
 import asyncio
 import base64
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -25,11 +26,13 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from agent.servers.simulated.server import SimulatedEndpoint
+from tests.support.batch import REPO, BatchCLI, prompts_dataset, read_jsonl
 from tests.support.mcp_fixtures import HTTP_TOOLS, STDIO_SERVER, STDIO_TOOLS, McpHttpServer, stdio_server_argv
 
 T = TypeVar("T")
 Body = Callable[[ClientSession], Awaitable[T]]
-NOTES_SERVER = Path(__file__).resolve().parent.parent / "examples" / "mcp_notes_server.py"
+NOTES_SERVER = REPO / "examples" / "mcp_notes_server.py"
 
 
 def stdio(body: Body[T], *modes: str, cwd: Path | None = None, timeout: float | None = None) -> T:
@@ -331,3 +334,31 @@ def test_the_example_notes_server_satisfies_the_sdk_client(tmp_path: Path) -> No
     assert texts(results[4]) == ["shopping: Eggs\nwork: ship the eggs report"]
     assert (tmp_path / "notes" / "shopping.txt").read_text() == "milk\nEggs"
     assert not (tmp_path / "escape.txt").exists()
+
+
+def test_the_worked_example_runs_offline(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/mcp.md's worked example: the notes server of examples/mcp_config.json, run in each
+    prompt's local sandbox, sampled by examples/distributions.yaml, against the simulated endpoint."""
+    examples = REPO / "examples"
+    # the local sandbox keeps the runner's PATH: its `python` must be this one (it has the SDK)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    dataset = prompts_dataset(tmp_path / "prompts.jsonl", ["Note the milk.", "Note the eggs."])
+    done = BatchCLI(tmp_path, sim_endpoint).run(
+        f"--dataset_file={dataset}",
+        "--batch_size=2",
+        "--run_name=notes",
+        "--num_workers=1",
+        "--sandbox=local",
+        f"--mcp_config={examples / 'mcp_config.json'}",
+        f"--distributions_file={examples / 'distributions.yaml'}",
+        "--distribution=notes_only",
+    )
+    assert done.returncode == 0, done
+    entries = read_jsonl(tmp_path / "data" / "notes" / "trajectories.jsonl")
+    assert len(entries) == 2
+    for entry in entries:
+        assert entry["toolsets_used"] == ["notes"]
+        assert entry["tool_stats"]["add_note"] == {"count": 1, "success": 1, "failure": 0}
+        assert "saved note 'example'" in entry["conversations"][3]["value"]

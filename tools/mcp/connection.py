@@ -17,6 +17,7 @@ import mcp_types
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
+from agent.sandboxes.blocking import to_the_end
 from tools.mcp.transports import Launch
 
 STOP_GRACE = 10.0  # seconds the owner has to leave the session (the SDK's own shutdown: ~6 s at most)
@@ -47,7 +48,13 @@ class Connection:
         """Start the server and initialize the session; McpFailure when it does not."""
         self._owner = asyncio.create_task(self._own(), name=f"mcp server {self.name}")
         ready = asyncio.ensure_future(self._ready.wait())
-        await asyncio.wait({ready, self._owner}, timeout=self.startup_timeout, return_when="FIRST_COMPLETED")
+        waited = {ready, self._owner}
+        try:
+            await asyncio.wait(waited, timeout=self.startup_timeout, return_when="FIRST_COMPLETED")
+        except asyncio.CancelledError:  # the conversation ended meanwhile: nothing may outlive it
+            ready.cancel()
+            await to_the_end(asyncio.ensure_future(self.close(at_once=True)))
+            raise
         if self._ready.is_set():
             return
         ready.cancel()

@@ -51,8 +51,8 @@ class ServerSessions:
                 self.connection = None
             if self.starts >= MAX_STARTS:
                 raise McpFailure(
-                    f"MCP server {self.server.name}: not started again: it was started {self.starts} "
-                    "times in this conversation and failed each time"
+                    f"MCP server {self.server.name}: not started again: it failed {self.starts} times "
+                    "in this conversation"
                 )
             self.starts += 1
             server = self.server

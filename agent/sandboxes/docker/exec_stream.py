@@ -75,6 +75,8 @@ class ExecProcess:
 
     async def _take(self) -> bytes:
         while True:
+            if self._stopping:  # the block was left: whatever is queued is nobody's
+                raise SandboxError("the process's block was left")
             try:
                 chunk = self._chunks.get_nowait()
             except queue.Empty:

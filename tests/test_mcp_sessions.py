@@ -1,0 +1,124 @@
+"""A conversation's MCP sessions in-process (the stdio test server, real processes, a real local
+sandbox): the session's owner task enters and leaves the SDK's task groups whichever task asks;
+a conversation ended while a call hangs or while the server starts leaves nothing running; a
+server's session is closed before the conversation's sandbox; results become tool messages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.protocols import McpServer, McpTool, SandboxSpec, ToolConfig
+from agent.sandboxes import SandboxOptions, sandbox_factory
+from agent.toolbox.context import ConversationContext, Resources
+from tests.support.batch import enterable_workdir
+from tests.support.mcp_fixtures import STDIO_SERVER
+from tests.test_mcp_query import servers_left
+from tools.mcp import toolsets_for
+from tools.mcp.connection import Connection
+from tools.mcp.transports import on_host
+
+LIVENESS = 60.0  # seconds: a bound on a loaded machine, not a timing assertion
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    with enterable_workdir("mcp-sessions-") as root:
+        yield root
+
+
+def tool(name: str, properties: dict[str, Any] | None = None) -> McpTool:
+    schema = {"type": "object", "properties": properties or {}}
+    return McpTool(name, name, name, json.dumps(schema))
+
+
+def server(work: Path, *modes: str, host: bool = False) -> McpServer:
+    args = (*modes, f"--name={work.name}")
+    names = ("add", "hang", "image", "resource", "fail", "env_value")
+    tools = tuple(tool(name) for name in names)
+    if host:
+        return McpServer(
+            name="t", command=sys.executable, args=(str(STDIO_SERVER), *args), host=True, tools=tools
+        )
+    files = (("server.py", STDIO_SERVER.read_bytes()),)
+    return McpServer(
+        name="t",
+        command="python3",
+        args=("server.py", *args),
+        files=files,
+        tools=tools,
+    )
+
+
+async def until(condition: Any, what: str) -> None:
+    for _ in range(int(LIVENESS / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"gave up waiting for: {what}")
+
+
+def context(work: Path, artifacts: Path | None = None) -> ConversationContext:
+    factory = sandbox_factory(SandboxOptions(backend="local", root=str(work / "boxes")))
+    config = ToolConfig(artifacts_dir=str(artifacts) if artifacts else None)
+    model: Any = None  # no tool here asks the model
+    return ConversationContext(config, model, SandboxSpec("run", "key:0"), factory, Resources())
+
+
+def handlers(mcp_server: McpServer) -> dict[str, Any]:
+    (toolset,) = toolsets_for([mcp_server])
+    return {spec.name: spec.handler for spec in toolset.tools}
+
+
+def test_a_start_cancelled_midway_leaves_no_server(work: Path) -> None:
+    async def scenario() -> None:
+        slow = server(work, "--slow-start=120", host=True)
+        connection = Connection("t", on_host(slow), startup_timeout=300, call_timeout=10)
+        starting = asyncio.ensure_future(connection.start())
+        await until(lambda: servers_left(work), "the server running")
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        assert servers_left(work) == []  # now, not when asyncio.run cancels what is left
+
+    asyncio.run(scenario())
+    assert servers_left(work) == []
+
+
+def test_a_conversation_ended_during_a_hung_call_leaves_nothing(work: Path) -> None:
+    async def scenario() -> None:
+        conversation = context(work)
+        calls = handlers(server(work))
+        assert await calls["add"]({"a": 1, "b": 2}, conversation) == "3"
+        hung = asyncio.ensure_future(calls["hang"]({}, conversation))
+        await asyncio.sleep(0.5)
+        hung.cancel()  # the prompt's deadline, as the loop cancels a tool call
+        await conversation.aclose()  # from this task, not the one that started the session
+        assert servers_left(work) == []
+
+    asyncio.run(scenario())
+    assert servers_left(work) == []
+    assert not any((work / "boxes").rglob("server.py"))  # the sandbox is gone too
+
+
+def test_results_become_tool_messages(work: Path) -> None:
+    async def scenario() -> list[Any]:
+        conversation = context(work, artifacts=work / "run")
+        calls = handlers(server(work, host=True))
+        try:
+            return [await calls[name]({}, conversation) for name in ("image", "resource", "fail")]
+        finally:
+            await conversation.aclose()
+
+    image, resource, fail = asyncio.run(scenario())
+    assert image.startswith("a red square\n\n![image](images/key-0-mcp-1.png) (png, 2x2, "), image
+    assert (work / "run" / "images" / "key-0-mcp-1.png").read_bytes().startswith(b"\x89PNG")
+    assert resource == "[resource <note://readme>]\nthe resource's text"
+    assert isinstance(fail, dict) and set(fail) == {"error"}
+    assert servers_left(work) == []
