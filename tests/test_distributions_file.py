@@ -60,6 +60,13 @@ def test_a_file_distribution_samples_its_stated_rates_and_a_resume_samples_the_s
     (tmp_path / "dists.yaml").unlink()  # the resume samples with what run_config.json recorded
     resumed = cli.run(*common, "--resume")
     assert resumed.returncode == 0, resumed
+    (tmp_path / "dists.yaml").write_text(FILE.replace("units: 30", "units: 31"), encoding="utf-8")
+    changed = cli.run(*common, "--resume", "--distributions_file=dists.yaml")  # all done: nothing drawn
+    assert changed.returncode == 0, changed
+    assert "--resume: dists.yaml now gives distribution units_mix other odds than the run" in changed.stderr
+    no_module = cli.run(*[flag for flag in common if not flag.startswith("--tools_module")], "--resume")
+    assert no_module.returncode == 2  # the recorded distribution names a toolset not registered
+    assert no_module.stderr.splitlines()[-1].startswith("error: unknown toolset 'units'; valid: browser,")
 
     entries = read_jsonl(cli.run_dir("mix") / "trajectories.jsonl")
     assert len(entries) == ATTEMPTS

@@ -17,7 +17,7 @@ import pytest
 
 from agent.errors import ConfigError
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from agent.toolbox.extensions import load_tool_modules
+from agent.toolbox.extensions import load_tool_modules, resolve_tool_modules
 from tests.fixtures.ray import RayCluster, ray_args
 from tests.support.batch import BatchCLI, Finished, human_prompt, read_jsonl, write_dataset
 from tests.support.cli import endpoint_flags, run_cli
@@ -242,3 +242,16 @@ def _run_script(cwd: Path, script_name: str, argv: list[str]) -> Any:
     if script_name == "run_agent.py":
         return run_cli(cwd, *argv)
     return BatchCLI(cwd).run(*argv, output=False)
+
+
+def test_a_package_whose_import_raises_is_one_line_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "broken_team_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise KeyError('settings')\n", encoding="utf-8")
+    (package / "tools.py").write_text("TOOLSET = None\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)  # a dotted name is found from the current directory
+    raised = r"^--tools_module=broken_team_pkg.tools: importing it raised KeyError: 'settings' \("
+    with pytest.raises(ConfigError, match=raised):
+        resolve_tool_modules(["broken_team_pkg.tools"])

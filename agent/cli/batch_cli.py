@@ -4,6 +4,7 @@ one frozen RunConfig, the checks that must pass before a token is spent, and the
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Mapping
@@ -32,6 +33,8 @@ from agent.sandboxes import (
 from agent.toolbox.distribution_file import load_distributions_file, recorded_distributions
 from agent.toolbox.distributions import Distribution, format_distributions, get_distribution
 from agent.toolbox.registry import toolset_availability, toolset_backends
+
+log = logging.getLogger("agent.cli")
 
 # RunConfig fields filled by the flag of the same name, as parsed.
 _SAME_NAME = (
@@ -130,9 +133,18 @@ def ready_sandbox(config: RunConfig, scan: DatasetScan) -> RunConfig:
 def _file_distributions(values: Mapping[str, Any], run_dir: Path) -> dict[str, Distribution]:
     """--distributions_file's, read once the run's own toolsets are registered; on --resume
     without it, those the run recorded in run_config.json, so it samples as it did."""
-    if values["distributions_file"] is not None:
-        return load_distributions_file(values["distributions_file"])
-    return recorded_distributions(run_dir) if values["resume"] else {}
+    if values["distributions_file"] is None:
+        return recorded_distributions(run_dir) if values["resume"] else {}
+    loaded = load_distributions_file(values["distributions_file"])
+    name = values["distribution"]
+    recorded = recorded_distributions(run_dir) if values["resume"] else {}
+    if name in recorded and recorded[name] != loaded.get(name):
+        log.warning(
+            "--resume: %s now gives distribution %s other odds than the run sampled with so far "
+            "(run_config.json); the prompts left are drawn with the file's",
+            values["distributions_file"], name,
+        )  # fmt: skip
+    return loaded
 
 
 def _check_toolsets(config: RunConfig) -> None:

@@ -209,7 +209,8 @@ FLAGS: tuple[Flag, ...] = (
          'JSON file of MCP servers ({"mcpServers": {name: {command, args, env} | {url, headers}}}): each '
          "server is a toolset of its tools", "Tools", shown="none"),
     Flag("tools_module", "list", _tool("tools_modules"),
-         "comma list of Python modules whose TOOLSET (or TOOLSETS) adds your own toolsets", "Tools",
+         "comma list of Python modules (dotted names, or .py files) whose TOOLSET (or TOOLSETS) adds your "
+         "own toolsets", "Tools",
          shown="none"),
     # Logging
     Flag("verbose", "bool", _run("verbose"), "log every tool call and result", "Logging"),

@@ -58,15 +58,16 @@ def _parse(path: str, text: str) -> Any:
         raise ConfigError(f"{path}: {where}not valid YAML: {problem}") from None
 
 
-def parse_distributions(data: Any, where: str) -> dict[str, Distribution]:
-    """Distributions from loaded data (a file's, or what run_config.json recorded), checked."""
+def parse_distributions(data: Any, where: str, known_only: bool = True) -> dict[str, Distribution]:
+    """Distributions from loaded data (a file's, or what run_config.json recorded), checked;
+    with `known_only`, every toolset they name must be registered in this process."""
     if not isinstance(data, dict) or not data:
         got = "empty" if not data else f"a {type(data).__name__}"
         raise ConfigError(
             f"{where}: {got}; write a mapping of distribution names to {{description, toolsets: "
             "{toolset: percent}}"
         )
-    return {_name(where, name): _distribution(f"{where}: {name}", value) for name, value in data.items()}
+    return {_name(where, k): _distribution(f"{where}: {k}", value, known_only) for k, value in data.items()}
 
 
 def _name(where: str, name: object) -> str:
@@ -75,7 +76,7 @@ def _name(where: str, name: object) -> str:
     return name
 
 
-def _distribution(where: str, value: object) -> Distribution:
+def _distribution(where: str, value: object, known_only: bool) -> Distribution:
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: not a mapping; give description and toolsets: {{toolset: percent}}")
     unknown = [str(key) for key in value if key not in _FIELDS]
@@ -86,16 +87,16 @@ def _distribution(where: str, value: object) -> Distribution:
         raise ConfigError(f"{where}.description: not text")
     if "toolsets" not in value:
         raise ConfigError(f"{where}.toolsets: missing; give {{toolset: percent}}")
-    return Distribution(description, _odds(f"{where}.toolsets", value["toolsets"]))
+    return Distribution(description, _odds(f"{where}.toolsets", value["toolsets"], known_only))
 
 
-def _odds(where: str, toolsets: object) -> dict[str, float]:
+def _odds(where: str, toolsets: object, known_only: bool) -> dict[str, float]:
     if not isinstance(toolsets, dict) or not toolsets:
         got = "empty" if not toolsets else f"a {type(toolsets).__name__}"
         raise ConfigError(f"{where}: {got}; a distribution needs at least one {{toolset: percent}}")
     odds: dict[str, float] = {}
     for toolset, percent in toolsets.items():
-        if toolset not in TOOLSETS:
+        if not isinstance(toolset, str) or (known_only and toolset not in TOOLSETS):
             valid = ", ".join(sorted(TOOLSETS))
             raise ConfigError(f"{where}.{toolset}: unknown toolset; valid: {valid}")
         odds[toolset] = _percent(f"{where}.{toolset}", percent)
@@ -114,7 +115,8 @@ def _percent(where: str, value: object) -> float:
 
 def recorded_distributions(run_dir: Path) -> dict[str, Distribution]:
     """The file distributions a run recorded in its run_config.json (none when it has no such
-    file or recorded none): a resume without --distributions_file samples with these."""
+    file or recorded none): a resume without --distributions_file samples with these. Their
+    toolsets are checked when the run starts (`check_ready`), not here: a --rescore runs no tool."""
     path = run_dir / "run_config.json"
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
@@ -123,4 +125,4 @@ def recorded_distributions(run_dir: Path) -> dict[str, Distribution]:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"--resume: {path} cannot be read ({exc})") from None
     recorded = saved.get("distributions") if isinstance(saved, Mapping) else None
-    return parse_distributions(recorded, str(path)) if recorded else {}
+    return parse_distributions(recorded, str(path), known_only=False) if recorded else {}

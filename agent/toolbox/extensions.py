@@ -61,15 +61,13 @@ def resolve_tool_modules(entries: Sequence[str]) -> tuple[tuple[str, ...], tuple
 
 
 def _root_of(name: str) -> str:
-    """The sys.path directory `name` is imported from (without importing it)."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError) as exc:  # a missing parent package, an empty name
-        raise _not_found(name, exc) from None
-    if spec is None or spec.origin is None or not Path(spec.origin).is_file():
+    """The sys.path directory `name` was imported from (imported now: its errors said here)."""
+    module = _import(name)
+    origin = getattr(module, "__file__", None)
+    if origin is None:  # a namespace package (no file) or a built-in module: no toolsets there
         raise _not_found(name, None)
-    path = Path(spec.origin).parent  # of `name`'s file; a package's __init__ is one more level
-    depth = name.count(".") + (1 if spec.submodule_search_locations is not None else 0)
+    path = Path(origin).parent  # of `name`'s file; a package's __init__ is one more level
+    depth = name.count(".") + (1 if hasattr(module, "__path__") else 0)
     return str(path.parents[depth - 1] if depth else path)
 
 
