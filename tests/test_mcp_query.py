@@ -1,9 +1,9 @@
 """MCP servers as toolsets in `run_agent.py` (a real subprocess, the simulated endpoint over
 HTTP, the test servers of tests/support): a stdio server listed at the start and called with
-the model's arguments in the prompt's sandbox (local, bwrap, docker, podman) and on the host; an HTTP server on
-127.0.0.1 (refused without --allow_hosts); a server that crashes at start, crashes mid-call or
-hangs is a tool error the model reads, the command still answers, nothing is left running; the
-secrets of the config appear in no output."""
+the model's arguments in the prompt's sandbox (local, bwrap, docker, podman) and on the host;
+an HTTP server on 127.0.0.1 (refused without --allow_hosts); a server that crashes at start,
+crashes mid-call or hangs is a tool error the model reads, the command still answers, nothing
+is left running; the secrets of the config appear in no output."""
 
 from __future__ import annotations
 
