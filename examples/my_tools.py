@@ -4,7 +4,7 @@ like them.
 
     python batch_runner.py --dataset_file=prompts.jsonl --batch_size=10 --run_name=units \\
         --tools_module=examples/my_tools.py --distribution=units_heavy \\
-        --distributions_file=examples/distributions.yaml
+        --distributions_file=examples/my_distributions.yaml
     python run_agent.py --query="How many km is 26.2 miles?" \\
         --tools_module=examples.my_tools --enabled_toolsets=units
 
