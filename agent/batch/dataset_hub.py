@@ -50,9 +50,11 @@ def parse_hub_name(spec: str) -> HubName:
 def datasets_module(name: str) -> Any:
     """The `datasets` library, or one line saying how to install it."""
     try:
-        import datasets  # noqa: PLC0415 - an optional extra, imported only for these datasets
+        import datasets  # an optional extra: imported only for these datasets
     except ImportError:
-        raise DatasetError(f'{name}: reading it needs the datasets extra: pip install -e ".[datasets]"') from None
+        raise DatasetError(
+            f'{name}: reading it needs the datasets extra: pip install -e ".[datasets]"'
+        ) from None
     datasets.disable_progress_bars()  # the run's progress is the runner's to show
     return datasets
 
@@ -76,6 +78,9 @@ class _RowsSource:
     name: str
     columns: ColumnMap
 
+    def check(self) -> None:
+        raise NotImplementedError
+
     def _load(self) -> Any:
         raise NotImplementedError
 
@@ -85,13 +90,12 @@ class _RowsSource:
         if names is not None:
             check_columns(self.name, list(names), self.columns)
             dataset = dataset.select_columns([c for c in self.columns.read() if c in names])
-        number = 0
-        for record in _rows(self.name, self._batches(dataset)):
-            number += 1
+        for number, record in enumerate(_rows(self.name, self._batches(dataset)), start=1):
             yield number, judge_record(self, number, record, backend, self.columns)
 
     def _batches(self, dataset: Any) -> Iterable[Any]:
-        return dataset.with_format("arrow").iter(batch_size=_BATCH_ROWS)
+        batches: Iterable[Any] = dataset.with_format("arrow").iter(batch_size=_BATCH_ROWS)
+        return batches
 
 
 class DiskSource(_RowsSource):
@@ -141,18 +145,19 @@ class HubSource(_RowsSource):
             raise DatasetError(f"{self.name}: cannot open the dataset ({exc})") from None
 
     def _batches(self, dataset: Any) -> Iterable[Any]:
-        return iter(dataset)  # streamed row by row: the Hub's files are read as they are used
+        rows: Iterable[Any] = iter(dataset)  # streamed: the Hub's files are read as rows are used
+        return rows
 
 
 def _offline() -> bool:
-    from huggingface_hub import constants  # noqa: PLC0415 - with the datasets extra only
+    from huggingface_hub import constants
 
     return bool(constants.HF_HUB_OFFLINE)
 
 
 def _snapshot(repo_id: str, revision: str | None) -> str:
     """The cached snapshot of `repo_id` at `revision` (offline: from the cache's refs)."""
-    from huggingface_hub import snapshot_download  # noqa: PLC0415 - with the datasets extra only
+    from huggingface_hub import snapshot_download
 
     return str(snapshot_download(repo_id, repo_type="dataset", revision=revision or "main"))
 
@@ -164,7 +169,7 @@ def resolve_commit(spec: str, revision: str | None) -> str:
     try:
         if _offline():
             return Path(_snapshot(hub.repo_id, revision)).name
-        from huggingface_hub import HfApi  # noqa: PLC0415 - with the datasets extra only
+        from huggingface_hub import HfApi
 
         sha = HfApi().dataset_info(hub.repo_id, revision=revision).sha
     except (OSError, ValueError) as exc:  # no such dataset or revision, unreachable, not cached

@@ -76,9 +76,9 @@ class ColumnMap:
         if field_name is None:
             return ""
         answer_column = self.column("answer")
-        if field_name.startswith("verify.answer") and answer_column is not None:
-            if record.get(answer_column) is not None:
-                return f" (column {answer_column!r})"
+        from_answer = answer_column is not None and record.get(answer_column) is not None
+        if field_name.startswith("verify.answer") and from_answer:
+            return f" (column {answer_column!r})"
         head = field_name.split(".")[0]
         column = self.column(head) if head in ROW_FIELDS else None
         return "" if column is None or column == head else f" (column {column!r})"
