@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agent.servers.simulated.server import SimulatedEndpoint
 from tests.support.batch import (
@@ -30,10 +30,17 @@ def script_prompts(endpoint: SimulatedEndpoint, prompts: Sequence[str], delay: f
         endpoint.script(prompt, tool_then_answer(delay=delay))
 
 
-def kill_mid_run_then_resume(cli: BatchCLI, flags: Sequence[str], expected: Counter[str]) -> Finished:
+def kill_mid_run_then_resume(
+    cli: BatchCLI,
+    flags: Sequence[str],
+    expected: Counter[str],
+    *,
+    before_resume: Callable[[], None] = lambda: None,
+    resume_flags: Sequence[str] = (),
+) -> Finished:
     """Start the run, SIGKILL its main pid once some (not all) prompts are written, then
-    --resume to the end: every prompt copy of `expected` exactly once, in the output and in
-    the batch files. Returns the resume's outcome."""
+    (after `before_resume`) --resume to the end with `resume_flags` too: every prompt copy of
+    `expected` exactly once, in the output and in the batch files. Returns the resume's outcome."""
     proc = cli.start(*flags, f"--run_name={RUN}", "--num_workers=2", "--max_inflight=2")
     run_dir = cli.run_dir(RUN)
     total = sum(expected.values())
@@ -43,7 +50,8 @@ def kill_mid_run_then_resume(cli: BatchCLI, flags: Sequence[str], expected: Coun
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     wait_until(lambda: not session_pids(proc.pid), f"the workers of killed runner {proc.pid} to exit")
-    resumed = cli.run(*flags, f"--run_name={RUN}", "--resume")
+    before_resume()
+    resumed = cli.run(*flags, f"--run_name={RUN}", "--resume", *resume_flags)
     assert resumed.returncode == 0, resumed
     assert trajectory_prompts(run_dir) == expected
     assert batch_prompts(run_dir) == expected  # no batch file holds a prompt twice
