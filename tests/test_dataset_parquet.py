@@ -121,6 +121,14 @@ def test_jsonl_columns_map_too_and_their_errors_keep_the_line_form(tmp_path: Pat
             "error: d.parquet: no column 'solution' (--field_map); its columns: question, gold, metadata, id",
         ),
         (
+            "--field_map=answer=gold --answer_match=regex",
+            "error: d.parquet:row 6: verify.answer: not a valid regex: missing ) at position 1",
+        ),
+        (
+            "--dataset_revision=v1",
+            "error: --dataset_revision is a Hub dataset's: --dataset_file is not hf://…",
+        ),
+        (
             "--prompt_field=prompt",
             "error: d.parquet: no column 'prompt' (--prompt_field); its columns: "
             "question, gold, metadata, id",
@@ -131,9 +139,11 @@ def test_bad_column_flags_are_one_line_and_exit_2(tmp_path: Path, flag: str, mes
     write_parquet(tmp_path / "d.parquet", MIXED)
     cli = BatchCLI(tmp_path)
     flags = ("--dataset_file=d.parquet", "--batch_size=2", "--run_name=r", "--model=x")
-    done = cli.run(*flags, "--base_url=http://127.0.0.1:9/v1", "--prompt_field=question", flag)
+    done = cli.run(*flags, "--base_url=http://127.0.0.1:9/v1", "--prompt_field=question", *flag.split())
     assert done.returncode == 2, done
-    assert done.stderr.strip().splitlines() == [message], done
+    *skipped, last = done.stderr.strip().splitlines()
+    assert last == message, done
+    assert all(line.startswith("skipped d.parquet:row ") for line in skipped), done  # the bad rows, named
 
 
 def test_a_parquet_run_killed_mid_run_then_resumed_runs_each_prompt_once(
@@ -169,6 +179,12 @@ def test_field_map_answer_is_checked_in_a_parquet_run(
         (check,) = entry["metadata"]["verification"]["checks"]
         passed[entry["conversations"][1]["value"]] = (check["method"], check["passed"])
     assert passed == {"Seven?": ("answer", True), "Eight?": ("answer", False)}
+    rescored = cli.run(
+        "--run_name=v", "--rescore", "--answer_match=number"
+    )  # the run's columns, from its config
+    assert rescored.returncode == 0, rescored
+    rechecked = read_jsonl(cli.run_dir("v") / "trajectories.jsonl")
+    assert sorted(e["metadata"]["verification"]["checks"][0]["passed"] for e in rechecked) == [False, True]
     saved = json.loads((cli.run_dir("v") / "run_config.json").read_text())
     assert saved["dataset"] == {
         "prompt_field": "question",

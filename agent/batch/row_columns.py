@@ -36,11 +36,6 @@ class ColumnMap:
     def of(cls, options: DatasetOptions) -> ColumnMap:
         return cls(options.prompt_field, options.field_map)
 
-    @property
-    def is_identity(self) -> bool:
-        """Every field read from its own name: a JSON line's rules exactly as before the flags."""
-        return self.prompt == "prompt" and all(field == column for field, column in self.mapped)
-
     def column(self, field: str) -> str | None:
         """The column `field` is read from (None: `answer`, when not mapped)."""
         if field == "prompt":
