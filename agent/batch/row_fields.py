@@ -2,9 +2,13 @@
 
 `parse_line` turns a line's bytes into its `LineFields` (None for a blank line) or raises
 `FieldError` naming the field at fault and why; `agent.batch.dataset` adds the file and line
-number. A line is an error when it is not UTF-8 text, not valid JSON, not an object, has no
-`prompt`, a `prompt` that is not a non-blank string, an `image`/`docker_image`/`cwd` that is
-not a non-empty string, a `cwd` against CWD_RULE, an image or cwd the run's sandbox backend
+number. `parse_record` does the same for a record that is already a mapping (a Parquet or
+`datasets` row): both read the row fields through the run's `ColumnMap` (--prompt_field,
+--field_map; a mapped field's error names its column too) and judge them by one rule set.
+
+A line is an error when it is not UTF-8 text, not valid JSON, not an object, has no `prompt`,
+a `prompt` that is not a non-blank string, an `image`/`docker_image`/`cwd` that is not a
+non-empty string, a `cwd` against CWD_RULE, an image or cwd the run's sandbox backend
 cannot run as asked (when the backend is given: its `row_problem` says; silently ignoring it
 would run the prompt elsewhere than asked), or a `metadata` that is not an object. An optional
 field set to JSON `null` counts as absent: Hugging Face and pandas exports write `null` for a
