@@ -1,12 +1,14 @@
-"""Datasets of the `datasets` library, never the real Hub: a local `save_to_disk` directory, and
-`hf://datasets/org/name[:split]` read with HF_HUB_OFFLINE=1 from a Hub cache the test fills
-under HF_HOME in the layout huggingface_hub writes (`hub/datasets--org--name/refs/<branch>`
-holding the commit, `snapshots/<commit>/...` the files). Each: a real batch run SIGKILLed
-mid-run then resumed exactly once; the Hub dataset's commit pinned in run_config.json and read
-again by --resume even after the branch moved on."""
+"""Datasets of the `datasets` library, never the real Hub: a local `save_to_disk` directory;
+`hf://datasets/org/name[:split]` streamed from a loopback TEST DOUBLE of the Hub's HTTP API
+(`tests/support/hub_read_double.py`, HF_ENDPOINT); and the same read with HF_HUB_OFFLINE=1 from
+a Hub cache the test fills under HF_HOME in the layout huggingface_hub writes
+(`hub/datasets--org--name/refs/<branch>` holding the commit, `snapshots/<commit>/...` the
+files). Each: a real batch run SIGKILLed mid-run then resumed exactly once; the Hub dataset's
+commit pinned in run_config.json and read again by --resume even after the branch moved on."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ import pytest
 from agent.servers.simulated.server import SimulatedEndpoint
 from tests.support.batch import BatchCLI, kill_started, read_json, write_dataset
 from tests.support.dataset_runs import RUN, kill_mid_run_then_resume, script_prompts
+from tests.support.hub_read_double import HubReadDouble
 
 datasets = pytest.importorskip("datasets")  # the [datasets] extra ([dev] has it)
 
@@ -40,6 +43,13 @@ def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+def parquet_of(split: str, prompts: list[str]) -> bytes:
+    table = pa.Table.from_pylist([{"prompt": p, "metadata": {"split": split}} for p in prompts])
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    return out.getvalue()
+
+
 def cache_commit(home: Path, repo_id: str, commit: str, splits: dict[str, list[str]], *refs: str) -> None:
     """Files of `repo_id` at `commit` in the Hub cache, as `huggingface-cli download` leaves
     them; each of `refs` (branches or tags) pointing at it."""
@@ -47,8 +57,7 @@ def cache_commit(home: Path, repo_id: str, commit: str, splits: dict[str, list[s
     data = repo / "snapshots" / commit / "data"
     data.mkdir(parents=True)
     for split, prompts in splits.items():
-        table = pa.Table.from_pylist([{"prompt": p, "metadata": {"split": split}} for p in prompts])
-        pq.write_table(table, data / f"{split}-00000-of-00001.parquet")
+        (data / f"{split}-00000-of-00001.parquet").write_bytes(parquet_of(split, prompts))
     for ref in refs:
         (repo / "refs" / ref).parent.mkdir(parents=True, exist_ok=True)
         (repo / "refs" / ref).write_text(commit)
@@ -104,6 +113,34 @@ def test_an_hf_dataset_is_pinned_at_its_commit_and_resume_reads_that_commit(
         json.loads(line) for line in (cli.run_dir("t") / "trajectories.jsonl").read_text().splitlines()
     ]
     assert [e["metadata"]["split"] for e in entries] == ["test"]
+
+
+def test_an_hf_dataset_streamed_from_a_hub_double_is_pinned_and_resume_reads_that_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sim_endpoint: SimulatedEndpoint
+) -> None:
+    with HubReadDouble() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        hub.commit(
+            "org/tasks", FIRST, {"data/train-00000-of-00001.parquet": parquet_of("train", PROMPTS)}, "main"
+        )
+        script_prompts(sim_endpoint, [*PROMPTS, "Added later"])
+        cli = BatchCLI(tmp_path, sim_endpoint)
+        newer = {"data/train-00000-of-00001.parquet": parquet_of("train", [*PROMPTS, "Added later"])}
+        kill_mid_run_then_resume(
+            cli,
+            ("--dataset_file=hf://datasets/org/tasks", "--batch_size=2"),
+            Counter(PROMPTS),
+            before_resume=lambda: hub.commit("org/tasks", SECOND, newer, "main"),
+        )
+        read = [request for request in hub.requests if "/resolve/" in request]
+    saved = read_json(cli.run_dir(RUN) / "run_config.json")
+    assert (saved["dataset"]["revision"], saved["dataset"]["commit"]) == (None, FIRST)
+    assert read and all(f"/resolve/{FIRST}/" in request for request in read), (
+        read
+    )  # never main's newer commit
+    assert hub.requests.count("GET /api/datasets/org/tasks") == 1  # main resolved once, at the first start
 
 
 @pytest.mark.parametrize(
