@@ -31,6 +31,7 @@ from agent.batch.dataset import require_valid_rows, scan_dataset
 from agent.batch.run import BatchRun
 from agent.cli.batch_cli import build_run_config, check_ready, list_distributions_text, ready_sandbox
 from agent.cli.command_line import run_command
+from agent.cli.dataset_cli import pin_dataset
 from agent.cli.export_cli import export_and_push, is_post_process, merged, post_process
 from agent.cli.flags import BATCH
 from agent.cli.logs import configure_logging
@@ -66,8 +67,11 @@ def main(values: Mapping[str, Any]) -> int:
 def run(config: RunConfig) -> int:
     """Check, scan the dataset, then run every prompt; the exit code says how it went."""
     check_ready(config)
+    config = pin_dataset(config)  # a Hub dataset's commit, read by every pass and every --resume
     backend = config.sandbox.backend  # rows naming an image it cannot run are bad lines
-    scan = scan_dataset(config.dataset_file, config.max_samples, require_valid=False, backend=backend)
+    scan = scan_dataset(
+        config.dataset_file, config.max_samples, require_valid=False, backend=backend, options=config.dataset
+    )
     refuse_bad_checks(scan)  # a bad `verify` object stops the run; other bad lines are skipped
     for error in scan.errors:
         _say(f"skipped {error}")

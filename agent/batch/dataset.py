@@ -1,12 +1,16 @@
-"""The prompt dataset: validating a JSONL file line by line and streaming its valid rows.
+"""The prompt dataset: validating its rows and streaming the valid ones, from a JSONL file
+(line by line, here), a Parquet file (`agent.batch.dataset_sources`), a `datasets` directory or
+an `hf://datasets/...` dataset (`agent.batch.dataset_hub`); --prompt_field and --field_map say
+which columns are the row fields (`agent.batch.row_columns`).
 
-Two passes over the file, both streamed: `scan_dataset` validates every line up front (so a
+Two passes over the dataset, both streamed: `scan_dataset` validates every line up front (so a
 bad dataset is reported before a token is spent), `iter_rows` then yields the valid rows in
 file order. Neither holds the file in memory; `iter_rows` keeps only a dict from prompt hash
 to the number of copies seen, which gives each copy of a repeated prompt its own key.
 
 Blank lines are skipped silently; every other line is a row or an error (reported with its
-line number, then skipped) by the rules of `agent.batch.row_fields`.
+line number, then skipped) by the rules of `agent.batch.row_fields`; a Parquet or `datasets`
+row by the same rules, reported as `FILE:row N` (1-based).
 """
 
 from __future__ import annotations
@@ -16,8 +20,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from agent.batch.dataset_hub import HUB_PREFIX, DiskSource, HubSource, is_datasets_directory
+from agent.batch.dataset_source import LineError as LineError  # where it always was, for callers
+from agent.batch.dataset_source import Record, Source, where
+from agent.batch.dataset_sources import ParquetSource, is_parquet
+from agent.batch.row_columns import ColumnMap
 from agent.batch.row_fields import FieldError, LineFields, parse_line
 from agent.batch.row_verify import RowVerify
+from agent.config.dataset_config import DatasetOptions
 from agent.config.sampling import Sampling
 from agent.errors import ConfigError, DatasetError
 from agent.store.keys import prompt_hash, sample_key, split_key
@@ -27,18 +37,6 @@ MAX_KEPT_ERRORS = 1000
 MAX_LINE_BYTES = 64 * 2**20
 _SKIP_CHUNK = 2**20
 _BOM = b"\xef\xbb\xbf"
-
-
-@dataclass(frozen=True)
-class LineError:
-    path: str
-    line_no: int
-    field: str | None
-    reason: str
-
-    def __str__(self) -> str:
-        where = f"{self.path}:{self.line_no}"
-        return f"{where}: {self.field}: {self.reason}" if self.field else f"{where}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -71,6 +69,7 @@ class DatasetScan:
     truncated: int = 0  # valid rows left out by max_samples
     without_image: int = 0  # valid rows (of the `valid` ones) that name no image: the run's default
     with_verify: int = 0  # valid rows (of the `valid` ones) with a `verify` object
+    noun: str = "lines"  # what total_lines counts: a JSONL file's lines, or rows
 
 
 def _check_max_samples(max_samples: int | None) -> None:
@@ -80,10 +79,55 @@ def _check_max_samples(max_samples: int | None) -> None:
         raise ConfigError(f"--max_samples must be a positive integer, got {max_samples!r}")
 
 
-def check_readable(path: str | Path) -> None:
-    """A DatasetError unless `path` is a file this process can open (checked before anything
+def open_source(path: str | Path, options: DatasetOptions | None = None) -> Source:
+    """The source --dataset_file names: `hf://datasets/...`, a `datasets` directory, a Parquet
+    file (by its magic bytes), else a JSONL file."""
+    options = options if options is not None else DatasetOptions()
+    columns = ColumnMap.of(options)
+    if isinstance(path, str) and path.startswith(HUB_PREFIX):
+        return HubSource(path, columns, options.commit or options.revision)
+    path = Path(path)
+    if path.is_dir() and is_datasets_directory(path):
+        return DiskSource(path, columns)
+    if is_parquet(path):
+        return ParquetSource(path, columns)
+    return JsonlSource(path, columns)
+
+
+def check_readable(path: str | Path, options: DatasetOptions | None = None) -> None:
+    """A DatasetError unless `path` is a dataset this process can open (checked before anything
     that depends on the rest of the configuration: a typo in the name is the first thing to fix)."""
-    _open(Path(path)).close()
+    open_source(path, options).check()
+
+
+def place(path: str | Path, options: DatasetOptions | None, number: int) -> str:
+    """How a message names line (or row) `number` of the dataset: FILE:12 or FILE:row 12."""
+    return where(open_source(path, options), number)
+
+
+class JsonlSource:
+    unit = ""
+    noun = "lines"
+
+    def __init__(self, path: Path, columns: ColumnMap) -> None:
+        self.path, self.name, self.columns = path, str(path), columns
+
+    def check(self) -> None:
+        _open(self.path).close()
+
+    def records(self, backend: str | None) -> Iterator[tuple[int, Record]]:
+        for line_no, raw in _lines(self.path):
+            yield line_no, self._classify(line_no, raw, backend)
+
+    def _classify(self, line_no: int, raw: bytes | None, backend: str | None) -> Record:
+        """One line as its fields, its error, or None when it is blank."""
+        if raw is None:
+            too_long = f"line longer than {MAX_LINE_BYTES} bytes (MAX_LINE_BYTES)"
+            return LineError(self.name, line_no, None, too_long)
+        try:
+            return parse_line(raw, backend, self.columns)
+        except FieldError as exc:
+            return LineError(self.name, line_no, exc.field_name, exc.reason)
 
 
 def _open(path: Path) -> BinaryIO:
@@ -126,39 +170,25 @@ def _bounded_lines(handle: BinaryIO) -> Iterator[bytes | None]:
         yield None
 
 
-def _classify(
-    path: Path, line_no: int, raw: bytes | None, backend: str | None
-) -> LineFields | LineError | None:
-    """One line as its fields, its error, or None when it is blank."""
-    if raw is None:
-        return LineError(
-            str(path), line_no, None, f"line longer than {MAX_LINE_BYTES} bytes (MAX_LINE_BYTES)"
-        )
-    try:
-        return parse_line(raw, backend)
-    except FieldError as exc:
-        return LineError(str(path), line_no, exc.field_name, exc.reason)
-
-
 def scan_dataset(
     path: str | Path,
     max_samples: int | None = None,
     *,
     require_valid: bool = True,
     backend: str | None = None,
+    options: DatasetOptions | None = None,
 ) -> DatasetScan:
-    """Validate every line of the dataset (first pass). Raises DatasetError when the file
+    """Validate every line (or row) of the dataset (first pass). Raises DatasetError when it
     cannot be read or (with `require_valid`) has no valid row. A caller that reports the bad
     lines itself passes `require_valid=False` and calls `require_valid_rows`. With the run's
     sandbox `backend` (its name), a row asking for an image or cwd that backend cannot run as
-    asked is a bad line; pass the same `backend` to `iter_rows`."""
+    asked is a bad line; pass the same `backend` and `options` to `iter_rows`."""
     _check_max_samples(max_samples)
-    path = Path(path)
-    scan = DatasetScan(path=str(path), total_lines=0, valid=0, errors=[])
+    source = open_source(path, options)
+    scan = DatasetScan(path=source.name, total_lines=0, valid=0, errors=[], noun=source.noun)
     valid_total = 0
-    for line_no, raw in _lines(path):
+    for line_no, record in source.records(backend):
         scan.total_lines = line_no
-        record = _classify(path, line_no, raw, backend)
         if isinstance(record, LineError):
             scan.error_count += 1
             if len(scan.errors) < MAX_KEPT_ERRORS:
@@ -183,24 +213,26 @@ def require_valid_rows(scan: DatasetScan) -> None:
 
 def _no_valid_row_message(scan: DatasetScan) -> str:
     if scan.error_count == 0:
-        return f"{scan.path}: no valid row (the file is empty)"
+        return f"{scan.path}: no valid row (the {'file' if scan.noun == 'lines' else 'dataset'} is empty)"
     return (
-        f"{scan.path}: no valid row ({scan.error_count} invalid of {scan.total_lines} lines; "
+        f"{scan.path}: no valid row ({scan.error_count} invalid of {scan.total_lines} {scan.noun}; "
         f"first: {scan.errors[0]})"
     )
 
 
 def iter_rows(
-    path: str | Path, max_samples: int | None = None, *, backend: str | None = None
+    path: str | Path,
+    max_samples: int | None = None,
+    *,
+    backend: str | None = None,
+    options: DatasetOptions | None = None,
 ) -> Iterator[DatasetRow]:
-    """Stream the valid rows in file order (second pass); invalid lines are skipped. `backend`
-    must be the one `scan_dataset` was given, or the rows would not match its count."""
+    """Stream the valid rows in order (second pass); invalid ones are skipped. `backend` and
+    `options` must be those `scan_dataset` was given, or the rows would not match its count."""
     _check_max_samples(max_samples)
-    path = Path(path)
     seen: dict[str, int] = {}  # prompt hash -> copies seen so far
     index = 0
-    for line_no, raw in _lines(path):
-        record = _classify(path, line_no, raw, backend)
+    for line_no, record in open_source(path, options).records(backend):
         if not isinstance(record, LineFields):
             continue
         if max_samples is not None and index >= max_samples:

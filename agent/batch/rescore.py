@@ -71,10 +71,10 @@ def rescore_step(config: RunConfig, store: RunStore, console: Console) -> None:
 
 def rescore_run(config: RunConfig) -> Rescored:
     """Check every entry of `config.run_dir` again and rewrite its files (see the module)."""
-    rows = {
-        row.key: row
-        for row in iter_rows(config.dataset_file, config.max_samples, backend=config.sandbox.backend)
-    }
+    found = iter_rows(
+        config.dataset_file, config.max_samples, backend=config.sandbox.backend, options=config.dataset
+    )
+    rows = {row.key: row for row in found}
     files = [*batch_files(config.run_dir), config.run_dir / DISCARDED_FILE]
     for path in files:
         _match(path, rows, config.dataset_file)

@@ -2,9 +2,13 @@
 
 `parse_line` turns a line's bytes into its `LineFields` (None for a blank line) or raises
 `FieldError` naming the field at fault and why; `agent.batch.dataset` adds the file and line
-number. A line is an error when it is not UTF-8 text, not valid JSON, not an object, has no
-`prompt`, a `prompt` that is not a non-blank string, an `image`/`docker_image`/`cwd` that is
-not a non-empty string, a `cwd` against CWD_RULE, an image or cwd the run's sandbox backend
+number. `parse_record` does the same for a record that is already a mapping (a Parquet or
+`datasets` row): both read the row fields through the run's `ColumnMap` (--prompt_field,
+--field_map; a mapped field's error names its column too) and judge them by one rule set.
+
+A line is an error when it is not UTF-8 text, not valid JSON, not an object, has no `prompt`,
+a `prompt` that is not a non-blank string, an `image`/`docker_image`/`cwd` that is not a
+non-empty string, a `cwd` against CWD_RULE, an image or cwd the run's sandbox backend
 cannot run as asked (when the backend is given: its `row_problem` says; silently ignoring it
 would run the prompt elsewhere than asked), or a `metadata` that is not an object. An optional
 field set to JSON `null` counts as absent: Hugging Face and pandas exports write `null` for a
@@ -15,10 +19,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from agent import sandboxes
+from agent.batch.row_columns import ColumnMap, jsonable
 from agent.batch.row_sampling import parse_sampling
 from agent.batch.row_verify import RowVerify, parse_verify
 from agent.config.sampling import Sampling
@@ -29,6 +35,7 @@ CWD_RULE = (
 )
 
 OPTIONAL_STRINGS = ("image", "docker_image", "cwd")
+IDENTITY = ColumnMap()  # every field read from its own name: a JSON line as it always was
 
 _JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", int: "number", float: "number"}
 
@@ -97,8 +104,9 @@ def _finite(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite)
 
 
-def _parse(text: str) -> LineFields:
-    """The fields of one non-blank line; raises FieldError naming what is wrong."""
+def _parse(text: str, columns: ColumnMap) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The record of one non-blank line and its row fields' values; raises FieldError naming
+    what is wrong."""
     try:
         row = _DECODER.decode(text)
     except _NonStandardJSON as exc:
@@ -111,8 +119,15 @@ def _parse(text: str) -> LineFields:
         raise FieldError(None, "invalid JSON: a number too long to read") from None
     if not isinstance(row, dict):
         raise FieldError(None, f"not a JSON object (got {_json_type(row)})")
+    view = columns.view(row, FieldError)
     if "\\ud" in text.lower():  # only a \uD800-\uDFFF escape can decode to a lone surrogate
-        _reject_lone_surrogates(row)
+        _reject_lone_surrogates(view)
+    return row, view
+
+
+def _fields(row: dict[str, Any]) -> LineFields:
+    """The rules every row follows, whatever its source: `row` holds the row fields' values
+    by field name (`ColumnMap.view`)."""
     if "prompt" not in row:
         raise FieldError("prompt", "missing")
     prompt = row["prompt"]
@@ -170,12 +185,36 @@ def _reject_lone_surrogates(row: dict[str, Any]) -> None:
             ) from None
 
 
-def parse_line(raw: bytes, backend: str | None = None) -> LineFields | None:
+def parse_line(raw: bytes, backend: str | None = None, columns: ColumnMap = IDENTITY) -> LineFields | None:
     """The fields of one line (without its line end), None when it is blank; FieldError
     when it is no valid row (for `backend`, when given)."""
     text = _decode(raw)
     if not text.strip():
         return None
-    fields = _parse(text)
-    _check_sandbox_fields(fields, backend)
+    row, view = _parse(text, columns)
+    return _checked(view, row, backend, columns)
+
+
+def parse_record(
+    record: Mapping[str, Any], backend: str | None = None, columns: ColumnMap = IDENTITY
+) -> LineFields:
+    """The fields of a record that is already a mapping (a Parquet or `datasets` row): the
+    same rules as a line's, its values held to what JSON can say (`jsonable`)."""
+    view = columns.view(record, FieldError)
+    view = {name: jsonable(name, value, FieldError) for name, value in view.items()}
+    return _checked(view, record, backend, columns)
+
+
+def _checked(
+    view: dict[str, Any], record: Mapping[str, Any], backend: str | None, columns: ColumnMap
+) -> LineFields:
+    """The row fields by the one rule set; a mapped field's error names its column too."""
+    try:
+        fields = _fields(view)
+        _check_sandbox_fields(fields, backend)
+    except FieldError as exc:
+        note = columns.note(exc.field_name, record)
+        if not note:
+            raise
+        raise FieldError(exc.field_name, exc.reason + note) from None
     return fields

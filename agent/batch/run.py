@@ -144,9 +144,8 @@ class BatchRun:
 
     def _rows(self) -> Iterator[DatasetRow]:
         # The same backend as the scan, so the same rows are valid.
-        rows = iter_rows(
-            self.config.dataset_file, self.config.max_samples, backend=self.config.sandbox.backend
-        )
+        cfg = self.config
+        rows = iter_rows(cfg.dataset_file, cfg.max_samples, backend=cfg.sandbox.backend, options=cfg.dataset)
         return iter_units(rows, self.config.samples_per_prompt)  # each (prompt, sample) a unit
 
     def _jobs(self) -> Iterator[Job]:

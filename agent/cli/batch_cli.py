@@ -14,6 +14,7 @@ from typing import Any
 
 from agent.batch.dataset import DatasetScan, check_readable
 from agent.cli.command_line import resolve_key
+from agent.cli.dataset_cli import build_dataset_options
 from agent.cli.export_cli import build_export_options, check_publishable
 from agent.cli.flag_values import check_required
 from agent.cli.flags import BATCH
@@ -94,13 +95,14 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
         sandbox=sandbox,
         export=build_export_options(values),
         verify=VerifyOptions(**{f.name: values[f.name] for f in fields(VerifyOptions)}),
+        dataset=build_dataset_options(values),
     )
 
 
 def check_ready(config: RunConfig) -> None:
     """Problems that would waste the run, found before a token is spent, in the order a user
     fixes them: the dataset named, then what this machine offers, then where the run goes."""
-    check_readable(config.dataset_file)
+    check_readable(config.dataset_file, config.dataset)
     needs_key = not is_embedded(config.agent.model) and not is_loopback(config.agent.base_url)
     if needs_key and not config.agent.api_key:
         raise ConfigError(

@@ -17,6 +17,7 @@ from agent.backends import backend_factory
 from agent.batch.dataset import check_readable, scan_dataset
 from agent.batch.run import BatchRun
 from agent.cli.batch_cli import build_run_config
+from agent.cli.dataset_cli import pin_dataset, saved_dataset_flags
 from agent.cli.verify_cli import check_verification, refuse_bad_checks
 from agent.config.run_config import RunConfig, check_run_name
 from agent.errors import ConfigError
@@ -37,6 +38,7 @@ def rescore_config(values: Mapping[str, Any]) -> RunConfig:
         filled[name] = values[name] if values[name] is not None else saved.get(name)
     for name in _THE_RUNS:
         filled[name] = saved.get(name, values[name])
+    filled.update(saved_dataset_flags(saved))  # its columns, and its Hub revision (pinned below)
     filled["resume"] = True  # it continues the run's files and statistics
     return build_run_config(filled)
 
@@ -57,9 +59,12 @@ def _saved_config(run_dir: Path) -> dict[str, Any]:
 def rescore(values: Mapping[str, Any], console: Console) -> int:
     """Check the run again, keep, merge, report; the exit code of the run's completion."""
     config = rescore_config(values)
-    check_readable(config.dataset_file)
+    check_readable(config.dataset_file, config.dataset)
+    config = pin_dataset(config)  # the commit the run read (a rescore is a --resume)
     backend = config.sandbox.backend
-    scan = scan_dataset(config.dataset_file, config.max_samples, require_valid=False, backend=backend)
+    scan = scan_dataset(
+        config.dataset_file, config.max_samples, require_valid=False, backend=backend, options=config.dataset
+    )
     refuse_bad_checks(scan)
     check_verification(config, scan)
     return BatchRun(config, console, backend=backend_factory(config.backend)).run(scan)

@@ -5,7 +5,7 @@ rubric, the run's verifier asked for without one, an answer the run's match mode
 
 from __future__ import annotations
 
-from agent.batch.dataset import DatasetScan, iter_rows
+from agent.batch.dataset import DatasetScan, iter_rows, place
 from agent.batch.row_verify import checks_for, read_rubric
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError
@@ -37,11 +37,12 @@ def check_verification(config: RunConfig, scan: DatasetScan) -> None:
     read_rubric(options.judge_rubric)
     if not options.any and not scan.with_verify:
         return
-    rows = iter_rows(config.dataset_file, config.max_samples, backend=config.sandbox.backend)
+    rows = iter_rows(
+        config.dataset_file, config.max_samples, backend=config.sandbox.backend, options=config.dataset
+    )
     for row in rows:
         try:
             checks_for(row.verify, options, _RowError)
         except _RowError as exc:
-            raise ConfigError(
-                f"{config.dataset_file}:{row.line_no}: {exc.field_name}: {exc.reason}"
-            ) from None
+            where = place(config.dataset_file, config.dataset, row.line_no)
+            raise ConfigError(f"{where}: {exc.field_name}: {exc.reason}") from None

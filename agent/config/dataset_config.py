@@ -16,3 +16,6 @@ class DatasetOptions:
     prompt_field: str = "prompt"  # the column holding the prompt
     field_map: tuple[tuple[str, str], ...] = ()  # (row field, column): columns read as row fields
     revision: str | None = None  # a Hub dataset's revision (branch, tag or commit); None: main, pinned
+    # The commit `revision` resolved to when the run began (hf:// only): every read of the run,
+    # --resume's included, reads that commit, whatever the branch holds since.
+    commit: str | None = None
