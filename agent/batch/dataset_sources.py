@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from agent.batch.dataset_source import Record, check_columns, judge_record
 from agent.batch.row_columns import ColumnMap
 from agent.errors import DatasetError
+
+if TYPE_CHECKING:  # pyarrow is imported by the Parquet reader only: every run imports this module
+    import pyarrow.parquet as pq
 
 _MAGIC = b"PAR1"
 # Rows converted to Python at a time: prompts can be megabytes, so a few hundred at most.
@@ -38,6 +39,9 @@ class ParquetSource:
         self.path, self.name, self.columns = path, str(path), columns
 
     def _open(self) -> pq.ParquetFile:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         try:
             return pq.ParquetFile(self.path)
         except (OSError, pa.ArrowException) as exc:
@@ -47,6 +51,8 @@ class ParquetSource:
         check_columns(self.name, self._open().schema_arrow.names, self.columns)
 
     def records(self, backend: str | None) -> Iterator[tuple[int, Record]]:
+        import pyarrow as pa
+
         parquet = self._open()
         names = parquet.schema_arrow.names
         check_columns(self.name, names, self.columns)
