@@ -184,3 +184,20 @@ def test_without_the_datasets_extra_a_hub_dataset_is_one_line_saying_how_to_inst
     assert done.stderr.strip().splitlines() == [
         'error: hf://datasets/org/tasks: reading it needs the datasets extra: pip install -e ".[datasets]"'
     ]
+
+
+def test_a_datasets_directory_split_is_named_after_a_colon(tmp_path: Path) -> None:
+    from agent.batch.dataset import iter_rows, scan_dataset
+    from agent.errors import DatasetError
+
+    splits = {"validation": ["Check this"], "test": ["Test that", "And this"]}
+    datasets.DatasetDict(
+        {name: datasets.Dataset.from_list([{"prompt": p} for p in rows]) for name, rows in splits.items()}
+    ).save_to_disk(str(tmp_path / "saved"))
+    with pytest.raises(DatasetError, match=r"no split 'train'; its splits: validation, test \(name one: "):
+        scan_dataset(str(tmp_path / "saved"))
+    assert [row.prompt for row in iter_rows(f"{tmp_path / 'saved'}:test")] == splits["test"]
+    assert scan_dataset(f"{tmp_path / 'saved'}:validation").valid == 1
+    datasets.Dataset.from_list([{"prompt": "One"}]).save_to_disk(str(tmp_path / "one"))
+    with pytest.raises(DatasetError, match="holds one dataset, no splits: drop ':test'"):
+        scan_dataset(f"{tmp_path / 'one'}:test")

@@ -67,6 +67,9 @@ def test_a_file_distribution_samples_its_stated_rates_and_a_resume_samples_the_s
     no_module = cli.run(*[flag for flag in common if not flag.startswith("--tools_module")], "--resume")
     assert no_module.returncode == 2  # the recorded distribution names a toolset not registered
     assert no_module.stderr.splitlines()[-1].startswith("error: unknown toolset 'units'; valid: browser,")
+    assert no_module.stderr.splitlines()[-1].endswith(
+        "needs its --tools_module or --mcp_config again, also on --resume)"
+    )
 
     entries = read_jsonl(cli.run_dir("mix") / "trajectories.jsonl")
     assert len(entries) == ATTEMPTS
@@ -160,7 +163,8 @@ BAD_FILES = {
         "d.yaml",
         "mine:\n  toolsets: {web: 50, unitz: 20}\n",
         r"^d\.yaml: mine\.toolsets\.unitz: unknown toolset; "
-        r"valid: browser, file, image_gen, moa, terminal, vision, web$",
+        r"valid: browser, file, image_gen, moa, terminal, vision, web "
+        r"\(yours need --tools_module or --mcp_config\)$",
     ),
     "over_100": (
         "d.yaml",
@@ -246,7 +250,8 @@ def test_a_bad_file_stops_a_run_before_any_token_with_exit_2(
     assert run.returncode == 2, run
     assert run.stderr.splitlines() == [
         "error: d.yaml: mine.toolsets.units: unknown toolset; "
-        "valid: browser, file, image_gen, moa, terminal, vision, web"
+        "valid: browser, file, image_gen, moa, terminal, vision, web "
+        "(yours need --tools_module or --mcp_config)"
     ]
     listed = cli.run("--list_distributions", "--distributions_file=d.yaml", output=False)
     assert (listed.returncode, listed.stderr.splitlines()[0]) == (2, run.stderr.splitlines()[0])

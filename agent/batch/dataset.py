@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from agent.batch.dataset_hub import HUB_PREFIX, DiskSource, HubSource, is_datasets_directory
+from agent.batch.dataset_hub import HUB_PREFIX, DiskSource, HubSource, is_datasets_directory, split_directory
 from agent.batch.dataset_source import LineError as LineError  # where it always was, for callers
 from agent.batch.dataset_source import Record, Source, where
 from agent.batch.dataset_sources import ParquetSource, is_parquet
@@ -86,6 +86,8 @@ def open_source(path: str | Path, options: DatasetOptions | None = None) -> Sour
     columns = ColumnMap.of(options)
     if isinstance(path, str) and path.startswith(HUB_PREFIX):
         return HubSource(path, columns, options.commit or options.revision)
+    if isinstance(path, str) and (named := split_directory(path)) is not None:
+        return DiskSource(named[0], columns, named[1])
     path = Path(path)
     if path.is_dir() and is_datasets_directory(path):
         return DiskSource(path, columns)

@@ -99,11 +99,12 @@ class _RowsSource:
 
 
 class DiskSource(_RowsSource):
-    """A `save_to_disk` directory: a Dataset, or a DatasetDict's `train` split (its only
-    split when it has one)."""
+    """A `save_to_disk` directory: a Dataset, or one split of a DatasetDict (`DIR:split`;
+    without one, `train`, or its only split when it has one)."""
 
-    def __init__(self, path: Path, columns: ColumnMap) -> None:
-        self.path, self.name, self.columns = path, str(path), columns
+    def __init__(self, path: Path, columns: ColumnMap, split: str | None = None) -> None:
+        self.path, self.columns, self.split = path, columns, split
+        self.name = str(path) if split is None else f"{path}:{split}"
 
     def check(self) -> None:
         self._load()
@@ -115,12 +116,27 @@ class DiskSource(_RowsSource):
         except (OSError, ValueError) as exc:
             raise DatasetError(f"{self.name}: cannot read the datasets directory ({exc})") from None
         if not isinstance(loaded, datasets.DatasetDict):
+            if self.split is not None:
+                raise DatasetError(
+                    f"{self.name}: the directory holds one dataset, no splits: drop ':{self.split}'"
+                )
             return loaded
         splits = list(loaded)
-        chosen = DEFAULT_SPLIT if DEFAULT_SPLIT in splits or len(splits) != 1 else splits[0]
+        chosen = self.split or (DEFAULT_SPLIT if DEFAULT_SPLIT in splits or len(splits) != 1 else splits[0])
         if chosen not in splits:
-            raise DatasetError(f"{self.name}: no split {chosen!r}; its splits: {', '.join(splits)}")
+            raise DatasetError(
+                f"{self.name}: no split {chosen!r}; its splits: {', '.join(splits)} "
+                f"(name one: {self.path}:{splits[0]})"
+            )
         return loaded[chosen]
+
+
+def split_directory(path: str) -> tuple[Path, str] | None:
+    """`DIR:split` when DIR is a datasets directory (and `path` itself is not a file)."""
+    directory, colon, split = path.rpartition(":")
+    if not colon or not split or "/" in split or Path(path).exists():
+        return None
+    return (Path(directory), split) if is_datasets_directory(Path(directory)) else None
 
 
 class HubSource(_RowsSource):

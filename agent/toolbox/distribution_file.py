@@ -98,7 +98,10 @@ def _odds(where: str, toolsets: object, known_only: bool) -> dict[str, float]:
     for toolset, percent in toolsets.items():
         if not isinstance(toolset, str) or (known_only and toolset not in TOOLSETS):
             valid = ", ".join(sorted(TOOLSETS))
-            raise ConfigError(f"{where}.{toolset}: unknown toolset; valid: {valid}")
+            raise ConfigError(
+                f"{where}.{toolset}: unknown toolset; valid: {valid} "
+                "(yours need --tools_module or --mcp_config)"
+            )
         odds[toolset] = _percent(f"{where}.{toolset}", percent)
     if not any(odds.values()):
         raise ConfigError(f"{where}: every toolset is at 0%: the distribution would draw none")

@@ -105,7 +105,10 @@ def resolve_toolset(name: str) -> list[str]:
         return list(TOOLSETS[name].tool_names)
     except KeyError:
         valid = ", ".join([*sorted(TOOLSETS), ALL])
-        raise ConfigError(f"unknown toolset {name!r}; valid: {valid}") from None
+        raise ConfigError(
+            f"unknown toolset {name!r}; valid: {valid} (a toolset of your own needs its --tools_module "
+            "or --mcp_config again, also on --resume)"
+        ) from None
 
 
 def expand_toolsets(names: Iterable[str]) -> list[str]:
