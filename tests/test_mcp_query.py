@@ -200,6 +200,18 @@ def test_a_server_that_crashes_at_start_is_one_line_with_its_stderr(
     assert not sim_endpoint.requests
 
 
+def test_a_program_missing_from_the_sandbox_is_one_line_saying_where_it_was_looked_for(
+    sim_endpoint: SimulatedEndpoint, work: Path
+) -> None:
+    config = write_config(work / "mcp.json", {"gone": {"command": "no-such-mcp-server"}})
+    flags = [*endpoint_flags(sim_endpoint, "q"), f"--mcp_config={config}", "--enabled_toolsets=gone"]
+    done = run_cli(work, *flags, "--sandbox=local")
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "program not found: no-such-mcp-server" in line and 'or set "host": true)' in line, line
+    assert not sim_endpoint.requests
+
+
 def test_a_server_that_keeps_failing_is_started_three_times_at_most(
     sim_endpoint: SimulatedEndpoint, work: Path
 ) -> None:

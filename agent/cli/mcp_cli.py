@@ -69,12 +69,21 @@ async def _list_all(
     )
     for result in results:
         if isinstance(result, McpFailure | SandboxError | OSError):
-            raise ConfigError(f"--mcp_config: {result}")
+            raise ConfigError(f"--mcp_config: {result}{_hint(result)}")
         if isinstance(result, AgentError):
             raise result
         if isinstance(result, BaseException):
             raise result
     return tuple(r for r in results if isinstance(r, McpServer))
+
+
+def _hint(failure: BaseException) -> str:
+    """What to try when a stdio server's program is not found where it runs (the sandbox)."""
+    if "program not found" not in str(failure):
+        return ""
+    return (
+        ' (the command runs inside the prompt\'s sandbox, on its PATH: install it there, or set "host": true)'
+    )
 
 
 def check_names(path: str, servers: Sequence[McpServer]) -> None:
