@@ -78,3 +78,11 @@ def test_a_sampled_mcp_toolset_is_called_and_recorded(work: Path, sandbox: str) 
     assert SECRET not in written_text(run_dir) + done.stdout + done.stderr
     assert "iVBORw0KGgo" not in written_text(run_dir)  # no image as base64 in anything written
     assert servers_left(work) == []
+    # --resume without --mcp_config would move every entry calling its tools out of the output
+    output = (run_dir / "trajectories.jsonl").read_bytes()
+    forgot = cli.run(
+        f"--dataset_file={work / 'd.jsonl'}", "--batch_size=2", "--run_name=notes", "--resume",
+        "--distribution=terminal_only", output=False,
+    )  # fmt: skip
+    assert forgot.returncode == 2 and "(--mcp_config servers notes; run_config.json)" in forgot.stderr, forgot
+    assert (run_dir / "trajectories.jsonl").read_bytes() == output

@@ -40,7 +40,7 @@ def tool(name: str, properties: dict[str, Any] | None = None) -> McpTool:
 
 def server(work: Path, *modes: str, host: bool = False) -> McpServer:
     args = (*modes, f"--name={work.name}")
-    names = ("add", "hang", "image", "resource", "fail", "env_value")
+    names = ("add", "hang", "image", "resource", "fail", "env_value", "big")
     tools = tuple(tool(name) for name in names)
     if host:
         return McpServer(
@@ -105,6 +105,22 @@ def test_a_conversation_ended_during_a_hung_call_leaves_nothing(work: Path) -> N
     asyncio.run(scenario())
     assert servers_left(work) == []
     assert not any((work / "boxes").rglob("server.py"))  # the sandbox is gone too
+
+
+def test_a_huge_result_is_capped_as_the_terminals_output(work: Path) -> None:
+    from tools.terminal.output import MAX_OUTPUT_CHARS
+
+    async def scenario() -> Any:
+        conversation = context(work, artifacts=work / "run")
+        try:
+            return await handlers(server(work, host=True))["big"]({"n": 5_000_000}, conversation)
+        finally:
+            await conversation.aclose()
+
+    text = asyncio.run(scenario())
+    assert isinstance(text, str) and MAX_OUTPUT_CHARS <= len(text) < MAX_OUTPUT_CHARS + 200, len(text)
+    assert "[OUTPUT TRUNCATED - 4950000 chars omitted out of 5000000 total]" in text
+    assert servers_left(work) == []
 
 
 def test_results_become_tool_messages(work: Path) -> None:

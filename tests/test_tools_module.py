@@ -116,6 +116,20 @@ def test_a_user_toolset_runs_like_a_built_in_on_two_local_workers(
     config = json.loads((cli.run_dir("mine") / "run_config.json").read_text())
     assert config["agent"]["tools"]["tools_modules"] == ["unit_tools"]
     assert config["agent"]["tools"]["tools_path"] == [str(tmp_path)]  # where workers import it from
+    # a resume that forgets --tools_module would move every entry calling its tools out of the
+    # output (tool_not_offered): it stops first, one line, and touches nothing
+    output = (cli.run_dir("mine") / "trajectories.jsonl").read_bytes()
+    forgot = cli.run(
+        "--dataset_file=d.jsonl", "--batch_size=4", "--run_name=mine", "--resume",
+        "--distribution=terminal_only", output=False,
+    )  # fmt: skip
+    assert forgot.returncode == 2, forgot
+    assert forgot.stderr.splitlines()[-1].startswith(
+        "error: --resume: run mine ran with toolsets of its own that this command does not register "
+        "(--tools_module=unit_tools; run_config.json)"
+    ), forgot.stderr
+    assert (cli.run_dir("mine") / "trajectories.jsonl").read_bytes() == output
+    assert not (cli.run_dir("mine") / "discarded.jsonl").exists()
 
 
 def test_a_user_toolset_runs_on_ray_actors(

@@ -18,6 +18,7 @@ from agent.cli.dataset_cli import build_dataset_options
 from agent.cli.export_cli import build_export_options, check_publishable
 from agent.cli.flag_values import check_required
 from agent.cli.flags import BATCH
+from agent.cli.resume_tools import check_resumed_tools
 from agent.cli.shared_config import build_agent_config, build_tool_config, check_toolsets
 from agent.config.agent_config import embedded_hint, is_embedded, is_loopback
 from agent.config.run_config import RunConfig, check_run_name
@@ -117,6 +118,7 @@ def check_ready(config: RunConfig) -> None:
             f"{run_dir} already holds results: "
             "pass --resume to continue that run, or choose another --run_name"
         )
+    check_resumed_tools(config)
     _check_toolsets(config)
 
 

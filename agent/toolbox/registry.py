@@ -55,7 +55,9 @@ def add_toolsets(toolsets: Iterable[Toolset]) -> None:
     try:
         merged_toolsets, merged_specs = _collect([*TOOLSETS.values(), *new])
     except RuntimeError as exc:
-        raise ConfigError(f"{exc}; names of toolsets and tools must be unique") from None
+        raise ConfigError(
+            f"--tools_module/--mcp_config: {exc}; names of toolsets and tools must be unique"
+        ) from None
     TOOLSETS.update(merged_toolsets)  # in place: every importer holds these very dicts
     ALL_TOOLS.clear()
     ALL_TOOLS.update(merged_specs)

@@ -2,7 +2,8 @@
 under the run's artifacts directory and shown as a Markdown link with its size, as
 `image_generate` shows the images it makes (never base64 in a trajectory); a resource's text,
 or what a binary one or a link is; `structuredContent` as JSON when there is no text; an
-`isError` result as `{"error": ...}`."""
+`isError` result as `{"error": ...}`. Capped as the terminal's output is (MAX_OUTPUT_CHARS, the
+start and the end kept): a server's answer is its own to size, the trajectory's is ours."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import mcp_types
 from agent.common.images import sniff
 from agent.protocols import JSON, ToolConfig
 from tools.image_gen import save_image
+from tools.terminal.output import truncate_output
 
 
 async def tool_message(result: mcp_types.CallToolResult, config: ToolConfig, prompt_key: str) -> JSON:
@@ -29,7 +31,7 @@ async def tool_message(result: mcp_types.CallToolResult, config: ToolConfig, pro
             parts.append(_part(block))
     if not parts and result.structured_content is not None:
         parts = [json.dumps(result.structured_content, ensure_ascii=False)]
-    text = "\n\n".join(parts)
+    text = truncate_output("\n\n".join(parts))
     if result.is_error:
         return {"error": text or "the tool reported an error without saying what"}
     return text if parts else "(the tool returned nothing)"

@@ -1,0 +1,44 @@
+"""A resumed run must register the toolsets of its own it ran with: an entry calling a tool
+that this invocation does not offer would be judged malformed at the merge (`tool_not_offered`)
+and moved out of the output. So `--resume` without the `--mcp_config` servers or the
+`--tools_module` modules that run_config.json recorded stops before anything is touched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agent.config.run_config import RunConfig
+from agent.errors import ConfigError
+
+
+def _recorded_tools(run_dir: Path) -> dict[str, Any]:
+    try:
+        saved = json.loads((run_dir / "run_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no run yet, or one from before the file: nothing to compare
+        return {}
+    tools = saved.get("agent", {}).get("tools") if isinstance(saved, dict) else None
+    return tools if isinstance(tools, dict) else {}
+
+
+def check_resumed_tools(config: RunConfig) -> None:
+    """ConfigError when this --resume lacks servers or modules the run recorded."""
+    if not config.resume:
+        return
+    recorded = _recorded_tools(config.run_dir)
+    tools = config.agent.tools
+    servers = {s.get("name") for s in recorded.get("mcp_servers") or () if isinstance(s, dict)}
+    missing_servers = sorted(str(name) for name in servers - {s.name for s in tools.mcp_servers})
+    missing_modules = [m for m in recorded.get("tools_modules") or () if m not in tools.tools_modules]
+    if not missing_servers and not missing_modules:
+        return
+    lacking = [
+        *([f"--mcp_config servers {', '.join(missing_servers)}"] if missing_servers else []),
+        *([f"--tools_module={','.join(map(str, missing_modules))}"] if missing_modules else []),
+    ]
+    raise ConfigError(
+        f"--resume: run {config.run_name} ran with toolsets of its own that this command does not "
+        f"register ({'; '.join(lacking)}; run_config.json): pass them again, or its entries calling "
+        "their tools would be moved out of the output"
+    )
