@@ -192,3 +192,12 @@ def test_field_map_answer_is_checked_in_a_parquet_run(
         "revision": None,
         "commit": None,
     }
+
+
+def test_a_file_named_parquet_that_is_not_one_is_said_so(tmp_path: Path) -> None:
+    from agent.batch.dataset import scan_dataset
+    from agent.errors import DatasetError
+
+    (tmp_path / "d.parquet").write_text('{"prompt": "x"}\n', encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"d\.parquet: cannot read the Parquet file \(.*not a parquet"):
+        scan_dataset(str(tmp_path / "d.parquet"))

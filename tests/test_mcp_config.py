@@ -117,8 +117,10 @@ def test_the_files_are_capped(tmp_path: Path) -> None:
 def test_a_file_that_is_not_a_config_is_one_line(tmp_path: Path, text: str) -> None:
     path = tmp_path / "mcp.json"
     path.write_text(text, encoding="utf-8")
-    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: "):
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: ") as raised:
         read_config(str(path), {})
+    if text == '{"mcpServers": {}}':  # an object, but an empty one: said so
+        assert "mcpServers: no server in it" in str(raised.value)
 
 
 def test_tool_names_fit_the_function_api_deterministically() -> None:

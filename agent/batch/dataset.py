@@ -91,8 +91,8 @@ def open_source(path: str | Path, options: DatasetOptions | None = None) -> Sour
     path = Path(path)
     if path.is_dir() and is_datasets_directory(path):
         return DiskSource(path, columns)
-    if is_parquet(path):
-        return ParquetSource(path, columns)
+    if is_parquet(path) or (path.suffix.lower() == ".parquet" and path.is_file()):
+        return ParquetSource(path, columns)  # one named .parquet without its magic: "not a Parquet file"
     return JsonlSource(path, columns)
 
 

@@ -47,7 +47,8 @@ def read_config(path: str, environ: Mapping[str, str] | None = None) -> tuple[Mc
     servers = data.get("mcpServers") if isinstance(data, dict) else None
     if not isinstance(servers, dict) or not servers:
         shape = '{"mcpServers": {name: {command, args, env} | {url, headers}}}'
-        raise ConfigError(f"{path}: mcpServers: expected an object of servers ({shape})")
+        what = "no server in it" if isinstance(servers, dict) else "expected an object of servers"
+        raise ConfigError(f"{path}: mcpServers: {what} ({shape})")
     out = []
     for name, entry in servers.items():
         problem = toolset_name_problem(name)
@@ -139,7 +140,9 @@ def _seconds(entry: dict[str, Any], key: str, default: float) -> float:
 def _prefix(entry: dict[str, Any]) -> str:
     prefix: str = _typed(entry, "tool_prefix", str, "")
     if prefix and not FUNCTION_NAME.fullmatch(prefix + "x"):
-        raise EntryError("tool_prefix", "letters, digits, _ and - only (it starts each tool's name)")
+        raise EntryError(
+            "tool_prefix", "letters, digits, _ and - only, at most 63 (it starts each tool's name)"
+        )
     return prefix
 
 
