@@ -130,6 +130,10 @@ def test_a_user_toolset_runs_like_a_built_in_on_two_local_workers(
     ), forgot.stderr
     assert (cli.run_dir("mine") / "trajectories.jsonl").read_bytes() == output
     assert not (cli.run_dir("mine") / "discarded.jsonl").exists()
+    rescored = cli.run("--rescore", "--run_name=mine", output=False)  # it merges again too
+    assert rescored.returncode == 2, rescored
+    assert "error: --rescore: run mine ran with toolsets of its own" in rescored.stderr, rescored.stderr
+    assert (cli.run_dir("mine") / "trajectories.jsonl").read_bytes() == output
 
 
 def test_a_user_toolset_runs_on_ray_actors(

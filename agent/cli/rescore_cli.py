@@ -18,6 +18,7 @@ from agent.batch.dataset import check_readable, scan_dataset
 from agent.batch.run import BatchRun
 from agent.cli.batch_cli import build_run_config
 from agent.cli.dataset_cli import pin_dataset, saved_dataset_flags
+from agent.cli.resume_tools import check_resumed_tools
 from agent.cli.verify_cli import check_verification, refuse_bad_checks
 from agent.config.run_config import RunConfig, check_run_name
 from agent.errors import ConfigError
@@ -59,6 +60,7 @@ def _saved_config(run_dir: Path) -> dict[str, Any]:
 def rescore(values: Mapping[str, Any], console: Console) -> int:
     """Check the run again, keep, merge, report; the exit code of the run's completion."""
     config = rescore_config(values)
+    check_resumed_tools(config)
     check_readable(config.dataset_file, config.dataset)
     config = pin_dataset(config)  # the commit the run read (a rescore is a --resume)
     backend = config.sandbox.backend

@@ -1,7 +1,8 @@
 """A resumed run must register the toolsets of its own it ran with: an entry calling a tool
 that this invocation does not offer would be judged malformed at the merge (`tool_not_offered`)
 and moved out of the output. So `--resume` without the `--mcp_config` servers or the
-`--tools_module` modules that run_config.json recorded stops before anything is touched."""
+`--tools_module` modules that run_config.json recorded stops before anything is touched; so
+does `--rescore`, which merges again too."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def _recorded_tools(run_dir: Path) -> dict[str, Any]:
 
 
 def check_resumed_tools(config: RunConfig) -> None:
-    """ConfigError when this --resume lacks servers or modules the run recorded."""
-    if not config.resume:
+    """ConfigError when this --resume (or --rescore) lacks servers or modules the run recorded."""
+    if not (config.resume or config.rescore):
         return
     recorded = _recorded_tools(config.run_dir)
     tools = config.agent.tools
@@ -37,8 +38,9 @@ def check_resumed_tools(config: RunConfig) -> None:
         *([f"--mcp_config servers {', '.join(missing_servers)}"] if missing_servers else []),
         *([f"--tools_module={','.join(map(str, missing_modules))}"] if missing_modules else []),
     ]
+    flag = "--rescore" if config.rescore else "--resume"
     raise ConfigError(
-        f"--resume: run {config.run_name} ran with toolsets of its own that this command does not "
+        f"{flag}: run {config.run_name} ran with toolsets of its own that this command does not "
         f"register ({'; '.join(lacking)}; run_config.json): pass them again, or its entries calling "
         "their tools would be moved out of the output"
     )
