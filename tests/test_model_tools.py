@@ -107,8 +107,9 @@ def test_disabled_toolsets_and_order_of_toolsets_used() -> None:
 def test_unknown_toolsets_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="unknown toolset 'web_tools'"):
         resolve_tools(["terminal", "web_tools"])
-    with pytest.raises(ConfigError, match="unknown toolset 'nope'"):
+    with pytest.raises(ConfigError, match="unknown toolset 'nope'") as raised:
         resolve_tools(None, ["nope"])
+    assert str(raised.value).endswith("needs its --tools_module or --mcp_config again, also on --resume)")
 
 
 def test_definitions_are_copies() -> None:

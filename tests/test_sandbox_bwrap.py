@@ -118,6 +118,7 @@ async def test_limits_hold_memory_and_process_count(bwrap_options: SandboxOption
             'n=0; for d in /proc/[0-9]*; do n=$((n + 1)); done; echo "count=$n"',
             timeout=120,  # the bomb's processes share the CPUs with the count: slow on a busy machine
         )
+        assert "count=" in bomb.output, bomb  # its exit code and output say why when it is not
         count = int(bomb.output.rsplit("count=", 1)[1].split()[0])
         assert bwrap_options.pids_limit // 2 <= count <= bwrap_options.pids_limit + 1  # + bwrap's pid 1
         assert subprocess.run(["true"], check=False).returncode == 0
