@@ -99,7 +99,7 @@ def test_what_the_history_form_says_is_on_the_turns() -> None:
         ("x~2", "x", {}),
     ]
     assert isinstance(failed, ToolTurn) and failed.error and isinstance(read, ToolTurn) and not read.error
-    assert isinstance(cut, AssistantTurn) and cut.truncated and cut.token_ids is None and cut.logprobs is None
+    assert isinstance(cut, AssistantTurn) and cut.truncated and cut.tokens is None
     assert isinstance(injected, UserTurn) and injected.injected
 
 

@@ -37,6 +37,10 @@ class Finished:
     outcome: str
     usage: dict[str, float]
     api_calls: int = 0  # model calls the conversation made (the parent's count of them)
+    # --capture_tokens: the entry's token sidecar line (agent.protocols.tokens.TokenRecord),
+    # appended to tokens_<batch_num>.jsonl before `line`; and whether its tokens drifted.
+    tokens_line: bytes | None = None
+    token_drift: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class Discarded:
     entry: dict[str, Any]
     usage: dict[str, float]
     timestamp: str
+    # --capture_tokens: the entry's sidecar line, kept like a result's (tokens_<batch>.jsonl,
+    # the batch in the entry's metadata) so an entry recovered later finds its tokens.
+    tokens_line: bytes | None = None
 
     def record(self) -> dict[str, Any]:
         """The line of `discarded.jsonl`."""

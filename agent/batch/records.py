@@ -35,7 +35,8 @@ from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 _OURS = ("batch_num", "timestamp", "model", "prompt_key", "prompt_id", "sample_index", "outcome", "usage",
          "toolsets_unavailable")  # fmt: skip
 NO_REASONING = "no_reasoning"
-FILTERS = (*FLAWS, NO_REASONING)  # every discard reason, in the order that picks an entry's one
+TOKEN_DRIFT = "token_drift"  # --capture_tokens: a turn's prompt did not extend the sequence
+FILTERS = (*FLAWS, NO_REASONING, TOKEN_DRIFT)  # every discard reason, in the order that picks one
 if set(FILTERS) != set(KEPT_BY):  # one table says which flag keeps each reason (run_config)
     raise RuntimeError(f"discard reasons {FILTERS} and the KEPT_BY table disagree: {sorted(KEPT_BY)}")
 

@@ -57,6 +57,7 @@ _SAME_NAME = (
     "tpm",
     "embedded_threads",
     "keep_malformed",
+    "keep_token_drift",
     "price_input",
     "price_output",
     "price_cached",
@@ -84,7 +85,11 @@ def build_run_config(values: Mapping[str, Any]) -> RunConfig:
         memory_mb=values["sandbox_memory_mb"],
     )
     artifacts = Path(values["output_dir"], run_name).absolute()  # tools save files (images) there
-    agent = replace(agent, tools=replace(agent.tools, artifacts_dir=str(artifacts)))
+    agent = replace(
+        agent,
+        tools=replace(agent.tools, artifacts_dir=str(artifacts)),
+        capture_tokens=values["capture_tokens"],  # the token API is probed later (check_ready)
+    )
     return RunConfig(
         **{name: values[name] for name in _SAME_NAME},
         run_name=run_name,

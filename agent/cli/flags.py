@@ -19,6 +19,7 @@ from agent.config.run_config import RUN_BACKENDS, RunConfig
 from agent.config.sampling import MAX_STOP, Sampling
 from agent.config.verify_config import KEEP_MODES, MATCH_MODES, VerifyOptions
 from agent.protocols import IMAGE_APIS, WEB_BACKENDS, ToolConfig
+from agent.protocols.tokens import TOKEN_CAPTURE_MODES
 from agent.sandboxes import AUTO, BACKENDS, SandboxOptions
 
 _BOTH, _BATCH, _QUERY = BOTH, BATCH_ONLY, QUERY_ONLY  # short names for the table
@@ -132,6 +133,10 @@ FLAGS: tuple[Flag, ...] = (
          choices=REASONING_EFFORTS, shown="model default"),
     Flag("reasoning_disabled", "bool", False, 'disable reasoning: sends {"effort": "none"}',
          "Conversation"),
+    Flag("capture_tokens", "str", _agent("capture_tokens"),
+         "record each model call's token ids and logprobs beside the text (tokens.jsonl): auto where the "
+         "endpoint gives them, required to stop when it cannot", "Conversation", _BATCH,
+         choices=TOKEN_CAPTURE_MODES),
     Flag("ephemeral_system_prompt", "str", _agent("ephemeral_system_prompt"),
          "system prompt used at call time, never saved", "Conversation", shown="none"),
     Flag("prefill_messages_file", "str", None,
@@ -222,6 +227,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("keep_malformed", "bool", _run("keep_malformed"),
          "keep malformed samples: leaked, invalid, unoffered or duplicate tool calls (default: discard)",
          "Logging", _BATCH),
+    Flag("keep_token_drift", "bool", _run("keep_token_drift"),
+         "keep samples whose token ids drifted between turns (--capture_tokens); false moves them to "
+         "discarded.jsonl", "Logging", _BATCH),
     Flag("price_input", "float", _run("price_input"),
          "USD per million prompt tokens, to cost calls the provider does not price (usage.cost)",
          "Workers and budgets", _BATCH, shown="none"),

@@ -18,6 +18,7 @@ from typing import Any
 from agent.config.sampling import Sampling
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
+from agent.protocols.tokens import TOKEN_CAPTURE_MODES
 
 log = logging.getLogger("agent.embedded")  # the batch runner shows its INFO lines (loading the model)
 
@@ -116,9 +117,14 @@ class AgentConfig:
     log_prefix_chars: int = DEFAULT_LOG_PREFIX_CHARS
     log_prefix: str = ""
     tools: ToolConfig = field(default_factory=ToolConfig)
+    capture_tokens: str = "off"  # agent.protocols.tokens.TOKEN_CAPTURE_MODES
+    # The token API the start-up probe found (agent.llm.tokens); None: text only. Set at the
+    # CLI edge, never by a flag: with capture_tokens "off", or "auto" and no API found, None.
+    token_api: str | None = None
 
     def __post_init__(self) -> None:
         check_choice("provider_sort", self.provider_sort, PROVIDER_SORTS)
+        check_choice("capture_tokens", self.capture_tokens, TOKEN_CAPTURE_MODES)
         check_choice("api_dialect", self.api_dialect, DIALECTS)
         if self.max_iterations < 1:
             raise ConfigError(f"--max_turns must be at least 1, got {self.max_iterations}")

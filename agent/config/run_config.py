@@ -27,6 +27,7 @@ KEPT_BY: dict[str, str] = {
     "invalid_arguments": "keep_malformed",
     "leaked_tool_call": "keep_malformed",
     "no_reasoning": "keep_no_reasoning",
+    "token_drift": "keep_token_drift",  # --capture_tokens: a turn's prompt broke the sequence
 }
 
 # Each reason --keep discards for and the --keep modes that keep it. Not a filter of one entry
@@ -81,6 +82,9 @@ class RunConfig:
     sandbox_starts: int = 4  # concurrent sandbox creations per worker process
     embedded_threads: int = 1
     keep_malformed: bool = False  # keep entries the well-formedness filter would discard
+    # Entries whose tokens drifted are kept (labelled token_drift, counted in statistics.json)
+    # unless this is False: an RL export of one is still exact, with fewer generated tokens.
+    keep_token_drift: bool = True
     price_input: float | None = None  # USD per million prompt tokens
     price_output: float | None = None  # USD per million completion tokens
     price_cached: float | None = None  # USD per million cached prompt tokens (default: price_input)

@@ -15,6 +15,7 @@ from typing import Any
 
 from agent.errors import FailureClass
 from agent.protocols import SandboxSpec, Usage
+from agent.protocols.tokens import TokenDrift
 from agent.protocols.turns import Turn
 
 
@@ -53,6 +54,7 @@ class ConversationResult:
     final_response: str | None = None
     error: str | None = None
     error_class: FailureClass | None = None
+    token_drift: TokenDrift | None = None  # the first turn whose prompt broke the sequence
 
     @property
     def completed(self) -> bool:

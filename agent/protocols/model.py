@@ -6,6 +6,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
+from agent.protocols.tokens import TokenCapture
+
 
 @dataclass(frozen=True)
 class Prices:
@@ -78,6 +80,9 @@ class ChatRequest:
     extra_body: dict[str, Any] = field(default_factory=dict)
     extra_params: dict[str, Any] = field(default_factory=dict)  # top-level params, e.g. reasoning_effort
     model: str | None = None  # None: the client's model (tools such as vision or moa ask for others)
+    # The token API to ask for ids and logprobs in (agent.llm.tokens; None: text only). Only the
+    # agent loop's own calls set it: a tool's model calls are not training data.
+    token_api: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,7 @@ class ModelReply:
     usage: Usage
     reasoning_details: list[Any] | None = None
     reasoning_forced: bool = False  # the endpoint's output grammar made the model write it
+    tokens: TokenCapture | None = None  # the call's token ids and logprobs (--capture_tokens)
 
 
 class ChatModel(Protocol):

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.protocols.tokens import TurnTokens
+
 # The history form's own keys: reasoning and content separated (by the loop), reasoning forced
 # by the endpoint's output grammar, {id given to a call: the id the model sent}, a message
 # the agent injected itself (not part of the conversation).
@@ -76,9 +78,7 @@ class AssistantTurn:
     reasoning_details: tuple[object, ...] | None = None  # signed reasoning, sent back as is
     truncated: bool = False  # cut at max_tokens
     injected: bool = False
-    # Room for training data, not filled yet: the reply's token ids and their logprobs.
-    token_ids: tuple[int, ...] | None = None
-    logprobs: tuple[float, ...] | None = None
+    tokens: TurnTokens | None = None  # the call's tokens (--capture_tokens), see agent.protocols.tokens
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,19 @@ DISCARDED_FILE = "discarded.jsonl"
 FAILURES_FILE = "failures.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
 BATCH_GLOB = "batch_*.jsonl"
+# --capture_tokens: each batch file's token sidecar (one TokenRecord line per entry, bound to it
+# by metadata.tokens.id), and the merged one, line for line beside trajectories.jsonl.
+TOKENS_GLOB = "tokens_*.jsonl"
+TOKENS_FILE = "tokens.jsonl"
 _BATCH_NAME = re.compile(r"batch_(\d+)\.jsonl")
 
 
 def batch_file_name(batch_num: int) -> str:
     return f"batch_{int(batch_num)}.jsonl"
+
+
+def tokens_file_name(batch_num: int) -> str:
+    return f"tokens_{int(batch_num)}.jsonl"
 
 
 def batch_files(directory: Path) -> list[Path]:
