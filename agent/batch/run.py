@@ -28,7 +28,7 @@ from agent.batch.jobs import Job, sample_sampling
 from agent.batch.keeping import KeepPass, keep_at_end, reapply_filters_and_keep
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
-from agent.batch.recovery import current_discards, merge_output
+from agent.batch.recovery import current_discards, merge_output, write_answer
 from agent.batch.rescore import rescore_step
 from agent.batch.row_verify import job_checks
 from agent.batch.run_summary import filters_and_budget, run_summary, sample_counts, worker_losses
@@ -194,13 +194,8 @@ class BatchRun:
     def _on_event(self, event: WorkerEvent) -> None:
         """Write the answer (before counting it: a count never runs ahead of the disk), count
         it, show it."""
-        match event:
-            case Finished():
-                self.store.append_result(event.batch_num, event.line)
-            case Discarded():
-                self.store.append_discard(event.record())
-            case Failed():
-                self.store.append_failure(event.record(attempt=self.tally.attempt(event.key)))
+        attempt = self.tally.attempt(event.key) if isinstance(event, Failed) else 0
+        write_answer(self.store, event, self.config.batch_size, attempt)
         advance = self.tally.count(event)
         if self.monitor is not None:
             _show(self.monitor, event, advance)
