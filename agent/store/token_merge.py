@@ -19,7 +19,8 @@ then ends non-zero). A run whose directory has no sidecar captured nothing: no t
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -43,8 +44,18 @@ class TokenCounts:
     without: int = 0  # merged entries naming no tokens id (no turn captured)
     bytes: int = 0  # size of tokens.jsonl
 
-    def section(self, api: str | None) -> dict[str, Any]:
-        return {"api": api, **asdict(self)}
+
+def token_capture(api: str | None, counts: Mapping[str, Any] | None, previous: Any) -> dict[str, Any] | None:
+    """--capture_tokens: the counts of the merged sidecar and the token API they came from
+    (`api`; None: the one the earlier statistics.json `previous` names, for a merge without a
+    probe such as --rescore), for statistics.json's `tokens` section; None when the run has no
+    token data (its statistics stay as they were)."""
+    if counts is None:
+        return None
+    if api is None and isinstance(previous, Mapping):
+        recorded = previous.get("tokens")
+        api = recorded.get("api") if isinstance(recorded, Mapping) else None
+    return {"api": api, **counts}
 
 
 def tokens_output(output: str) -> str:
