@@ -14,9 +14,11 @@ import pytest
 from agent.batch.completion import Completion
 from agent.batch.recovery import write_answer
 from agent.protocols.tokens import TokenRecord
+from agent.report.digest import RunDigest
 from agent.report.sections import summary
 from agent.store.directory import RunDirectory
 from agent.store.layout import batch_files
+from agent.store.summary_lines import token_capture_lines
 from agent.store.token_merge import token_capture
 from tests.support.token_entries import discarded, entry, finished, key_of, token_record
 
@@ -233,9 +235,11 @@ def test_the_statistics_section_names_the_api_and_the_report_shows_the_drift() -
     section = token_capture(None, counts, previous)  # a merge without a probe (--rescore)
     assert section is not None and section["api"] == "sglang"
     stats = {"tokens": {"merged_output": {}, **section}, "completion": {}}
-    from agent.report.digest import RunDigest
-
     html = summary(stats, RunDigest())
     assert "Trajectories with token drift</td><td>2 of 9" in html
     assert "9 trajectories (sglang)" in html
     assert "token drift" not in summary({"tokens": {"merged_output": {}}}, RunDigest())
+    assert token_capture_lines(stats["tokens"]) == [
+        "Token data (sglang): 9 trajectories · 20 turns · 0 prompt ids · 0 completion ids · 2 with drift"
+    ]
+    assert token_capture_lines({"merged_output": {}}) == []
