@@ -3,9 +3,8 @@ repair, filters re-applied, merge, statistics.json, exit code) on a backend doub
 as a capturing worker would (tests/support/token_entries.py): kill -9 mid-run then --resume
 leaves each merged entry's sidecar line once in tokens.jsonl, in the entry's place and
 consistent with it; --keep_token_drift=false then true moves entries and their tokens both ways.
-What remains for when the worker side (agent/loop, agent/batch/records.py) is on main: the
-same kill -9 and resume through `batch_runner.py` and real workers against the
-SimulatedEndpoint over HTTP.
+The last test does the kill -9 and resume through `batch_runner.py` and real workers against
+the SimulatedEndpoint over HTTP.
 """
 
 from __future__ import annotations
@@ -18,19 +17,37 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from agent.batch.dataset import scan_dataset
 from agent.batch.run import BatchRun
 from agent.config.agent_config import AgentConfig
+from agent.servers.simulated.server import SimulatedEndpoint
 from agent.store.layout import batch_files
+from tests.support.batch import (
+    BatchCLI,
+    human_prompt,
+    kill_started,
+    session_pids,
+    tool_then_answer,
+    wait_until,
+    write_dataset,
+)
 from tests.support.scripted_backend import scripted
 from tests.support.token_entries import capture_config, mixed_prompts, run_capture
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def no_stray_processes() -> Iterator[None]:
+    yield
+    kill_started()
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -146,3 +163,60 @@ def test_a_run_without_capture_writes_no_tokens_file_nor_section(tmp_path: Path)
     assert "missing_tokens" not in stats["completion"]
     assert not (plain.run_dir / "tokens.jsonl").exists()
     assert not list(plain.run_dir.glob("tokens_*.jsonl"))
+
+
+def test_cli_kill_9_during_a_capture_run_then_resume(tmp_path: Path) -> None:
+    """`batch_runner.py --capture_tokens=required` against the SimulatedEndpoint over HTTP,
+    SIGKILLed once results are on disk, then --resume: each entry's sidecar line once in
+    tokens.jsonl, line for line, its turns those of the entry."""
+    prompts = [f"Token prompt {n}" for n in range(24)]
+    flags = ("--dataset_file=d.jsonl", "--batch_size=4", "--run_name=tk", "--num_workers=2")
+    with SimulatedEndpoint() as endpoint:
+        for prompt in prompts:
+            endpoint.script(prompt, tool_then_answer(delay=0.05))
+        write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        cli = BatchCLI(tmp_path, endpoint)
+        run_dir = cli.run_dir("tk")
+        proc = cli.start(*flags, "--capture_tokens=required")
+        wait_until(lambda: _results(run_dir) >= 6 or proc.poll() is not None, "six results on disk")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        wait_until(lambda: not session_pids(proc.pid), "the killed runner's workers to exit")
+        assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed"
+        done = cli.run(*flags, "--capture_tokens=required", "--resume")
+        assert done.returncode == 0, done
+    stats = consistent(run_dir)
+    assert stats["tokens"]["trajectories"] == len(prompts) and stats["tokens"]["with_drift"] == 0
+    assert Counter(human_prompt(e) for e in _jsonl(run_dir / "trajectories.jsonl")) == Counter(prompts)
+
+
+def test_cli_keep_token_drift_false_then_true_moves_entries_and_tokens_both_ways(tmp_path: Path) -> None:
+    """An endpoint that re-renders earlier turns: --keep_token_drift=false discards every entry
+    (its tokens line kept in its shard's sidecar, never merged); --resume with true brings them
+    back line for line with their tokens, no model call; false again withdraws them."""
+    prompts = [f"Drift prompt {n}" for n in range(5)]
+    flags = ("--dataset_file=d.jsonl", "--batch_size=2", "--run_name=dr", "--num_workers=1")
+    with SimulatedEndpoint(token_drift="whitespace") as endpoint:
+        for prompt in prompts:
+            endpoint.script(prompt, tool_then_answer())
+        write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        cli = BatchCLI(tmp_path, endpoint)
+        run_dir = cli.run_dir("dr")
+        capture = (*flags, "--capture_tokens=required")
+        first = cli.run(*capture, "--keep_token_drift=false")
+        assert first.returncode == 0, first
+        stats = consistent(run_dir)
+        assert stats["tokens"]["trajectories"] == 0 and not _jsonl(run_dir / "tokens.jsonl")
+        calls = len(endpoint.requests)
+        back = cli.run(*capture, "--resume")
+        assert back.returncode == 0, back
+        stats = consistent(run_dir)
+        assert stats["tokens"]["trajectories"] == stats["tokens"]["with_drift"] == len(prompts)
+        assert stats["recovered_discards"] == {"token_drift": len(prompts)}
+        again = cli.run(*capture, "--keep_token_drift=false", "--resume")
+        assert again.returncode == 0, again
+        stats = consistent(run_dir)
+        assert stats["tokens"]["trajectories"] == 0 and stats["withdrawn_entries"] == {
+            "token_drift": len(prompts)
+        }
+        assert len(endpoint.requests) - calls <= 2  # the resumes' probes only: no prompt ran again
