@@ -360,3 +360,25 @@ def test_capture_off_sends_no_probe_and_records_off(tmp_path: Path, vllm: VllmSh
     assert done.returncode == 0, done
     assert recorded(tmp_path) == ("off", None) and "token capture" not in done.stderr
     assert vllm.bodies and not any(TOKEN_FIELDS & set(body) for body in vllm.bodies)
+
+
+def test_reasoning_given_back_keeps_the_next_prompt_a_continuation(sim_endpoint: SimulatedEndpoint) -> None:
+    """The simulated template renders an earlier turn's <think> block from the reasoning sent
+    back (as Qwen3's does): with it the next prompt starts with the ids so far; without it, not."""
+    tools = [{"type": "function", "function": {"name": "terminal", "parameters": {"type": "object"}}}]
+    capturing = replace(_config(sim_endpoint.base_url), token_api="vllm")
+    user = {"role": "user", "content": "hello"}
+    first = ask(sim_endpoint.base_url, build_request(capturing, [user], tools))
+    assert first.tokens is not None and first.reasoning and first.tool_calls
+    call = first.tool_calls[0]
+    said = {"role": "assistant", "content": first.content, "reasoning": first.reasoning}
+    said["tool_calls"] = [
+        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+    ]
+    history = [user, said, {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+    so_far = first.tokens.prompt_ids + first.tokens.completion_ids
+    second = ask(sim_endpoint.base_url, build_request(capturing, history, tools))
+    assert second.tokens is not None and second.tokens.prompt_ids[: len(so_far)] == so_far
+    plain = build_request(_config(sim_endpoint.base_url), history, tools)  # no reasoning given back
+    third = ask(sim_endpoint.base_url, replace(plain, token_api="vllm"))
+    assert third.tokens is not None and third.tokens.prompt_ids[: len(so_far)] != so_far
