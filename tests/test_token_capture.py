@@ -308,6 +308,15 @@ def test_required_without_ids_stops_with_one_line(tmp_path: Path, text_only: Vll
     assert not (tmp_path / "data" / "cap" / "run_config.json").exists()
 
 
+def test_a_probe_that_cannot_reach_the_endpoint_stops_the_run(tmp_path: Path) -> None:
+    done = run(tmp_path, "http://127.0.0.1:9/v1", "--capture_tokens=auto", "--max_retries=0")
+    assert done.returncode == 2, done
+    (line,) = error_lines(done)
+    assert line.startswith(
+        "error: --capture_tokens=auto: could not ask http://127.0.0.1:9/v1 for token ids (connection: "
+    )
+
+
 def test_auto_without_ids_warns_once_and_runs_text_only(tmp_path: Path, text_only: VllmShape) -> None:
     done = run(tmp_path, text_only.base_url, "--capture_tokens=auto")
     assert done.returncode == 0, done
