@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -226,6 +227,11 @@ def test_logprobs_are_deterministic_one_per_id(make_sim_endpoint: MakeEndpoint) 
     assert "token_ids" not in again["choices"][0] and "prompt_token_ids" not in again
     assert [e["logprob"] for e in again["choices"][0]["logprobs"]["content"]] == [e.logprob for e in content]
     assert all(e["top_logprobs"] == [] for e in again["choices"][0]["logprobs"]["content"])
+    named = post(endpoint, messages, logprobs=True, return_tokens_as_token_ids=True, return_token_ids=True)
+    named_ids = named["choices"][0]["token_ids"]
+    assert [e["token"] for e in named["choices"][0]["logprobs"]["content"]] == [
+        f"token_id:{i}" for i in named_ids
+    ]
 
 
 def test_a_streamed_reply_asking_for_ids_still_streams(scripted: Callable[..., SimulatedEndpoint]) -> None:
@@ -256,6 +262,25 @@ def test_the_tokenizer_round_trips_and_keeps_specials_atomic() -> None:
         {"tool_calls": [{"function": {"name": "t", "arguments": a}}]} for a in ('{"a": 1}', '{"a":1}')
     )
     assert tokenizer.assistant_body(spaced) == tokenizer.assistant_body(tight)
+
+
+def longest_match(data: bytes) -> list[int]:
+    """The reference encoding of text without specials: the longest merge at each byte, else it."""
+    merges = {m.encode(): tokenizer.FIRST_MERGE + index for index, m in enumerate(tokenizer.MERGES)}
+    ids, at = [], 0
+    while at < len(data):
+        size = next((n for n in range(8, 1, -1) if data[at : at + n] in merges), 1)
+        ids.append(merges[data[at : at + size]] if size > 1 else data[at])
+        at += size
+    return ids
+
+
+def test_the_encoding_is_greedy_longest_match() -> None:
+    rng = random.Random(7)
+    alphabet = [*'the tool and ing ion  "{}:,\nxyzé🙂', *tokenizer.MERGES]
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert tokenizer.encode(text) == longest_match(text.encode()), text
 
 
 def test_cli_serves_a_drift_mode_and_refuses_an_unknown_one() -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from typing import Any
 
 DRIFT_MODES = ("none", "reasoning", "whitespace", "merge")
@@ -56,41 +55,39 @@ _PIECES: tuple[bytes, ...] = (
     + tuple(s.encode() for s in SPECIALS)
     + tuple(m.encode() for m in MERGES)
 )
-_MERGE_IDS = {piece: FIRST_MERGE + index for index, piece in enumerate(p.encode() for p in MERGES)}
-_LONGEST = max(len(piece) for piece in _MERGE_IDS)
+_IDS = {piece: token for token, piece in enumerate(_PIECES) if not 256 <= token < FIRST_MERGE}
+
+
+def _trie(pieces: Sequence[bytes]) -> bytes:
+    """A regex matching the longest of `pieces` at a position (a trie: each byte tried once;
+    an alternation of the pieces, tried one after another, took four times as long)."""
+    heads = sorted({p[0] for p in pieces if p})
+    branches = []
+    for head in heads:
+        tails = [p[1:] for p in pieces if p and p[0] == head]
+        rest = _trie(tails)
+        optional = b"?" if rest and b"" in tails else b""
+        branches.append(re.escape(bytes([head])) + (b"(?:" + rest + b")" + optional if rest else b""))
+    return b"|".join(branches)
+
+
+# Greedy longest match, else one byte; scanned in C (a 150 kB prompt in ~40 ms).
+_PIECE = re.compile(b"(?:" + _trie([m.encode() for m in MERGES]) + b")|.", re.DOTALL)
 _SPECIAL_SPLIT = re.compile("(" + "|".join(re.escape(s) for s in SPECIALS) + ")")
 _SPECIAL_IDS = {s: 256 + index for index, s in enumerate(SPECIALS)}
-_LINES = re.compile(rb"[^\n]*\n|[^\n]+")
 
 
 def encode(text: str) -> list[int]:
-    """The ids of `text`: specials atomic, the rest greedy longest-match, line by line."""
+    """The ids of `text`: specials atomic, the rest greedy longest-match (no merge holds a
+    newline, so each line is encoded on its own)."""
     ids: list[int] = []
     for part in _SPECIAL_SPLIT.split(text):
         special = _SPECIAL_IDS.get(part)
         if special is not None:
             ids.append(special)
         elif part:
-            for line in _LINES.findall(part.encode()):
-                ids.extend(_encode_line(line))
+            ids.extend(map(_IDS.__getitem__, _PIECE.findall(part.encode())))
     return ids
-
-
-@lru_cache(maxsize=65536)  # a conversation's history is re-encoded on every turn
-def _encode_line(data: bytes) -> tuple[int, ...]:
-    ids: list[int] = []
-    at, end = 0, len(data)
-    while at < end:
-        for size in range(min(_LONGEST, end - at), 1, -1):
-            merged = _MERGE_IDS.get(data[at : at + size])
-            if merged is not None:
-                ids.append(merged)
-                at += size
-                break
-        else:
-            ids.append(data[at])
-            at += 1
-    return tuple(ids)
 
 
 def piece(token_id: int) -> bytes:
