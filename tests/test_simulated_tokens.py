@@ -20,6 +20,8 @@ from typing import Any
 import openai
 import pytest
 
+from agent.config.agent_config import AgentConfig
+from agent.llm.token_probe import probe
 from agent.servers.simulated import tokenizer
 from agent.servers.simulated.replies import usage_of
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
@@ -202,6 +204,17 @@ def test_no_token_fields_unless_asked(scripted: Callable[..., SimulatedEndpoint]
     assert choice["logprobs"] is None
     body = endpoint.requests[-1].body
     assert reply["usage"] == usage_of(body, SCRIPT[0])  # the rough counts, as before
+
+
+def test_token_api_none_answers_no_ids_and_the_probe_finds_vllm(
+    make_sim_endpoint: MakeEndpoint,
+) -> None:
+    plain = make_sim_endpoint(token_api="none")
+    reply = post(plain, [{"role": "user", "content": "hi"}], **ASK_ALL)
+    assert "prompt_token_ids" not in reply and reply["choices"][0]["logprobs"] is None
+    found = probe(AgentConfig(model="m", base_url=make_sim_endpoint().base_url, api_key="k", max_retries=0))
+    assert (found.api, found.prompt_ids, found.completion_ids, found.logprobs) == ("vllm", True, True, True)
+    assert probe(AgentConfig(model="m", base_url=plain.base_url, api_key="k", max_retries=0)).api is None
 
 
 def test_logprobs_are_deterministic_one_per_id(make_sim_endpoint: MakeEndpoint) -> None:

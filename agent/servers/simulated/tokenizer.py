@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 DRIFT_MODES = ("none", "reasoning", "whitespace", "merge")
+TOKEN_APIS = ("vllm", "none")  # whose token fields the endpoint answers ("none": it ignores them)
 SPECIALS = (
     "<|im_start|>",
     "<|im_end|>",
@@ -71,7 +72,8 @@ def _trie(pieces: Sequence[bytes]) -> bytes:
     return b"|".join(branches)
 
 
-# Greedy longest match, else one byte; scanned in C (a 150 kB prompt in ~40 ms).
+# Greedy longest match, else one byte; scanned in C (a 150 kB prompt in ~60 ms, where a
+# byte-by-byte Python loop took ~900).
 _PIECE = re.compile(b"(?:" + _trie([m.encode() for m in MERGES]) + b")|.", re.DOTALL)
 _SPECIAL_SPLIT = re.compile("(" + "|".join(re.escape(s) for s in SPECIALS) + ")")
 _SPECIAL_IDS = {s: 256 + index for index, s in enumerate(SPECIALS)}
