@@ -186,6 +186,8 @@ def test_each_drift_mode_drifts_where_the_tokenizer_says(
         "whitespace": len(prompt) + len(completion) - 1,  # its <|im_end|> follows one more "\n"
         "merge": len(prompt) + (tokenizer.first_merge(canonical) or 0),  # re-encoded canonically
     }[mode]
+    assert tokenizer.drift_at(prompt, completion, mode) == expected
+    assert tokenizer.drift_at(prompt, completion, "none") is None
     assert first_drift(calls) == (1, expected)
     assert after[expected] != (prompt + completion)[expected]
     if mode == "merge":

@@ -221,3 +221,17 @@ def completion_ids(message: Mapping[str, Any], drift: str = "none") -> list[int]
     """The ids the model generated for `message` (what `choices[0].token_ids` says)."""
     ids = [*encode(assistant_body(message)), IM_END]
     return split_first_merge(ids) if drift == "merge" else ids
+
+
+def drift_at(prompt: Sequence[int], completion: Sequence[int], drift: str) -> int | None:
+    """Where the next prompt departs from `prompt + completion` (one call's ids) under `drift`,
+    None where it keeps them; the first call for which this is not None is the drifting turn.
+    "reasoning" assumes the client sends the reasoning back in a field, as ours does."""
+    if drift == "reasoning":
+        return len(prompt) if completion[:1] == [THINK] else None
+    if drift == "whitespace":
+        return len(prompt) + len(completion) - 1
+    if drift == "merge":
+        at = first_merge(encode(decode(completion)))
+        return None if at is None else len(prompt) + at
+    return None
