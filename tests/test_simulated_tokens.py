@@ -121,6 +121,7 @@ def test_ids_decode_to_the_rendered_prompt_and_completion(scripted: Callable[...
     reply = post(scripted(), messages, return_token_ids=True)
     choice = reply["choices"][0]
     assert tokenizer.decode(reply["prompt_token_ids"]) == tokenizer.render(messages, TOOLS)
+    assert reply["prompt_token_ids"] == tokenizer.encode(tokenizer.render(messages, TOOLS))
     assert tokenizer.decode(reply["prompt_token_ids"]).endswith("<|im_start|>assistant\n")
     body = tokenizer.assistant_body(choice["message"])
     assert body.startswith("<think>\nI should look first.\n</think>\n\n<tool_call>\n")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 DRIFT_MODES = ("none", "reasoning", "whitespace", "merge")
@@ -189,6 +190,13 @@ def render(
     drift: str = "none",
 ) -> str:
     """The prompt text of a chat request (`drift`: how earlier assistant turns are re-rendered)."""
+    return "".join(_turns(messages, tools, add_generation_prompt, drift))
+
+
+def _turns(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], generation: bool, drift: str
+) -> list[str]:
+    """The prompt's text one message at a time (each starts with a special token)."""
     out: list[str] = []
     head = messages[0] if messages else {}
     if tools:
@@ -205,16 +213,26 @@ def render(
             out.append(_turn(role, f"<tool_response>\n{text_of(message.get('content'))}\n</tool_response>"))
         else:
             out.append(_turn(role, text_of(message.get("content"))))
-    if add_generation_prompt:
+    if generation:
         out.append("<|im_start|>assistant\n")
-    return "".join(out)
+    return out
+
+
+@lru_cache(maxsize=64)
+def _system_ids(text: str) -> tuple[int, ...]:
+    """A system turn's ids: the same system prompt and tools open every request of a run."""
+    return tuple(encode(text))
 
 
 def prompt_ids(
     messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = (), drift: str = "none"
 ) -> list[int]:
-    """The ids of the prompt the endpoint gives the model (what `prompt_token_ids` says)."""
-    return encode(render(messages, tools, True, drift))
+    """The ids of the prompt the endpoint gives the model (what `prompt_token_ids` says);
+    `encode(render(...))`, one turn at a time (a special token starts each, so they never merge)."""
+    ids: list[int] = []
+    for turn in _turns(messages, tools, True, drift):
+        ids.extend(_system_ids(turn) if turn.startswith("<|im_start|>system\n") else encode(turn))
+    return ids
 
 
 def completion_ids(message: Mapping[str, Any], drift: str = "none") -> list[int]:
