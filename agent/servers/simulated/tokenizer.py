@@ -21,6 +21,9 @@ Drift modes (`DRIFT_MODES`) re-render what came before, as real templates and to
 - "merge": the model "sampled" the first merged piece of each completion byte by byte
   (a non-canonical tokenization of the same text); the history re-encodes it canonically. Drift
   at the first earlier turn whose completion has a merge, at `first_merge(canonical ids)`.
+`drift_at` computes each of these positions from one call's ids. Without a drift mode a reply in
+the `scratchpad` reasoning style drifts too: the model wrote <REASONING_SCRATCHPAD>, the
+template writes the reasoning sent back in <think>, as with a model that ignores its template.
 """
 
 from __future__ import annotations
