@@ -103,13 +103,6 @@ class VllmShape:
 
 
 @pytest.fixture
-def sim_endpoint() -> Iterator[SimulatedEndpoint]:
-    """The simulated endpoint as a server without token ids (it answers vLLM's by default)."""
-    with SimulatedEndpoint(token_api="none") as endpoint:
-        yield endpoint
-
-
-@pytest.fixture
 def vllm() -> Iterator[VllmShape]:
     double = VllmShape()
     with double.server:
