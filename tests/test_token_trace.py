@@ -141,10 +141,10 @@ def test_a_prompt_shorter_than_the_sequence_drifts_where_it_ends() -> None:
     assert (trace.drift.position, trace.drift.expected, trace.drift.got) == (4, (5,), ())
     assert trace.drift.context == "completion of turn 0, token 1"
     assert (turns[1].prompt_offset, turns[1].prompt_ids.tolist()) == (4, [])
-    turns.append(trace.add(TokenCapture(ids([1]), ids([]), None)))  # cut back to one id
+    turns.append(trace.add(TokenCapture(ids([1]), ids([7]), None)))  # cut back to one id
     input_ids, mask, logprobs, spans = record(turns, trace).sequence()
-    assert trace.sequence == input_ids == ids([1])
-    assert (mask.tolist(), logprobs, spans) == ([0], [None], [(1, 1)])
+    assert trace.sequence == input_ids == ids([1, 7])
+    assert (mask.tolist(), logprobs, spans) == ([0, 1], [None, None], [(1, 2)])
 
 
 def test_memory_grows_with_the_conversation_not_with_turns_times_length() -> None:
