@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from agent.batch.events import Discarded, Finished
+from agent.batch.events import Discarded, Failed, Finished
 from agent.batch.records import TOKEN_DRIFT, answer
 from agent.loop.conversation import ConversationResult, Outcome
 from agent.loop.token_trace import TokenTrace, common_prefix
 from agent.protocols import Usage
 from agent.protocols.tokens import DRIFT_SHOWN, TokenCapture, TokenRecord, TurnTokens, floats, ids
-from agent.protocols.turns import AssistantTurn, from_openai_messages
+from agent.protocols.turns import AssistantTurn, Turn, from_openai_messages
 from tests.support.batch import job
 
 
@@ -174,17 +174,19 @@ def test_memory_grows_with_the_conversation_not_with_turns_times_length() -> Non
 
 def conversation_result(turns: list[TurnTokens | None], **fields: Any) -> ConversationResult:
     """A two-call conversation (a tool call, then an answer) whose assistant turns carry `turns`."""
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": "", "reasoning": "why", "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "c1", "name": "terminal", "content": "ok"},
         {"role": "assistant", "content": "done", "reasoning": "so"},
     ]  # fmt: skip
-    history, given = [], iter(turns)
+    history: list[Turn] = []
+    given = iter(turns)
     for turn in from_openai_messages(messages):
-        assistant = isinstance(turn, AssistantTurn)
-        history.append(dataclasses.replace(turn, tokens=next(given)) if assistant else turn)
+        if isinstance(turn, AssistantTurn):
+            turn = dataclasses.replace(turn, tokens=next(given))
+        history.append(turn)
     base: dict[str, Any] = {
         "outcome": Outcome.COMPLETED,
         "turns": tuple(history),
@@ -226,6 +228,7 @@ def test_a_drifted_conversation_is_labelled_and_discarded_only_when_not_kept(kee
     assert trace.drift is not None
     result = conversation_result(turns, token_drift=trace.drift)
     event = answer(job(), result, keep_no_reasoning=False, keep_token_drift=keep)
+    assert not isinstance(event, Failed)
     line = event.tokens_line
     assert line is not None and TokenRecord.of(json.loads(line)).drift == trace.drift
     if keep:
