@@ -4,11 +4,13 @@ into its turn's tokens and finding the first drift, the sequence it builds again
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
 import json
 import time
 import tracemalloc
+import weakref
 from array import array
 from collections.abc import Iterator
 from typing import Any
@@ -17,11 +19,14 @@ import pytest
 
 from agent.batch.events import Discarded, Failed, Finished
 from agent.batch.records import TOKEN_DRIFT, answer
-from agent.loop.conversation import ConversationResult, Outcome
+from agent.config.agent_config import AgentConfig
+from agent.loop.agent_loop import converse
+from agent.loop.conversation import ConversationResult, Outcome, Prompt
 from agent.loop.token_trace import TokenTrace, common_prefix
-from agent.protocols import Usage
+from agent.protocols import ChatRequest, ModelReply, ToolCall, Usage
 from agent.protocols.tokens import DRIFT_SHOWN, TokenCapture, TokenRecord, TurnTokens, floats, ids
 from agent.protocols.turns import AssistantTurn, Turn, from_openai_messages
+from agent.toolbox.registry import resolve_tools
 from tests.support.batch import job
 
 
@@ -245,3 +250,39 @@ def test_without_tokens_an_entry_is_as_before_and_no_sidecar_line_is_made() -> N
     event = answer(job(), conversation_result([None, None]), keep_no_reasoning=False, keep_token_drift=False)
     assert isinstance(event, Finished) and event.tokens_line is None and not event.token_drift
     assert "tokens" not in json.loads(event.line)["metadata"]
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def test_the_loop_puts_each_calls_tokens_on_its_turn_and_drops_the_whole_prompt() -> None:
+    """Each assistant turn carries its `TurnTokens`, the result the first drift; a call's whole
+    prompt (as long as the conversation) is not held while its tools and the next call run."""
+
+    class Capturing:
+        """A model whose calls carry ids (as the client makes them with --capture_tokens)."""
+
+        def __init__(self) -> None:
+            self.conversation = Conversation(template=50_000, completion=4)
+            self.prompts: list[weakref.ref[array[int]]] = []
+            self.alive_at_call: list[bool] = []
+
+        async def complete(self, request: ChatRequest) -> ModelReply:
+            gc.collect()
+            self.alive_at_call.append(any(ref() is not None for ref in self.prompts))
+            n = len(self.prompts)
+            capture = self.conversation.call({3: 9} if n == 2 else None)  # drift at turn 2
+            self.prompts.append(weakref.ref(capture.prompt_ids))
+            call = ToolCall(f"c{n}", "terminal", "{}")
+            return ModelReply("", "r", (call,) if n < 3 else (), "tool_calls", Usage(1, 1), tokens=capture)
+
+    model = Capturing()
+    done = asyncio.run(
+        converse(
+            AgentConfig(max_iterations=5), model, resolve_tools([]), Prompt("q", job().sandbox_spec("run"))
+        )
+    )
+    assert model.alive_at_call == [False] * 4
+    tokens = [t.tokens for t in done.turns if isinstance(t, AssistantTurn)]
+    assert [t is not None and t.prompt_offset for t in tokens] == [0, 50_004, 3, 150_012]
+    assert done.token_drift is not None and (done.token_drift.turn, done.token_drift.position) == (2, 3)

@@ -158,6 +158,9 @@ class _Loop:
             self.turns.append(assistant_turn(reply, calls, renamed, tokens))
             if not calls:
                 return self.answered(reply)
+            # With --capture_tokens the reply holds its whole prompt's ids (as long as the
+            # conversation so far): not kept while the tools and the next call run.
+            del reply
             self.turns += await self.run_tools(calls)
         return self.end(Outcome.MAX_ITERATIONS, error=f"no final answer within {cfg.max_iterations} calls")
 
