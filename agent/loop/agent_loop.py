@@ -136,7 +136,7 @@ class _Loop:
         self.turns: list[Turn] = []
         self.api_calls = 0
         self.usage = Usage()
-        self.tokens = TokenTrace()  # fed only by replies that carry ids (--capture_tokens)
+        self.tokens: TokenTrace | None = None  # made by the first reply with ids (--capture_tokens)
 
     async def run(self, text: str) -> ConversationResult:
         """The loop: call the model, run its tool calls, repeat until an outcome."""
@@ -154,7 +154,7 @@ class _Loop:
                 return self.end(Outcome.API_FAILURE, error=str(exc), error_class=exc.error_class)
             self.usage += reply.usage
             calls, renamed = unique_ids(reply.tool_calls)
-            tokens = None if reply.tokens is None else self.tokens.add(reply.tokens)
+            tokens = None if reply.tokens is None else self.traced().add(reply.tokens)
             self.turns.append(assistant_turn(reply, calls, renamed, tokens))
             if not calls:
                 return self.answered(reply)
@@ -163,6 +163,11 @@ class _Loop:
             del reply
             self.turns += await self.run_tools(calls)
         return self.end(Outcome.MAX_ITERATIONS, error=f"no final answer within {cfg.max_iterations} calls")
+
+    def traced(self) -> TokenTrace:
+        if self.tokens is None:
+            self.tokens = TokenTrace()
+        return self.tokens
 
     def answered(self, reply: ModelReply) -> ConversationResult:
         """The outcome of a reply without tool calls."""
@@ -202,5 +207,5 @@ class _Loop:
             final_response=final_response,
             error=error,
             error_class=error_class,
-            token_drift=self.tokens.drift,
+            token_drift=None if self.tokens is None else self.tokens.drift,
         )
