@@ -115,8 +115,17 @@ def assert_record_matches(record: TokenRecord, expected: Expected) -> None:
         assert sum(mask) == sum(len(c) for _, c, _ in expected)
 
 
+def injected(expected: Expected, drift: str) -> tuple[int, int] | None:
+    """(turn, position) of the drift the endpoint's mode puts in, as its tokenizer says."""
+    for index, (prompt, completion, _) in enumerate(expected[:-1]):
+        if (at := tokenizer.drift_at(prompt, completion, drift)) is not None:
+            return index + 1, at
+    return None
+
+
 def assert_drift_where_injected(record: TokenRecord, expected: Expected, drift: str) -> None:
     where = first_drift(expected)
+    assert where == injected(expected, drift)
     if drift == "none":
         assert where is None and record.drift is None
         return
