@@ -30,7 +30,7 @@ from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from agent.servers.simulated.token_fields import logprob
 from agent.store.layout import TOKENS_FILE, TOKENS_GLOB
 from agent.toolbox.registry import resolve_tools
-from tests.support.batch import BatchCLI, human_prompt, prompts_dataset, read_jsonl
+from tests.support.batch import BatchCLI, human_prompt, prompts_dataset, read_json, read_jsonl
 from tests.support.batch import job as make_job
 
 MakeEndpoint = Callable[..., SimulatedEndpoint]
@@ -232,6 +232,15 @@ def test_a_capture_run_writes_each_entrys_tokens_line_for_line(
         assert entry["metadata"]["tokens"]["drift"] == where
         assert entry["metadata"].get("discard_reasons") == (None if drift == "none" else [TOKEN_DRIFT])
     assert not read_jsonl(run_dir / "discarded.jsonl")
+    counts = read_json(run_dir / "statistics.json")["tokens"]
+    drifted = 0 if drift == "none" else len(SCRIPTS)
+    assert (counts["api"], counts["trajectories"], counts["with_drift"], counts["missing"]) == (
+        "vllm",
+        len(SCRIPTS),
+        drifted,
+        0,
+    )
+    assert counts["turns"] == sum(len(turns) for turns in SCRIPTS.values())
 
 
 def test_keep_token_drift_false_discards_drifted_entries_with_their_tokens(
