@@ -187,7 +187,9 @@ def _check_turn(index: int, turn: TurnTokens, length: int) -> None:
     negative one would cut from the end) or logprobs not one per completion id (every later
     logprob would sit on the wrong id)."""
     if not 0 <= turn.prompt_offset <= length:
-        raise ValueError(f"turn {index}: prompt_offset {turn.prompt_offset} is outside the {length} ids before it")
+        raise ValueError(
+            f"turn {index}: prompt_offset {turn.prompt_offset} is outside the {length} ids before it"
+        )
     if turn.logprobs is not None and len(turn.logprobs) != len(turn.completion_ids):
         raise ValueError(
             f"turn {index}: {len(turn.logprobs)} logprobs for {len(turn.completion_ids)} completion ids"
