@@ -304,3 +304,11 @@ def test_the_export_fails_cleanly_on_an_unparsable_entry(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match=r"trajectories\.jsonl:2: not a JSON object"):
         export_run(run_dir, ("rl",))
     assert not (run_dir / "export" / "rl.parquet").exists()
+
+
+def test_a_lone_surrogate_in_a_text_column_is_replaced_and_counted(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "r", [entry(PLAIN, rewarded=True, outcome="done \ud800")], [PLAIN])
+    report = export_run(run_dir, ("rl",))
+    assert (report.replaced, report.replaced_entries) == (1, 1)
+    [row] = rows(report.files["rl"])
+    assert row["outcome"] == "done \ufffd" and row["input_ids"] == PLAIN_ROW["input_ids"]
