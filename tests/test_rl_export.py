@@ -312,3 +312,9 @@ def test_a_lone_surrogate_in_a_text_column_is_replaced_and_counted(tmp_path: Pat
     assert (report.replaced, report.replaced_entries) == (1, 1)
     [row] = rows(report.files["rl"])
     assert row["outcome"] == "done \ufffd" and row["input_ids"] == PLAIN_ROW["input_ids"]
+
+
+def test_the_text_exports_keep_the_token_binding_out_of_the_rows_own_metadata(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "r", [entry(PLAIN, level=3)], [PLAIN])
+    [row] = rows(export_run(run_dir, ("parquet",)).files["parquet"])
+    assert json.loads(row["metadata"]) == {"level": 3}  # metadata.tokens is ours, as prompt_key is

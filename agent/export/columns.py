@@ -25,6 +25,7 @@ __all__ = ["ENTRY_SCHEMA", "OPENAI_SCHEMA", "OURS", "entry_columns", "verified"]
 OURS = (
     *("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage", "discard_reasons"),
     *("prompt_id", "sample_index"),
+    "tokens",  # --capture_tokens: the entry's line in tokens.jsonl (the `rl` export reads it)
 )
 VERIFIED = ("reward", "verification")  # ours only when a check applied (else a row's own `reward` stays)
 _USAGE_INTS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cached_tokens")
