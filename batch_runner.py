@@ -36,6 +36,7 @@ from agent.cli.export_cli import export_and_push, is_post_process, merged, post_
 from agent.cli.flags import BATCH
 from agent.cli.logs import configure_logging
 from agent.cli.rescore_cli import rescore
+from agent.cli.token_cli import ready_tokens
 from agent.cli.verify_cli import check_verification, refuse_bad_checks
 from agent.common.redaction import redact_streams
 from agent.config.agent_config import serving
@@ -43,8 +44,8 @@ from agent.config.run_config import RunConfig
 
 console = Console(stderr=True)
 # Said once per run at INFO: which sandbox backend runs the prompts (and how it tracks processes),
-# loading the embedded model (and how long it took).
-INFORMATIVE = ("agent.sandboxes", "agent.embedded")
+# loading the embedded model (and how long it took), what token ids the endpoint gives.
+INFORMATIVE = ("agent.sandboxes", "agent.embedded", "agent.tokens")
 
 
 def _say(line: str) -> None:
@@ -82,7 +83,8 @@ def run(config: RunConfig) -> int:
     config = ready_sandbox(config, scan)  # which sandbox images the rows need is known now
     backend = backend_factory(config.backend)  # imported only now: Ray takes seconds to import
     with serving(config.agent, config.embedded_threads) as agent:  # one embedded server for all workers
-        code = BatchRun(dataclasses.replace(config, agent=agent), console, backend=backend).run(scan)
+        served = ready_tokens(dataclasses.replace(config, agent=agent))  # --capture_tokens' probe
+        code = BatchRun(served, console, backend=backend).run(scan)
     if merged(config.run_dir):  # what this invocation merged; an interrupted run exports nothing
         export_and_push(config.run_dir, config.export, _say)
     return code

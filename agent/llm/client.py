@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 import httpx2
@@ -27,6 +27,7 @@ from agent.errors import FailureClass, ModelAPIError
 from agent.llm.images import DEFAULT_MODELS, parse_image_reply, request_body
 from agent.llm.rate_limit import AdaptiveLimiter
 from agent.llm.reply import parse_reply
+from agent.llm.tokens import find_api
 from agent.llm.transport import AiohttpTransport, ReplyTooLarge
 from agent.protocols import ChatRequest, ImageReply, ImageRequest, ModelReply, Usage
 
@@ -107,6 +108,14 @@ def _encode(value: Any) -> str:
 _encoded_tools = IdentityMemo(_encode)
 
 
+def _token_fields(name: str) -> Mapping[str, Any]:
+    """The request fields of token API `name` (`agent.llm.tokens`)."""
+    try:
+        return find_api(name).fields
+    except ValueError as exc:  # only a probe names an API, so this is a bug, said as one
+        raise ModelAPIError(FailureClass.BAD_REQUEST, str(exc)) from None
+
+
 class OpenAIChatModel:
     """A `ChatModel` for any OpenAI-compatible endpoint."""
 
@@ -164,6 +173,8 @@ class OpenAIChatModel:
             key = "max_completion_tokens" if "reasoning_effort" in request.extra_params else "max_tokens"
             body[key] = request.max_tokens
         body.update(request.extra_body)
+        if request.token_api is not None:  # last: a --sampling_extra "logprobs" must not undo them
+            body.update(_token_fields(request.token_api))
         if request.tools and "tools" not in request.extra_body:  # the same schemas every call:
             body.pop("tools", None)  # encoded once, and spliced in (they win over extra_params)
             wire = _encode(body)[:-1] + ',"tools":' + _encoded_tools(request.tools) + "}"
@@ -174,7 +185,8 @@ class OpenAIChatModel:
         )
 
     async def complete(self, request: ChatRequest) -> ModelReply:
-        return await self._retrying(lambda: self._call_once(request), parse_reply)
+        api = request.token_api
+        return await self._retrying(lambda: self._call_once(request), lambda raw: parse_reply(raw, api))
 
     async def generate_image(self, request: ImageRequest) -> ImageReply:
         """One image through the images endpoint or an image-output chat model (`request.api`,

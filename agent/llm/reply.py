@@ -16,7 +16,9 @@ from typing import Any
 from agent.common.unicode_text import encodable_json, may_hold_surrogates
 from agent.errors import FailureClass, ModelAPIError
 from agent.llm import reasoning
+from agent.llm.tokens import TokenReplyError, find_api
 from agent.protocols import ModelReply, ToolCall, Usage
+from agent.protocols.tokens import TokenCapture
 
 # Parallel tool calls come by the handful; OpenAI caps a request at 128 tools. A reply with
 # more calls than this is a broken or hostile endpoint, not a plan worth running.
@@ -90,8 +92,17 @@ def _message(raw: bytes) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]
     return completion, choice, message
 
 
-def parse_reply(raw: bytes) -> ModelReply:
-    """Our `ModelReply` from a chat-completions response body."""
+def _tokens(api: str, completion: dict[str, Any], choice: dict[str, Any]) -> TokenCapture:
+    """The ids and logprobs a reply to a request in token API `api` must carry."""
+    try:
+        return find_api(api).read(completion, choice)
+    except TokenReplyError as exc:  # not retried: the same server answers the same way
+        raise ModelAPIError(FailureClass.INVALID_RESPONSE, f"the endpoint ({api} token API) {exc}") from None
+
+
+def parse_reply(raw: bytes, token_api: str | None = None) -> ModelReply:
+    """Our `ModelReply` from a chat-completions response body; with `token_api` (the request
+    asked for ids in that API's fields) its `tokens`, or an invalid_response without them."""
     try:
         completion, choice, message = _message(raw)
         calls = _tool_calls(message)
@@ -106,6 +117,7 @@ def parse_reply(raw: bytes) -> ModelReply:
     text, content = reasoning.extract(message, content if isinstance(content, str) else "")
     usage = completion.get("usage")
     finish = choice.get("finish_reason")
+    tokens = None if token_api is None else _tokens(token_api, completion, choice)
     return ModelReply(
         content=content,
         reasoning=text,
@@ -116,4 +128,5 @@ def parse_reply(raw: bytes) -> ModelReply:
         # Not OpenAI's: our embedded server says its grammar forced the reasoning (its words or
         # its presence), so coverage statistics can tell it from reasoning the model chose.
         reasoning_forced=message.get("reasoning_forced") is True,
+        tokens=tokens,
     )

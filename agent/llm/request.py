@@ -86,11 +86,20 @@ def system_prompt(config: AgentConfig) -> str:
     return BASE_SYSTEM_PROMPT
 
 
-def _api_copy(message: dict[str, Any]) -> dict[str, Any]:
-    """The history message as sent: our private fields (reasoning, _injected…) removed."""
+def _api_copy(message: dict[str, Any], *, with_reasoning: bool = False) -> dict[str, Any]:
+    """The history message as sent: our private fields (reasoning, _injected…) removed; with
+    `with_reasoning`, an assistant turn's reasoning given back as the servers read it."""
     out = {k: v for k, v in message.items() if k in ("role", "content", "tool_calls", "tool_call_id", "name")}
     if message.get("reasoning_details"):
         out["reasoning_details"] = message["reasoning_details"]  # providers continue signed reasoning
+    if with_reasoning and message.get("role") == "assistant" and message.get("reasoning"):
+        # Templates such as Qwen3's render an earlier turn's <think> block from its
+        # `reasoning_content` (the turns after the last user message; without it they render
+        # the turn without its reasoning, and every later prompt drifts from what was
+        # generated). vLLM reads `reasoning` and hands it to the template as both names
+        # (vllm/entrypoints/chat_utils.py at vllm-project/vllm@bd5ec6d50b83); SGLang's message
+        # model carries `reasoning_content` to its template: both are sent.
+        out["reasoning"] = out["reasoning_content"] = message["reasoning"]
     return out
 
 
@@ -99,7 +108,9 @@ def build_request(
 ) -> ChatRequest:
     messages = [{"role": "system", "content": system_prompt(config)}]
     messages += [dict(m) for m in config.prefill_messages]
-    messages += [_api_copy(m) for m in history]
+    # Only a token-capturing run sends reasoning back: without it the request keeps its bytes.
+    given_back = config.token_api is not None
+    messages += [_api_copy(m, with_reasoning=given_back) for m in history]
     extra, params = _dialect_fields(config)
     sampling = config.prompt_sampling()
     sent = sampling.sent()
@@ -112,4 +123,5 @@ def build_request(
         max_tokens=max_tokens,
         extra_body=extra,
         extra_params={**params, **sent},
+        token_api=config.token_api,
     )

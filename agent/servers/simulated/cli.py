@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from agent.servers.simulated.replies import DEFAULT_TOOL_URL, POLICIES, REASONING_STYLES
 from agent.servers.simulated.server import SimulatedEndpoint
+from agent.servers.simulated.tokenizer import DRIFT_MODES
 
 
 def _optional_float(text: str) -> float | None:
@@ -36,6 +37,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate_drop", type=float, default=0.0)
     parser.add_argument("--model", action="append", help="model id to list (repeatable)")
     parser.add_argument("--tool_url", default=DEFAULT_TOOL_URL, help="URL for the policy's url arguments")
+    parser.add_argument(
+        "--token_drift", choices=DRIFT_MODES, default="none", help="re-render earlier turns (token drift)"
+    )
     return parser.parse_args(argv)
 
 
@@ -75,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             record=False,  # nobody reads the record of a CLI endpoint; keep memory flat
             model_ids=args.model or ("sim-model",),
             tool_url=args.tool_url,
+            token_drift=args.token_drift,
         )
         asyncio.run(_serve_until_signal(endpoint))
     except (ValueError, OSError) as exc:

@@ -40,6 +40,8 @@ from agent.servers.simulated.replies import (
     policy_turn,
     styled_turn,
 )
+from agent.servers.simulated.token_fields import add_token_fields, wants_tokens
+from agent.servers.simulated.tokenizer import DRIFT_MODES
 from agent.servers.simulated.verdicts import is_judge, judge_turn, marked_answer
 from agent.servers.traffic import current_request
 
@@ -92,9 +94,11 @@ class SimulatedEndpoint(StartStop):
         model_ids: Sequence[str] = ("sim-model",),
         reject_unknown_models: bool = False,  # True: 404 for a model not in model_ids, as providers do
         tool_url: str = DEFAULT_TOOL_URL,
+        token_drift: str = "none",  # how earlier turns are re-rendered: tokenizer.DRIFT_MODES
     ) -> None:
         rates = (rate_429, rate_5xx, rate_hang, rate_drop)
-        _check_options(policy, reasoning, rates)
+        _check_options(policy, reasoning, rates, token_drift)
+        self._token_drift = token_drift
         self._latency, self._policy, self._reasoning = latency, policy, reasoning
         self.tool_url = tool_url  # the page the default policy's url arguments name
         self._rates, self._retry_after = rates, retry_after
@@ -186,6 +190,8 @@ class SimulatedEndpoint(StartStop):
         completion = build_completion(body, turn, self._default_model)
         if wants_image_output(body) and not scripted:  # a script says what the model answers
             add_image_output(completion, body, first_user_text(body.get("messages") or []))
+        if wants_tokens(body):  # vLLM's return_token_ids / logprobs; else the reply as it was
+            add_token_fields(completion, body, self._token_drift)
         return completion
 
     async def _generate(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -266,11 +272,13 @@ class SimulatedEndpoint(StartStop):
         return turn
 
 
-def _check_options(policy: str, reasoning: str, rates: tuple[float, ...]) -> None:
+def _check_options(policy: str, reasoning: str, rates: tuple[float, ...], token_drift: str) -> None:
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
     if reasoning not in REASONING_STYLES:
         raise ValueError(f"reasoning must be one of {REASONING_STYLES}, not {reasoning!r}")
+    if token_drift not in DRIFT_MODES:
+        raise ValueError(f"token_drift must be one of {DRIFT_MODES}, not {token_drift!r}")
     if min(rates) < 0 or sum(rates) > 1 + 1e-9:
         raise ValueError("fault rates must be >= 0 and sum to at most 1")
 

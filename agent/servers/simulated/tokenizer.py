@@ -1,0 +1,224 @@
+"""The simulated model's tokenizer and chat template: deterministic ids for any text, so token
+capture and the drift check can be tested against exact, recomputable values.
+
+Ids 0..255 are the UTF-8 bytes; then `SPECIALS` (atomic wherever their text appears); then
+`MERGES`, multi-byte pieces chosen greedily (longest first). A merge never holds a newline and
+encoding starts afresh after each one, so a chat turn's header ("assistant\\n") never merges with
+its body: in the default mode turn k+1's prompt starts with turn k's prompt + completion ids.
+
+The template is ChatML-like (Qwen's shape): `<|im_start|>{role}\\n{text}<|im_end|>\\n` per
+message, tools listed in the system turn, an assistant body of
+`<think>\\n{reasoning}\\n</think>\\n{content}` then one `\\n<tool_call>\\n{json}\\n</tool_call>` per call
+(name and arguments, never the call's id: the server assigns those). A reply's completion is
+`encode(assistant_body(message)) + [IM_END]`, exactly what the message renders to when it comes
+back in the history, reasoning included only when the client sends it back.
+
+Drift modes (`DRIFT_MODES`) re-render what came before, as real templates and tokenizers do:
+- "reasoning": earlier assistant turns lose their reasoning (Qwen3's template drops it). Drift at
+  the first earlier turn with reasoning, at the start of its completion (its `<think>` id).
+- "whitespace": earlier assistant bodies end with one more "\\n" before `<|im_end|>`. Drift at
+  the first earlier assistant turn, at its completion's last id (`IM_END` becomes "\\n").
+- "merge": the model "sampled" the first merged piece of each completion byte by byte
+  (a non-canonical tokenization of the same text); the history re-encodes it canonically. Drift
+  at the first earlier turn whose completion has a merge, at `first_merge(canonical ids)`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+DRIFT_MODES = ("none", "reasoning", "whitespace", "merge")
+SPECIALS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|endoftext|>",
+)
+IM_START, IM_END, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END, END_OF_TEXT = range(256, 256 + len(SPECIALS))
+# Common English and JSON pieces (none holds a newline: see the module's docstring).
+MERGES = (
+    *("th", "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ti", "es", "or", "te", "of"),
+    *("ed", "is", "it", "al", "ar", "st", "to", "nt", "ng", "se", "ha", "as", "ou", "le", "ve"),
+    *(" t", " a", " s", " i", " o", " w", " c", " p", " b", " f", " m", " d", " h", "e ", "s "),
+    *("the", " the", "ing", "and", "ion", "tool", '": "', '", "', '{"', '"}', "  ", "    "),
+)
+FIRST_MERGE = 256 + len(SPECIALS)
+VOCAB_SIZE = FIRST_MERGE + len(MERGES)
+_PIECES: tuple[bytes, ...] = (
+    tuple(bytes([b]) for b in range(256))
+    + tuple(s.encode() for s in SPECIALS)
+    + tuple(m.encode() for m in MERGES)
+)
+_MERGE_IDS = {piece: FIRST_MERGE + index for index, piece in enumerate(p.encode() for p in MERGES)}
+_LONGEST = max(len(piece) for piece in _MERGE_IDS)
+_SPECIAL_SPLIT = re.compile("(" + "|".join(re.escape(s) for s in SPECIALS) + ")")
+_SPECIAL_IDS = {s: 256 + index for index, s in enumerate(SPECIALS)}
+_LINES = re.compile(rb"[^\n]*\n|[^\n]+")
+
+
+def encode(text: str) -> list[int]:
+    """The ids of `text`: specials atomic, the rest greedy longest-match, line by line."""
+    ids: list[int] = []
+    for part in _SPECIAL_SPLIT.split(text):
+        special = _SPECIAL_IDS.get(part)
+        if special is not None:
+            ids.append(special)
+        elif part:
+            for line in _LINES.findall(part.encode()):
+                ids.extend(_encode_line(line))
+    return ids
+
+
+@lru_cache(maxsize=65536)  # a conversation's history is re-encoded on every turn
+def _encode_line(data: bytes) -> tuple[int, ...]:
+    ids: list[int] = []
+    at, end = 0, len(data)
+    while at < end:
+        for size in range(min(_LONGEST, end - at), 1, -1):
+            merged = _MERGE_IDS.get(data[at : at + size])
+            if merged is not None:
+                ids.append(merged)
+                at += size
+                break
+        else:
+            ids.append(data[at])
+            at += 1
+    return tuple(ids)
+
+
+def piece(token_id: int) -> bytes:
+    """The bytes one id stands for."""
+    return _PIECES[token_id]
+
+
+def decode(ids: Sequence[int]) -> str:
+    """The text of `ids` (a lone piece of a multi-byte character decodes as U+FFFD)."""
+    return b"".join(_PIECES[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def first_merge(ids: Sequence[int]) -> int | None:
+    """The index of the first merged (multi-byte, non-special) id in `ids`, if any."""
+    return next((index for index, token in enumerate(ids) if token >= FIRST_MERGE), None)
+
+
+def split_first_merge(ids: Sequence[int]) -> list[int]:
+    """`ids` with its first merged id replaced by its bytes: the same text, tokenized otherwise."""
+    at = first_merge(ids)
+    if at is None:
+        return list(ids)
+    return [*ids[:at], *_PIECES[ids[at]], *ids[at + 1 :]]
+
+
+# ---------------------------------------------------------------- the chat template
+
+
+def text_of(content: Any) -> str:
+    """Message content as the template writes it: a string, or its parts (images as <image>)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(_part_text(part) for part in content)
+    return str(content)
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, Mapping):
+        return ""
+    return str(part.get("text", "")) if part.get("type", "text") == "text" else "<image>"
+
+
+def reasoning_of(message: Mapping[str, Any]) -> str | None:
+    """The reasoning a message carries back: reasoning_content, reasoning, or reasoning_details."""
+    for field in ("reasoning_content", "reasoning"):
+        value = message.get(field)
+        if isinstance(value, str) and value:
+            return value
+    details = message.get("reasoning_details")
+    if isinstance(details, list):
+        joined = "".join(str(d.get("text") or "") for d in details if isinstance(d, Mapping))
+        return joined or None
+    return None
+
+
+def _arguments(raw: Any) -> Any:
+    """Tool-call arguments as the template writes them: parsed JSON (so any equivalent spelling
+    the client sends back renders alike), the raw string when it is not JSON."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def assistant_body(message: Mapping[str, Any], *, reasoning: bool = True) -> str:
+    """What the template writes between `<|im_start|>assistant\\n` and `<|im_end|>`."""
+    text = ""
+    thought = reasoning_of(message) if reasoning else None
+    if thought is not None:
+        text = f"<think>\n{thought}\n</think>\n"
+    text += text_of(message.get("content"))
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {} if isinstance(call, Mapping) else {}
+        named = {"name": function.get("name"), "arguments": _arguments(function.get("arguments"))}
+        text += f"\n<tool_call>\n{json.dumps(named, ensure_ascii=False)}\n</tool_call>"
+    return text
+
+
+def _tools_block(tools: Sequence[Mapping[str, Any]]) -> str:
+    listed = "\n".join(json.dumps(tool.get("function", tool), ensure_ascii=False) for tool in tools)
+    return f"# Tools\n<tools>\n{listed}\n</tools>"
+
+
+def _turn(role: str, text: str) -> str:
+    return f"<|im_start|>{role}\n{text}<|im_end|>\n"
+
+
+def render(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] = (),
+    add_generation_prompt: bool = True,
+    drift: str = "none",
+) -> str:
+    """The prompt text of a chat request (`drift`: how earlier assistant turns are re-rendered)."""
+    out: list[str] = []
+    head = messages[0] if messages else {}
+    if tools:
+        system = text_of(head.get("content")) + "\n\n" if head.get("role") == "system" else ""
+        out.append(_turn("system", system + _tools_block(tools)))
+    for index, message in enumerate(messages):
+        role = str(message.get("role") or "user")
+        if index == 0 and tools and role == "system":
+            continue
+        if role == "assistant":
+            body = assistant_body(message, reasoning=drift != "reasoning")
+            out.append(_turn(role, body + "\n" if drift == "whitespace" else body))
+        elif role == "tool":
+            out.append(_turn(role, f"<tool_response>\n{text_of(message.get('content'))}\n</tool_response>"))
+        else:
+            out.append(_turn(role, text_of(message.get("content"))))
+    if add_generation_prompt:
+        out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+def prompt_ids(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = (), drift: str = "none"
+) -> list[int]:
+    """The ids of the prompt the endpoint gives the model (what `prompt_token_ids` says)."""
+    return encode(render(messages, tools, True, drift))
+
+
+def completion_ids(message: Mapping[str, Any], drift: str = "none") -> list[int]:
+    """The ids the model generated for `message` (what `choices[0].token_ids` says)."""
+    ids = [*encode(assistant_body(message)), IM_END]
+    return split_first_merge(ids) if drift == "merge" else ids
