@@ -73,9 +73,10 @@ def ready_tokens(config: RunConfig) -> RunConfig:
     except ModelAPIError as exc:
         raise ConfigError(
             f"--capture_tokens={agent.capture_tokens}: could not ask {agent.base_url} for token ids "
-            f"({exc.error_class}: {str(exc)[:SHOWN_DETAIL]})"
+            f"({exc.error_class}: {' '.join(str(exc).split())[:SHOWN_DETAIL]})"
         ) from None
-    support = replace(support, detail=support.detail[:SHOWN_DETAIL])
+    # One line: a server's error body may span several.
+    support = replace(support, detail=" ".join(support.detail.split())[:SHOWN_DETAIL])
     line = describe(support, agent.base_url)
     if support.usable:
         log.info("%s", line)
