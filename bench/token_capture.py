@@ -22,6 +22,7 @@ It prints:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import statistics
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from endpoint_process import start_endpoint
-from throughput import _children, _dataset, _memory_kib
+from throughput import TICKS, _children, _dataset, _memory_kib
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("off", "required")
@@ -60,6 +61,7 @@ class PythonRss(threading.Thread):
         self.pid = pid
         self.peak_rss_kib = 0
         self.peak_pss_kib = 0
+        self.parent_cpu_s = 0.0  # the parent's own CPU (no children's) at the last sample
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -75,6 +77,9 @@ class PythonRss(threading.Thread):
                     rss, pss = rss + one_rss, pss + one_pss
             self.peak_rss_kib = max(self.peak_rss_kib, rss)
             self.peak_pss_kib = max(self.peak_pss_kib, pss)
+            with contextlib.suppress(OSError):  # the parent has exited: keep the last sample
+                fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                self.parent_cpu_s = (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
             self.stop.wait(0.1)
 
 
@@ -139,6 +144,8 @@ def run_once(load: Load, mode: str, label: str, workdir: Path) -> dict[str, Any]
         "completed": completed,
         "model_calls": calls,
         "cpu_ms_per_call": round(1000 * cpu / calls, 3),
+        # Of which the parent (scheduling, appends, the final merge), up to its last 0.1 s.
+        "parent_cpu_ms_per_call": round(1000 * sampler.parent_cpu_s / calls, 3),
         "peak_inflight_at_endpoint": endpoint["stats"]["peak_inflight"],
         "peak_python_rss_mb": round(sampler.peak_rss_kib / 1024, 1),
         "peak_python_pss_mb": round(sampler.peak_pss_kib / 1024, 1),
@@ -158,15 +165,18 @@ def cpu_pairs(load: Load, pairs: int, workdir: Path) -> list[dict[str, Any]]:
     """`pairs` off/on pairs of `load`, interleaved; prints each run and the CPU each pair adds."""
     results: list[dict[str, Any]] = []
     deltas: list[float] = []
+    parents: list[float] = []
     for index in range(pairs):
         runs = {mode: run_once(load, mode, f"{load.name}_{index}_{mode}", workdir) for mode in MODES}
         for result in runs.values():
             print(json.dumps(result), flush=True)
         deltas.append(runs["required"]["cpu_ms_per_call"] - runs["off"]["cpu_ms_per_call"])
+        parents.append(runs["required"]["parent_cpu_ms_per_call"] - runs["off"]["parent_cpu_ms_per_call"])
         results += runs.values()
     off = [r["cpu_ms_per_call"] for r in results if r["capture_tokens"] == "off"]
     print(f"CPU ms per model call, capture off: {spread(off)}")
     print(f"CPU ms per model call that capture adds (on - off, per pair): {spread(deltas)}")
+    print(f"  of which in the parent process: {spread(parents)}")
     return results
 
 
