@@ -20,6 +20,7 @@ from agent.servers.simulated.server import SimulatedEndpoint
 from agent.toolbox.distribution_file import load_distributions_file
 from agent.toolbox.distributions import Distribution, sample_toolsets_from_distribution
 from tests.support.batch import BatchCLI, read_json, read_jsonl, write_dataset
+from tests.support.mcp_files import write_mcp_config
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = str(REPO / "examples" / "my_tools.py")
@@ -93,7 +94,7 @@ def test_an_mcp_toolset_in_a_file_distribution_samples_its_stated_rate(
     tmp_path: Path, answering: SimulatedEndpoint
 ) -> None:
     server = {"command": "python3", "args": ["server.py"], "files": {"server.py": str(MCP_SERVER)}}
-    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"notes": server}}), encoding="utf-8")
+    write_mcp_config(tmp_path / "mcp.json", {"notes": server})
     rates = {"notes": 40, "units": 25, "file": 100}
     (tmp_path / "d.json").write_text(json.dumps({"mcp_mix": {"toolsets": rates}}), encoding="utf-8")
     write_dataset(tmp_path / "d.jsonl", [{"prompt": f"mcp prompt {i}"} for i in range(MCP_ATTEMPTS)])

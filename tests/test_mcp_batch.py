@@ -7,23 +7,19 @@ appear in nothing the run wrote nor in its output, and no server outlives the ru
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.support.batch import BatchCLI, enterable_workdir, human_prompt, prompts_dataset, read_jsonl
-from tests.test_mcp_query import SECRET, servers_left, stdio_entry, write_config
+from tests.support.batch import BatchCLI, human_prompt, prompts_dataset, read_jsonl
+from tests.support.mcp_files import SECRET, servers_left, stdio_entry, work_fixture, write_mcp_config
 
 THINK = "The notes server can do this."
 DISTRIBUTIONS = 'notes_test: {description: "notes server only", toolsets: {notes: 100}}\n'
 
 
-@pytest.fixture
-def work() -> Iterator[Path]:
-    with enterable_workdir("mcp-batch-") as root:
-        yield root
+work = work_fixture("mcp-batch-")
 
 
 def written_text(run_dir: Path) -> str:
@@ -35,7 +31,7 @@ def written_text(run_dir: Path) -> str:
 @pytest.mark.parametrize("sandbox", ["local", "bwrap"])
 def test_a_sampled_mcp_toolset_is_called_and_recorded(work: Path, sandbox: str) -> None:
     prompts = [f"Use the notes, take {i}" for i in range(4)]
-    config = write_config(work / "mcp.json", {"notes": stdio_entry(work, env={"NOTE_KEY": SECRET})})
+    config = write_mcp_config(work / "mcp.json", {"notes": stdio_entry(work, env={"NOTE_KEY": SECRET})})
     distributions = work / "distributions.yaml"
     distributions.write_text(DISTRIBUTIONS, encoding="utf-8")
     with SimulatedEndpoint() as endpoint:

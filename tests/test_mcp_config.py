@@ -15,15 +15,14 @@ import pytest
 from agent.errors import ConfigError
 from agent.protocols import McpServer, McpTool, ToolConfig
 from tests.support.cli import run_cli
+from tests.support.mcp_files import write_mcp_config
 from tools.mcp import toolsets_for
 from tools.mcp.config import MAX_FILES_BYTES, read_config
 from tools.mcp.names import function_names
 
 
 def config_file(tmp_path: Path, servers: Any) -> Path:
-    path = tmp_path / "mcp.json"
-    path.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
-    return path
+    return write_mcp_config(tmp_path / "mcp.json", servers)
 
 
 def problem(tmp_path: Path, servers: Any, environ: dict[str, str] | None = None) -> str:

@@ -11,45 +11,20 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.support.batch import enterable_workdir
 from tests.support.cli import ROOT, endpoint_flags, run_cli
+from tests.support.mcp_files import SECRET, servers_left, stdio_entry, work_fixture, write_mcp_config
 from tests.support.mcp_fixtures import STDIO_SERVER, McpHttpServer
 
-SECRET = "mcp-secret-5d1e9a7c2b"
 HEADER_TOKEN_NAME = "MCP_TEST_TOKEN"
 
 
-@pytest.fixture
-def work() -> Iterator[Path]:
-    """The command's cwd: one a root runner's bwrap can enter (pytest's tmp_path is 0700)."""
-    with enterable_workdir("mcp-query-") as root:
-        yield root
-
-
-def write_config(path: Path, servers: dict[str, Any]) -> Path:
-    path.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
-    return path
-
-
-def stdio_entry(tag: Path, *modes: str, **extra: Any) -> dict[str, Any]:
-    """The stdio test server shipped into the sandbox by `files` (host: run from tests/support),
-    its command line marked with `tag` (the test's directory) so `servers_left` finds it."""
-    args = [*modes, f"--name={tag.name}"]
-    if extra.get("host"):
-        return {"command": sys.executable, "args": [str(STDIO_SERVER), *args], **extra}
-    return {
-        "command": "python3",
-        "args": ["server.py", *args],
-        "files": {"server.py": str(STDIO_SERVER)},
-        **extra,
-    }
+work = work_fixture("mcp-query-")
 
 
 def script(endpoint: SimulatedEndpoint, query: str, *calls: tuple[str, dict[str, Any]]) -> None:
@@ -67,19 +42,6 @@ def offered(endpoint: SimulatedEndpoint) -> list[str]:
     return sorted(t["function"]["name"] for t in endpoint.requests[0].body["tools"])
 
 
-def servers_left(tag: Path) -> list[str]:
-    """The command lines of processes still running a test server marked with `tag`."""
-    left = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone meanwhile
-            continue
-        if f"--name={tag.name}" in text:
-            left.append(text)
-    return left
-
-
 @pytest.mark.parametrize(
     "sandbox",
     [
@@ -93,7 +55,7 @@ def servers_left(tag: Path) -> list[str]:
 def test_a_stdio_server_in_the_sandbox_is_called_with_the_models_arguments(
     sim_endpoint: SimulatedEndpoint, work: Path, sandbox: str
 ) -> None:
-    config = write_config(work / "mcp.json", {"notes": stdio_entry(work, env={"NOTE_KEY": SECRET})})
+    config = write_mcp_config(work / "mcp.json", {"notes": stdio_entry(work, env={"NOTE_KEY": SECRET})})
     query = f"add and write on {sandbox}"
     script(
         sim_endpoint,
@@ -121,7 +83,7 @@ def test_a_stdio_server_in_the_sandbox_is_called_with_the_models_arguments(
 def test_a_host_server_gets_its_env_and_not_the_runners_secrets(
     sim_endpoint: SimulatedEndpoint, work: Path
 ) -> None:
-    config = write_config(
+    config = write_mcp_config(
         work / "mcp.json",
         {"calc": stdio_entry(work, host=True, env={"CALC_KEY": f"${{{HEADER_TOKEN_NAME}}}"})},
     )
@@ -141,7 +103,7 @@ def test_an_http_server_on_loopback_needs_allow_hosts(
     sim_endpoint: SimulatedEndpoint, work: Path, mcp_http_server: McpHttpServer
 ) -> None:
     entry = {"url": mcp_http_server.url, "headers": {"Authorization": f"Bearer ${{{HEADER_TOKEN_NAME}}}"}}
-    config = write_config(work / "mcp.json", {"remote": entry})
+    config = write_mcp_config(work / "mcp.json", {"remote": entry})
     env = {HEADER_TOKEN_NAME: mcp_http_server.token}
     query = "remote add"
     script(sim_endpoint, query, ("add", {"a": 20, "b": 22}), ("echo", {"text": "hi there"}))
@@ -161,7 +123,7 @@ def test_a_wrong_header_is_one_line_naming_the_server(
     sim_endpoint: SimulatedEndpoint, work: Path, mcp_http_server: McpHttpServer
 ) -> None:
     entry = {"url": mcp_http_server.url, "headers": {"Authorization": "Bearer wrong-token-1234"}}
-    config = write_config(work / "mcp.json", {"remote": entry})
+    config = write_mcp_config(work / "mcp.json", {"remote": entry})
     flags = [*endpoint_flags(sim_endpoint, "q"), f"--mcp_config={config}", "--enabled_toolsets=remote"]
     done = run_cli(work, *flags, "--allow_hosts=127.0.0.1")
     assert done.returncode == 2, done.stderr
@@ -174,7 +136,7 @@ def test_a_wrong_header_is_one_line_naming_the_server(
 def test_crashes_and_hangs_are_tool_errors_and_nothing_is_left(
     sim_endpoint: SimulatedEndpoint, work: Path, host: bool
 ) -> None:
-    config = write_config(work / "mcp.json", {"flaky": stdio_entry(work, host=host, call_timeout=3)})
+    config = write_mcp_config(work / "mcp.json", {"flaky": stdio_entry(work, host=host, call_timeout=3)})
     query = f"crash and hang {host}"
     script(sim_endpoint, query, ("crash", {}), ("add", {"a": 1, "b": 1}), ("hang", {}), ("fail", {}))
     flags = [*endpoint_flags(sim_endpoint, query), f"--mcp_config={config}", "--enabled_toolsets=flaky"]
@@ -191,7 +153,7 @@ def test_crashes_and_hangs_are_tool_errors_and_nothing_is_left(
 def test_a_server_that_crashes_at_start_is_one_line_with_its_stderr(
     sim_endpoint: SimulatedEndpoint, work: Path
 ) -> None:
-    config = write_config(work / "mcp.json", {"broken": stdio_entry(work, "--crash-at-start", host=True)})
+    config = write_mcp_config(work / "mcp.json", {"broken": stdio_entry(work, "--crash-at-start", host=True)})
     flags = [*endpoint_flags(sim_endpoint, "q"), f"--mcp_config={config}", "--enabled_toolsets=broken"]
     done = run_cli(work, *flags)
     assert done.returncode == 2, done.stderr
@@ -203,7 +165,7 @@ def test_a_server_that_crashes_at_start_is_one_line_with_its_stderr(
 def test_a_program_missing_from_the_sandbox_is_one_line_saying_where_it_was_looked_for(
     sim_endpoint: SimulatedEndpoint, work: Path
 ) -> None:
-    config = write_config(work / "mcp.json", {"gone": {"command": "no-such-mcp-server"}})
+    config = write_mcp_config(work / "mcp.json", {"gone": {"command": "no-such-mcp-server"}})
     flags = [*endpoint_flags(sim_endpoint, "q"), f"--mcp_config={config}", "--enabled_toolsets=gone"]
     done = run_cli(work, *flags, "--sandbox=local")
     assert done.returncode == 2, done.stderr
@@ -215,7 +177,7 @@ def test_a_program_missing_from_the_sandbox_is_one_line_saying_where_it_was_look
 def test_a_server_that_keeps_failing_is_started_three_times_at_most(
     sim_endpoint: SimulatedEndpoint, work: Path
 ) -> None:
-    config = write_config(work / "mcp.json", {"flaky": stdio_entry(work, host=True)})
+    config = write_mcp_config(work / "mcp.json", {"flaky": stdio_entry(work, host=True)})
     query = "crash four times"
     script(sim_endpoint, query, *([("crash", {})] * 3), ("add", {"a": 1, "b": 2}))
     flags = [*endpoint_flags(sim_endpoint, query), f"--mcp_config={config}", "--enabled_toolsets=flaky"]
@@ -231,7 +193,7 @@ def test_a_server_that_hangs_at_start_is_one_line_and_is_stopped(
     sim_endpoint: SimulatedEndpoint, work: Path
 ) -> None:
     entry = stdio_entry(work, "--hang-at-start", startup_timeout=2)
-    config = write_config(work / "mcp.json", {"stuck": entry})
+    config = write_mcp_config(work / "mcp.json", {"stuck": entry})
     flags = [*endpoint_flags(sim_endpoint, "q"), f"--mcp_config={config}", "--enabled_toolsets=stuck"]
     done = run_cli(work, *flags, "--sandbox=local")
     assert done.returncode == 2, done.stderr
@@ -243,7 +205,7 @@ def test_a_server_that_hangs_at_start_is_one_line_and_is_stopped(
 
 def test_tools_named_alike_need_a_prefix_and_the_listing_shows_backends(work: Path) -> None:
     one = stdio_entry(work, host=True)
-    clash = write_config(work / "mcp.json", {"one": one, "two": stdio_entry(work, host=True)})
+    clash = write_mcp_config(work / "mcp.json", {"one": one, "two": stdio_entry(work, host=True)})
 
     def listing(config: Path) -> subprocess.CompletedProcess[str]:
         argv = [
@@ -260,7 +222,7 @@ def test_tools_named_alike_need_a_prefix_and_the_listing_shows_backends(work: Pa
         f"error: {clash}: mcpServers.two: its tool 'add' is named like a tool of the server 'one'; "
         'set "tool_prefix" in its entry to tell them apart'
     ]
-    apart = write_config(work / "mcp.json", {"one": one, "two": stdio_entry(work, tool_prefix="two_")})
+    apart = write_mcp_config(work / "mcp.json", {"one": one, "two": stdio_entry(work, tool_prefix="two_")})
     done = listing(apart)
     assert done.returncode == 0, done.stderr
     rows = {

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,8 @@ import pytest
 from agent.protocols import McpServer, McpTool, SandboxSpec, ToolConfig
 from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.toolbox.context import ConversationContext, Resources
-from tests.support.batch import enterable_workdir
+from tests.support.mcp_files import servers_left, work_fixture
 from tests.support.mcp_fixtures import STDIO_SERVER
-from tests.test_mcp_query import servers_left
 from tools.mcp import toolsets_for
 from tools.mcp.connection import Connection
 from tools.mcp.transports import on_host
@@ -27,10 +25,7 @@ from tools.mcp.transports import on_host
 LIVENESS = 60.0  # seconds: a bound on a loaded machine, not a timing assertion
 
 
-@pytest.fixture
-def work() -> Iterator[Path]:
-    with enterable_workdir("mcp-sessions-") as root:
-        yield root
+work = work_fixture("mcp-sessions-")
 
 
 def tool(name: str, properties: dict[str, Any] | None = None) -> McpTool:

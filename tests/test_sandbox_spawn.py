@@ -26,7 +26,7 @@ from agent.sandboxes.docker.engine import close_clients
 from agent.sandboxes.docker.lifecycle import LABEL_PID, LABEL_PROJECT
 from agent.sandboxes.docker.sandbox import open_sandbox as open_docker
 from agent.sandboxes.local.sandbox import open_sandbox as open_local
-from tests.fixtures.containers import DEFAULT_IMAGE, ENGINES, missing
+from tests.fixtures.containers import DEFAULT_IMAGE, ENGINES, connect
 
 pytestmark = pytest.mark.anyio
 SPEC = SandboxSpec(run_name="spawn", prompt_key="p0")
@@ -66,19 +66,8 @@ BACKENDS = [
 
 
 def _engine(name: str, monkeypatch: pytest.MonkeyPatch) -> docker.DockerClient:
-    url = os.environ.get(ENGINES[name], "")
-    if not url:
-        missing(f"{ENGINES[name]} is not set: no {name} engine to test against")
-    if url.startswith("unix://") and not os.path.exists(url.removeprefix("unix://")):
-        missing(f"no {name} engine listens at {url}")  # docker-py's failed connect leaks its socket
-    client = docker.DockerClient(base_url=url)
-    try:
-        client.ping()
-        client.images.get(DEFAULT_IMAGE)
-    except docker.errors.DockerException as exc:
-        client.close()
-        missing(f"{name} engine at {url} is not usable: {exc}")
-    monkeypatch.setenv("DOCKER_HOST", url)
+    client = connect(name)
+    monkeypatch.setenv("DOCKER_HOST", os.environ[ENGINES[name]])
     return client
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -19,6 +20,8 @@ from typing import Any
 import openai
 import pytest
 
+from agent.config.agent_config import AgentConfig
+from agent.llm.token_probe import probe
 from agent.servers.simulated import tokenizer
 from agent.servers.simulated.replies import usage_of
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
@@ -118,6 +121,7 @@ def test_ids_decode_to_the_rendered_prompt_and_completion(scripted: Callable[...
     reply = post(scripted(), messages, return_token_ids=True)
     choice = reply["choices"][0]
     assert tokenizer.decode(reply["prompt_token_ids"]) == tokenizer.render(messages, TOOLS)
+    assert reply["prompt_token_ids"] == tokenizer.encode(tokenizer.render(messages, TOOLS))
     assert tokenizer.decode(reply["prompt_token_ids"]).endswith("<|im_start|>assistant\n")
     body = tokenizer.assistant_body(choice["message"])
     assert body.startswith("<think>\nI should look first.\n</think>\n\n<tool_call>\n")
@@ -183,6 +187,8 @@ def test_each_drift_mode_drifts_where_the_tokenizer_says(
         "whitespace": len(prompt) + len(completion) - 1,  # its <|im_end|> follows one more "\n"
         "merge": len(prompt) + (tokenizer.first_merge(canonical) or 0),  # re-encoded canonically
     }[mode]
+    assert tokenizer.drift_at(prompt, completion, mode) == expected
+    assert tokenizer.drift_at(prompt, completion, "none") is None
     assert first_drift(calls) == (1, expected)
     assert after[expected] != (prompt + completion)[expected]
     if mode == "merge":
@@ -201,6 +207,17 @@ def test_no_token_fields_unless_asked(scripted: Callable[..., SimulatedEndpoint]
     assert choice["logprobs"] is None
     body = endpoint.requests[-1].body
     assert reply["usage"] == usage_of(body, SCRIPT[0])  # the rough counts, as before
+
+
+def test_token_api_none_answers_no_ids_and_the_probe_finds_vllm(
+    make_sim_endpoint: MakeEndpoint,
+) -> None:
+    plain = make_sim_endpoint(token_api="none")
+    reply = post(plain, [{"role": "user", "content": "hi"}], **ASK_ALL)
+    assert "prompt_token_ids" not in reply and reply["choices"][0]["logprobs"] is None
+    found = probe(AgentConfig(model="m", base_url=make_sim_endpoint().base_url, api_key="k", max_retries=0))
+    assert (found.api, found.prompt_ids, found.completion_ids, found.logprobs) == ("vllm", True, True, True)
+    assert probe(AgentConfig(model="m", base_url=plain.base_url, api_key="k", max_retries=0)).api is None
 
 
 def test_logprobs_are_deterministic_one_per_id(make_sim_endpoint: MakeEndpoint) -> None:
@@ -226,6 +243,11 @@ def test_logprobs_are_deterministic_one_per_id(make_sim_endpoint: MakeEndpoint) 
     assert "token_ids" not in again["choices"][0] and "prompt_token_ids" not in again
     assert [e["logprob"] for e in again["choices"][0]["logprobs"]["content"]] == [e.logprob for e in content]
     assert all(e["top_logprobs"] == [] for e in again["choices"][0]["logprobs"]["content"])
+    named = post(endpoint, messages, logprobs=True, return_tokens_as_token_ids=True, return_token_ids=True)
+    named_ids = named["choices"][0]["token_ids"]
+    assert [e["token"] for e in named["choices"][0]["logprobs"]["content"]] == [
+        f"token_id:{i}" for i in named_ids
+    ]
 
 
 def test_a_streamed_reply_asking_for_ids_still_streams(scripted: Callable[..., SimulatedEndpoint]) -> None:
@@ -256,6 +278,25 @@ def test_the_tokenizer_round_trips_and_keeps_specials_atomic() -> None:
         {"tool_calls": [{"function": {"name": "t", "arguments": a}}]} for a in ('{"a": 1}', '{"a":1}')
     )
     assert tokenizer.assistant_body(spaced) == tokenizer.assistant_body(tight)
+
+
+def longest_match(data: bytes) -> list[int]:
+    """The reference encoding of text without specials: the longest merge at each byte, else it."""
+    merges = {m.encode(): tokenizer.FIRST_MERGE + index for index, m in enumerate(tokenizer.MERGES)}
+    ids, at = [], 0
+    while at < len(data):
+        size = next((n for n in range(8, 1, -1) if data[at : at + n] in merges), 1)
+        ids.append(merges[data[at : at + size]] if size > 1 else data[at])
+        at += size
+    return ids
+
+
+def test_the_encoding_is_greedy_longest_match() -> None:
+    rng = random.Random(7)
+    alphabet = [*'the tool and ing ion  "{}:,\nxyzé🙂', *tokenizer.MERGES]
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert tokenizer.encode(text) == longest_match(text.encode()), text
 
 
 def test_cli_serves_a_drift_mode_and_refuses_an_unknown_one() -> None:

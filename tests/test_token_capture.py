@@ -3,12 +3,14 @@
 CLI edge (the probe's line, required/auto, the resume refusals), all over real HTTP through the
 real openai SDK and our client.
 
-The endpoint answering with ids is `VllmShape`: the vLLM shape double (until the simulated
-endpoint answers vLLM's fields, this is a loopback EndpointServer whose responder answers in
-the shape of vLLM's `ChatCompletionResponse`, vllm/entrypoints/openai/protocol.py
-@ec3b890c14b0: top-level `prompt_token_ids`, `choices[0].token_ids`,
-`choices[0].logprobs.content[i].logprob`), or SGLang's (`choices[0].prompt_token_ids`,
-`choices[0].response_token_ids`) with `sglang=True`.
+Where the replies are right, the endpoint is the SimulatedEndpoint (it answers vLLM's fields
+with its own tokenizer's ids). Where they must be wrong, or in SGLang's shape, or without ids at
+all (a text-only server, as OpenAI's and OpenRouter's are), it is `VllmShape`: a loopback
+EndpointServer whose responder answers in the shape of vLLM's `ChatCompletionResponse`
+(vllm/entrypoints/openai/protocol.py @ec3b890c14b0: top-level `prompt_token_ids`,
+`choices[0].token_ids`, `choices[0].logprobs.content[i].logprob`), SGLang's with `sglang=True`
+(`choices[0].prompt_token_ids`, `choices[0].response_token_ids`), none with `ids=False`, and
+spoils them with `mutate`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import json
 from array import array
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ from agent.llm.request import build_request
 from agent.llm.token_probe import probe
 from agent.protocols import ChatRequest, ModelReply
 from agent.servers.endpoint_server import EndpointServer
+from agent.servers.simulated import token_fields, tokenizer
 from agent.servers.simulated.replies import build_completion, policy_turn
 from agent.servers.simulated.server import SimulatedEndpoint
 from tests.support.batch import BatchCLI, Finished, prompts_dataset, read_json
@@ -65,8 +69,8 @@ class VllmShape:
     """An endpoint answering in vLLM's token shape when asked (`return_token_ids`), SGLang's with
     `sglang`; `mutate` spoils each reply the way a hostile endpoint would; every body is kept."""
 
-    def __init__(self, *, sglang: bool = False, mutate: Mutate | None = None) -> None:
-        self.sglang, self.mutate = sglang, mutate
+    def __init__(self, *, sglang: bool = False, ids: bool = True, mutate: Mutate | None = None) -> None:
+        self.sglang, self.ids, self.mutate = sglang, ids, mutate
         self.bodies: list[dict[str, Any]] = []
         self.server = EndpointServer(self.respond)
 
@@ -77,7 +81,7 @@ class VllmShape:
             body, policy_turn("tool_then_answer", "field", messages, body.get("tools") or []), "m"
         )
         choice = completion["choices"][0]
-        if body.get("return_token_ids"):
+        if self.ids and body.get("return_token_ids"):
             ids, prompt = encode(generated(choice["message"])), encode(rendered(messages))
             if self.sglang:
                 choice.update(prompt_token_ids=prompt, response_token_ids=ids)
@@ -101,6 +105,14 @@ class VllmShape:
 @pytest.fixture
 def vllm() -> Iterator[VllmShape]:
     double = VllmShape()
+    with double.server:
+        yield double
+
+
+@pytest.fixture
+def text_only() -> Iterator[VllmShape]:
+    """A server that ignores the token fields (as OpenAI's and OpenRouter's do)."""
+    double = VllmShape(ids=False)
     with double.server:
         yield double
 
@@ -131,6 +143,25 @@ def test_token_fields_are_sent_only_with_a_token_api_and_read_exactly(vllm: Vllm
     assert reply.tokens.prompt_ids == array("i", encode("<user>hello"))
     assert reply.tokens.completion_ids == array("i", expected)
     assert reply.tokens.logprobs == array("d", [logprob(k) for k in range(len(expected))])
+
+
+def test_the_simulated_endpoints_ids_and_logprobs_are_read_exactly(sim_endpoint: SimulatedEndpoint) -> None:
+    tools = [{"type": "function", "function": {"name": "terminal", "parameters": {"type": "object"}}}]
+    request = replace(hello("vllm"), tools=tools)
+    reply = ask(sim_endpoint.base_url, request)
+    assert reply.tokens is not None and reply.tool_calls
+    message = sim_endpoint.requests[-1]
+    assert reply.tokens.prompt_ids == array(
+        "i", tokenizer.prompt_ids(message.body["messages"], tools, "none")
+    )
+    call = reply.tool_calls[0]
+    said = {"role": "assistant", "content": reply.content, "reasoning": reply.reasoning}
+    said["tool_calls"] = [
+        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+    ]
+    expected = tokenizer.completion_ids(said, "none")
+    assert reply.tokens.completion_ids == array("i", expected)
+    assert reply.tokens.logprobs == array("d", [token_fields.logprob(at, i) for at, i in enumerate(expected)])
 
 
 def test_a_reply_without_logprobs_keeps_its_ids() -> None:
@@ -224,7 +255,7 @@ def test_build_request_asks_for_tokens_and_gives_reasoning_back_only_when_captur
     assert capturing.messages[:-1] == plain.messages[:-1]
 
 
-def test_the_probe_finds_vllm_sglang_or_nothing(vllm: VllmShape, sim_endpoint: SimulatedEndpoint) -> None:
+def test_the_probe_finds_vllm_sglang_or_nothing(vllm: VllmShape, text_only: VllmShape) -> None:
     found = probe(_config(vllm.base_url))
     assert (found.api, found.prompt_ids, found.completion_ids, found.logprobs) == ("vllm", True, True, True)
     assert [b["max_tokens"] for b in vllm.bodies] == [4] and set(vllm.bodies[0]) >= TOKEN_FIELDS
@@ -232,7 +263,7 @@ def test_the_probe_finds_vllm_sglang_or_nothing(vllm: VllmShape, sim_endpoint: S
     with sglang.server:
         assert probe(_config(sglang.base_url)).api == "sglang"  # after vLLM's reading failed
     assert len(sglang.bodies) == 2
-    none = probe(_config(sim_endpoint.base_url))
+    none = probe(_config(text_only.base_url))
     assert none.api is None and not none.usable
     assert "vllm: the endpoint (vllm token API) gave no token ids" in none.detail and "sglang:" in none.detail
 
@@ -262,12 +293,12 @@ def error_lines(done: Finished) -> list[str]:
     return [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("error:")]
 
 
-def test_required_without_ids_stops_with_one_line(tmp_path: Path, sim_endpoint: SimulatedEndpoint) -> None:
-    done = run(tmp_path, sim_endpoint.base_url, "--capture_tokens=required")
+def test_required_without_ids_stops_with_one_line(tmp_path: Path, text_only: VllmShape) -> None:
+    done = run(tmp_path, text_only.base_url, "--capture_tokens=required")
     assert done.returncode == 2, done
     (line,) = error_lines(done)
     assert line.startswith(
-        f"error: --capture_tokens=required: token capture: {sim_endpoint.base_url} gives no token ids "
+        f"error: --capture_tokens=required: token capture: {text_only.base_url} gives no token ids "
         "(vllm: the endpoint (vllm token API) gave no token ids "
         "(prompt_token_ids and choices[0].token_ids missing)"
     ), done
@@ -277,52 +308,60 @@ def test_required_without_ids_stops_with_one_line(tmp_path: Path, sim_endpoint: 
     assert not (tmp_path / "data" / "cap" / "run_config.json").exists()
 
 
-def test_auto_without_ids_warns_once_and_runs_text_only(
-    tmp_path: Path, sim_endpoint: SimulatedEndpoint
-) -> None:
-    done = run(tmp_path, sim_endpoint.base_url, "--capture_tokens=auto")
+def test_a_probe_that_cannot_reach_the_endpoint_stops_the_run(tmp_path: Path) -> None:
+    done = run(tmp_path, "http://127.0.0.1:9/v1", "--capture_tokens=auto", "--max_retries=0")
+    assert done.returncode == 2, done
+    (line,) = error_lines(done)
+    assert line.startswith(
+        "error: --capture_tokens=auto: could not ask http://127.0.0.1:9/v1 for token ids (connection: "
+    )
+
+
+def test_auto_without_ids_warns_once_and_runs_text_only(tmp_path: Path, text_only: VllmShape) -> None:
+    done = run(tmp_path, text_only.base_url, "--capture_tokens=auto")
     assert done.returncode == 0, done
     warned = [line for line in done.stderr.splitlines() if "token capture:" in line]
     assert len(warned) == 1 and warned[0].startswith("WARNING token capture:"), done
     assert warned[0].endswith("this run keeps text only (--capture_tokens=auto)")
     assert recorded(tmp_path) == ("auto", None)
-    conversation = [r.body for r in sim_endpoint.requests if r.body.get("tools")]
+    conversation = [body for body in text_only.bodies if body.get("tools")]
     assert conversation and not any(TOKEN_FIELDS & set(body) for body in conversation)
 
 
-def test_a_capture_run_asks_every_call_for_tokens_and_a_resume_keeps_its_mode_and_api(
-    tmp_path: Path, vllm: VllmShape, sim_endpoint: SimulatedEndpoint
+def test_a_capture_run_asks_every_call_for_tokens_and_a_resume_keeps_its_mode(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint
 ) -> None:
-    done = run(tmp_path, vllm.base_url, "--capture_tokens=required")
+    done = run(tmp_path, sim_endpoint.base_url, "--capture_tokens=required")
     assert done.returncode == 0, done
     said = [line for line in done.stderr.splitlines() if "token capture:" in line]
     assert said == [
-        f"INFO token capture: {vllm.base_url} gives prompt ids, completion ids and logprobs "
+        f"INFO token capture: {sim_endpoint.base_url} gives prompt ids, completion ids and logprobs "
         "(vllm: vLLM >= 0.10.2)"
     ]
     assert recorded(tmp_path) == ("required", "vllm")
-    conversation = [body for body in vllm.bodies if body.get("tools")]
+    conversation = [r.body for r in sim_endpoint.requests if r.body.get("tools")]
     assert len(conversation) == 2 and all(body["return_token_ids"] is True for body in conversation)
     answered = conversation[1]["messages"][-2]  # the tool call, given back with its reasoning
     assert answered["role"] == "assistant" and answered["reasoning_content"] == answered["reasoning"] != ""
-    other_mode = run(tmp_path, vllm.base_url, "--capture_tokens=auto", "--resume")
+    other_mode = run(tmp_path, sim_endpoint.base_url, "--capture_tokens=auto", "--resume")
     assert other_mode.returncode == 2 and error_lines(other_mode) == [
         "error: --resume: run cap ran with --capture_tokens=required (run_config.json), not auto: one run "
         "keeps one kind of data; pass --capture_tokens=required, or choose another --run_name"
     ], other_mode
-    other_api = run(tmp_path, sim_endpoint.base_url, "--capture_tokens=required", "--resume")
-    assert (
-        other_api.returncode == 2 and "--capture_tokens=required: token capture:" in error_lines(other_api)[0]
-    )
-    saved_path = tmp_path / "data" / "cap" / "run_config.json"
-    saved = read_json(saved_path)
-    saved["agent"].update(capture_tokens="auto", token_api="sglang")  # as if SGLang had served it
-    saved_path.write_text(json.dumps(saved), encoding="utf-8")
-    changed = run(tmp_path, vllm.base_url, "--capture_tokens=auto", "--resume")
+
+
+def test_a_resume_whose_endpoint_gives_another_token_api_is_refused(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint, text_only: VllmShape
+) -> None:
+    assert run(tmp_path, sim_endpoint.base_url, "--capture_tokens=auto").returncode == 0
+    assert recorded(tmp_path) == ("auto", "vllm")
+    changed = run(tmp_path, text_only.base_url, "--capture_tokens=auto", "--resume")
     assert changed.returncode == 2 and error_lines(changed) == [
-        f"error: --resume: run cap captured sglang (run_config.json) but {vllm.base_url} now gives vllm: "
-        "one run, one token API; resume against the server the run began with, or choose another --run_name"
+        f"error: --resume: run cap captured vllm (run_config.json) but {text_only.base_url} now gives no "
+        "token ids: one run, one token API; resume against the server the run began with, or choose "
+        "another --run_name"
     ], changed
+    assert recorded(tmp_path) == ("auto", "vllm")  # refused before the run's record was touched
 
 
 def test_capture_off_sends_no_probe_and_records_off(tmp_path: Path, vllm: VllmShape) -> None:
@@ -330,3 +369,25 @@ def test_capture_off_sends_no_probe_and_records_off(tmp_path: Path, vllm: VllmSh
     assert done.returncode == 0, done
     assert recorded(tmp_path) == ("off", None) and "token capture" not in done.stderr
     assert vllm.bodies and not any(TOKEN_FIELDS & set(body) for body in vllm.bodies)
+
+
+def test_reasoning_given_back_keeps_the_next_prompt_a_continuation(sim_endpoint: SimulatedEndpoint) -> None:
+    """The simulated template renders an earlier turn's <think> block from the reasoning sent
+    back (as Qwen3's does): with it the next prompt starts with the ids so far; without it, not."""
+    tools = [{"type": "function", "function": {"name": "terminal", "parameters": {"type": "object"}}}]
+    capturing = replace(_config(sim_endpoint.base_url), token_api="vllm")
+    user = {"role": "user", "content": "hello"}
+    first = ask(sim_endpoint.base_url, build_request(capturing, [user], tools))
+    assert first.tokens is not None and first.reasoning and first.tool_calls
+    call = first.tool_calls[0]
+    said = {"role": "assistant", "content": first.content, "reasoning": first.reasoning}
+    said["tool_calls"] = [
+        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+    ]
+    history = [user, said, {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+    so_far = first.tokens.prompt_ids + first.tokens.completion_ids
+    second = ask(sim_endpoint.base_url, build_request(capturing, history, tools))
+    assert second.tokens is not None and second.tokens.prompt_ids[: len(so_far)] == so_far
+    plain = build_request(_config(sim_endpoint.base_url), history, tools)  # no reasoning given back
+    third = ask(sim_endpoint.base_url, replace(plain, token_api="vllm"))
+    assert third.tokens is not None and third.tokens.prompt_ids[: len(so_far)] != so_far

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,25 +93,19 @@ def check_run(
     assert {"convert_units", "measure_file", "write_file"} <= offered
 
 
-@pytest.fixture
-def endpoint() -> Iterator[SimulatedEndpoint]:
-    with SimulatedEndpoint() as started:
-        yield started
-
-
 def test_a_user_toolset_runs_like_a_built_in_on_two_local_workers(
-    tmp_path: Path, endpoint: SimulatedEndpoint
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint
 ) -> None:
     prompts = [f"{kind} {i}" for i in range(4) for kind in ("convert", "measure")]
-    script(endpoint, prompts)
+    script(sim_endpoint, prompts)
     user_module(tmp_path)
     write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
-    cli = BatchCLI(tmp_path, endpoint)
+    cli = BatchCLI(tmp_path, sim_endpoint)
     run = cli.run(
         "--dataset_file=d.jsonl", "--batch_size=4", "--run_name=mine", "--num_workers=2",
         "--tools_module=unit_tools", "--distributions_file=dists.yaml", "--distribution=units_and_files",
     )  # fmt: skip
-    check_run(cli, endpoint, run, "mine", prompts)
+    check_run(cli, sim_endpoint, run, "mine", prompts)
     config = json.loads((cli.run_dir("mine") / "run_config.json").read_text())
     assert config["agent"]["tools"]["tools_modules"] == ["unit_tools"]
     assert config["agent"]["tools"]["tools_path"] == [str(tmp_path)]  # where workers import it from
@@ -137,18 +130,18 @@ def test_a_user_toolset_runs_like_a_built_in_on_two_local_workers(
 
 
 def test_a_user_toolset_runs_on_ray_actors(
-    tmp_path: Path, endpoint: SimulatedEndpoint, ray_cluster: RayCluster
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint, ray_cluster: RayCluster
 ) -> None:
     prompts = [f"{kind} {i}" for i in range(3) for kind in ("convert", "measure")]
-    script(endpoint, prompts)
+    script(sim_endpoint, prompts)
     user_module(tmp_path)
     write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
-    cli = BatchCLI(tmp_path, endpoint)
+    cli = BatchCLI(tmp_path, sim_endpoint)
     run = cli.run(
         "--dataset_file=d.jsonl", "--batch_size=3", "--run_name=onray", "--tools_module=unit_tools",
         "--distributions_file=dists.yaml", "--distribution=units_and_files", *ray_args(ray_cluster),
     )  # fmt: skip
-    check_run(cli, endpoint, run, "onray", prompts)
+    check_run(cli, sim_endpoint, run, "onray", prompts)
 
 
 def test_run_agent_offers_and_calls_a_user_tool(sim_endpoint: SimulatedEndpoint, tmp_path: Path) -> None:

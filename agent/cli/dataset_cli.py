@@ -4,7 +4,6 @@ and taken from there by --resume and --rescore, so every invocation reads the sa
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
@@ -15,6 +14,7 @@ from agent.batch.row_columns import check_field_map
 from agent.config.dataset_config import DatasetOptions
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError
+from agent.store.run_config_file import RunConfigUnreadable, read_run_config
 
 log = logging.getLogger("agent.cli.dataset")
 
@@ -73,10 +73,12 @@ def pin_dataset(config: RunConfig) -> RunConfig:
 def _pinned(config: RunConfig) -> tuple[str | None, str] | None:
     """(revision, commit) the run's run_config.json pinned for this dataset, if any."""
     try:
-        saved = json.loads((config.run_dir / "run_config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        saved = read_run_config(config.run_dir)
+    except RunConfigUnreadable:
+        return None  # as if no earlier start wrote it: this start pins the commit
+    if saved is None:
         return None  # no earlier start wrote it: this start pins the commit
-    options = saved.get("dataset") if isinstance(saved, dict) else None
+    options = saved.get("dataset")
     if saved.get("dataset_file") != config.dataset_file or not isinstance(options, dict):
         return None
     commit, revision = options.get("commit"), options.get("revision")

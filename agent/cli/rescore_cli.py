@@ -6,7 +6,6 @@ this command line's flags over the rows' `verify` objects. Bad input is one line
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from agent.cli.resume_tools import check_resumed_tools
 from agent.cli.verify_cli import check_verification, refuse_bad_checks
 from agent.config.run_config import RunConfig, check_run_name
 from agent.errors import ConfigError
+from agent.store.run_config_file import RUN_CONFIG_FILE, RunConfigUnreadable, read_run_config
 
 # Flags a rescore takes from the run when the command line leaves them out, and those it always takes.
 _UNLESS_GIVEN = ("dataset_file", "batch_size")
@@ -45,15 +45,12 @@ def rescore_config(values: Mapping[str, Any]) -> RunConfig:
 
 
 def _saved_config(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "run_config.json"
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"--rescore: no run in {run_dir} (it has no run_config.json)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"--rescore: {path} cannot be read ({exc})") from None
-    if not isinstance(saved, dict):
-        raise ConfigError(f"--rescore: {path} is not a run's config")
+        saved = read_run_config(run_dir)
+    except RunConfigUnreadable as exc:
+        raise ConfigError(f"--rescore: {exc}") from None
+    if saved is None:
+        raise ConfigError(f"--rescore: no run in {run_dir} (it has no {RUN_CONFIG_FILE})")
     return saved
 
 

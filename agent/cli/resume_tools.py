@@ -6,20 +6,20 @@ does `--rescore`, which merges again too."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError
+from agent.store.run_config_file import RunConfigUnreadable, read_run_config
 
 
 def _recorded_tools(run_dir: Path) -> dict[str, Any]:
     try:
-        saved = json.loads((run_dir / "run_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # no run yet, or one from before the file: nothing to compare
+        saved = read_run_config(run_dir)
+    except RunConfigUnreadable:  # as before the one reader: an unreadable file compares as nothing
         return {}
-    tools = saved.get("agent", {}).get("tools") if isinstance(saved, dict) else None
+    tools = saved.get("agent", {}).get("tools") if saved is not None else None  # None: no run yet
     return tools if isinstance(tools, dict) else {}
 
 

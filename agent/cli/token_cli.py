@@ -7,7 +7,6 @@ had one), stops before anything is touched.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import replace
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError, ModelAPIError
 from agent.llm.token_probe import describe, probe
+from agent.store.run_config_file import RunConfigUnreadable, read_run_config
 
 log = logging.getLogger("agent.tokens")  # INFO is shown (batch_runner's INFORMATIVE)
 
@@ -27,10 +27,10 @@ def _recorded(config: RunConfig) -> dict[str, Any] | None:
     if not config.resume:
         return None
     try:
-        saved = json.loads((config.run_dir / "run_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # no run yet, or one from before the file: nothing to compare
+        saved = read_run_config(config.run_dir)
+    except RunConfigUnreadable:  # unreadable compares as nothing recorded, as before the reader
         return None
-    agent = saved.get("agent") if isinstance(saved, dict) else None
+    agent = saved.get("agent") if saved is not None else None  # None: no run yet
     return agent if isinstance(agent, dict) else None
 
 
@@ -73,9 +73,10 @@ def ready_tokens(config: RunConfig) -> RunConfig:
     except ModelAPIError as exc:
         raise ConfigError(
             f"--capture_tokens={agent.capture_tokens}: could not ask {agent.base_url} for token ids "
-            f"({exc.error_class}: {str(exc)[:SHOWN_DETAIL]})"
+            f"({exc.error_class}: {' '.join(str(exc).split())[:SHOWN_DETAIL]})"
         ) from None
-    support = replace(support, detail=support.detail[:SHOWN_DETAIL])
+    # One line: a server's error body may span several.
+    support = replace(support, detail=" ".join(support.detail.split())[:SHOWN_DETAIL])
     line = describe(support, agent.base_url)
     if support.usable:
         log.info("%s", line)

@@ -122,7 +122,9 @@ def read_vllm(completion: Mapping[str, Any], choice: Mapping[str, Any]) -> Token
 
 def read_sglang(completion: Mapping[str, Any], choice: Mapping[str, Any]) -> TokenCapture:
     """SGLang: both lists on the choice; the completion's under its newer name or its older."""
-    generated = choice.get("response_token_ids", choice.get("token_ids"))
+    generated = choice.get("response_token_ids")
+    if generated is None:
+        generated = choice.get("token_ids")
     names = ("choices[0].prompt_token_ids", "choices[0].response_token_ids")
     return _capture(choice.get("prompt_token_ids"), generated, choice, names)
 

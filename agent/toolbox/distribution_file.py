@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import yaml
 
 from agent.config.distribution_config import Distribution
 from agent.errors import ConfigError
+from agent.store.run_config_file import RUN_CONFIG_FILE, RunConfigUnreadable, read_run_config
 from agent.toolbox.registry import TOOLSETS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # what --distribution=NAME can spell
@@ -120,12 +120,10 @@ def recorded_distributions(run_dir: Path) -> dict[str, Distribution]:
     """The file distributions a run recorded in its run_config.json (none when it has no such
     file or recorded none): a resume without --distributions_file samples with these. Their
     toolsets are checked when the run starts (`check_ready`), not here: a --rescore runs no tool."""
-    path = run_dir / "run_config.json"
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"--resume: {path} cannot be read ({exc})") from None
-    recorded = saved.get("distributions") if isinstance(saved, Mapping) else None
-    return parse_distributions(recorded, str(path), known_only=False) if recorded else {}
+        saved = read_run_config(run_dir)
+    except RunConfigUnreadable as exc:
+        raise ConfigError(f"--resume: {exc}") from None
+    recorded = saved.get("distributions") if saved is not None else None
+    where = str(run_dir / RUN_CONFIG_FILE)
+    return parse_distributions(recorded, where, known_only=False) if recorded else {}

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from agent.servers.simulated.replies import DEFAULT_TOOL_URL, POLICIES, REASONING_STYLES
 from agent.servers.simulated.server import SimulatedEndpoint
-from agent.servers.simulated.tokenizer import DRIFT_MODES
+from agent.servers.simulated.tokenizer import DRIFT_MODES, TOKEN_APIS
 
 
 def _optional_float(text: str) -> float | None:
@@ -37,6 +37,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate_drop", type=float, default=0.0)
     parser.add_argument("--model", action="append", help="model id to list (repeatable)")
     parser.add_argument("--tool_url", default=DEFAULT_TOOL_URL, help="URL for the policy's url arguments")
+    parser.add_argument(
+        "--token_api", choices=TOKEN_APIS, default="vllm", help="whose token fields to answer when asked"
+    )
     parser.add_argument(
         "--token_drift", choices=DRIFT_MODES, default="none", help="re-render earlier turns (token drift)"
     )
@@ -79,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             record=False,  # nobody reads the record of a CLI endpoint; keep memory flat
             model_ids=args.model or ("sim-model",),
             tool_url=args.tool_url,
+            token_api=args.token_api,
             token_drift=args.token_drift,
         )
         asyncio.run(_serve_until_signal(endpoint))

@@ -195,3 +195,17 @@ def usage_of(body: Mapping[str, Any], turn: Turn) -> dict[str, Any]:
         "total_tokens": prompt + completion,
         "completion_tokens_details": {"reasoning_tokens": reasoning_chars // 4},
     }
+
+
+def script_slots(turns: Sequence[Turn]) -> tuple[tuple[Turn, ...], ...]:
+    """Group turns into one slot per assistant reply: the faults before a reply, then the reply."""
+    slots: list[tuple[Turn, ...]] = []
+    pending: list[Turn] = []
+    for turn in turns:
+        pending.append(turn)
+        if turn.fault is None:
+            slots.append(tuple(pending))
+            pending = []
+    if pending:
+        slots.append(tuple(pending))
+    return tuple(slots)

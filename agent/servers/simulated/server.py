@@ -38,10 +38,11 @@ from agent.servers.simulated.replies import (
     build_completion,
     first_user_text,
     policy_turn,
+    script_slots,
     styled_turn,
 )
 from agent.servers.simulated.token_fields import add_token_fields, wants_tokens
-from agent.servers.simulated.tokenizer import DRIFT_MODES
+from agent.servers.simulated.tokenizer import DRIFT_MODES, TOKEN_APIS
 from agent.servers.simulated.verdicts import is_judge, judge_turn, marked_answer
 from agent.servers.traffic import current_request
 
@@ -94,11 +95,12 @@ class SimulatedEndpoint(StartStop):
         model_ids: Sequence[str] = ("sim-model",),
         reject_unknown_models: bool = False,  # True: 404 for a model not in model_ids, as providers do
         tool_url: str = DEFAULT_TOOL_URL,
+        token_api: str = "vllm",  # "none": token fields are ignored, as an OpenAI-strict server does
         token_drift: str = "none",  # how earlier turns are re-rendered: tokenizer.DRIFT_MODES
     ) -> None:
         rates = (rate_429, rate_5xx, rate_hang, rate_drop)
-        _check_options(policy, reasoning, rates, token_drift)
-        self._token_drift = token_drift
+        _check_options(policy, reasoning, rates, (token_api, token_drift))
+        self._token_api, self._token_drift = token_api, token_drift
         self._latency, self._policy, self._reasoning = latency, policy, reasoning
         self.tool_url = tool_url  # the page the default policy's url arguments name
         self._rates, self._retry_after = rates, retry_after
@@ -142,12 +144,12 @@ class SimulatedEndpoint(StartStop):
     def script(self, prompt: str, turns: Sequence[Turn]) -> None:
         """Replies for the conversation whose first user message is `prompt`."""
         with self._lock:
-            self._scripts[prompt] = _slots(turns)
+            self._scripts[prompt] = script_slots(turns)
 
     def set_default_script(self, turns: Sequence[Turn]) -> None:
         """Replies for every conversation without its own script (instead of the policy)."""
         with self._lock:
-            self._default_script = _slots(turns)
+            self._default_script = script_slots(turns)
 
     def clear(self) -> None:
         """Forget every script and which scripted faults were consumed."""
@@ -190,7 +192,7 @@ class SimulatedEndpoint(StartStop):
         completion = build_completion(body, turn, self._default_model)
         if wants_image_output(body) and not scripted:  # a script says what the model answers
             add_image_output(completion, body, first_user_text(body.get("messages") or []))
-        if wants_tokens(body):  # vLLM's return_token_ids / logprobs; else the reply as it was
+        if self._token_api == "vllm" and wants_tokens(body):  # else the reply as it always was
             add_token_fields(completion, body, self._token_drift)
         return completion
 
@@ -272,26 +274,15 @@ class SimulatedEndpoint(StartStop):
         return turn
 
 
-def _check_options(policy: str, reasoning: str, rates: tuple[float, ...], token_drift: str) -> None:
+def _check_options(policy: str, reasoning: str, rates: tuple[float, ...], tokens: tuple[str, str]) -> None:
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
     if reasoning not in REASONING_STYLES:
         raise ValueError(f"reasoning must be one of {REASONING_STYLES}, not {reasoning!r}")
+    token_api, token_drift = tokens
+    if token_api not in TOKEN_APIS:
+        raise ValueError(f"token_api must be one of {TOKEN_APIS}, not {token_api!r}")
     if token_drift not in DRIFT_MODES:
         raise ValueError(f"token_drift must be one of {DRIFT_MODES}, not {token_drift!r}")
     if min(rates) < 0 or sum(rates) > 1 + 1e-9:
         raise ValueError("fault rates must be >= 0 and sum to at most 1")
-
-
-def _slots(turns: Sequence[Turn]) -> tuple[tuple[Turn, ...], ...]:
-    """Group turns into one slot per assistant reply: the faults before a reply, then the reply."""
-    slots: list[tuple[Turn, ...]] = []
-    pending: list[Turn] = []
-    for turn in turns:
-        pending.append(turn)
-        if turn.fault is None:
-            slots.append(tuple(pending))
-            pending = []
-    if pending:
-        slots.append(tuple(pending))
-    return tuple(slots)

@@ -6,7 +6,8 @@ protocol.py on main, vllm/entrypoints/openai/protocol.py from v0.10.2 until it m
 and `ChatCompletionResponseChoice.token_ids`; `logprobs`/`top_logprobs` →
 `choices[0].logprobs = {"content": [ChatCompletionLogProbsContent]}`, each entry
 `{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}`, one per
-generated id. A request that asks for neither gets the reply it always got, byte for byte.
+generated id (`return_tokens_as_token_ids`: each "token" is "token_id:N"). A request that asks
+for neither gets the reply it always got, byte for byte.
 
 Ids come from `agent.servers.simulated.tokenizer` (the prompt rendered with the endpoint's drift
 mode); a logprob is a function of the id and its position in the completion, in (-10, 0].
@@ -44,7 +45,10 @@ def add_token_fields(completion: dict[str, Any], body: Mapping[str, Any], drift:
         choice["token_ids"] = generated
     if body.get("logprobs"):
         top = min(max(int(body.get("top_logprobs") or 0), 0), _MAX_TOP)
-        choice["logprobs"] = {"content": [_entry(at, token, top) for at, token in enumerate(generated)]}
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        choice["logprobs"] = {
+            "content": [_entry(at, token, top, as_ids) for at, token in enumerate(generated)]
+        }
     usage = completion["usage"]
     usage["prompt_tokens"], usage["completion_tokens"] = len(prompt), len(generated)
     usage["total_tokens"] = len(prompt) + len(generated)
@@ -53,14 +57,16 @@ def add_token_fields(completion: dict[str, Any], body: Mapping[str, Any], drift:
     usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_ids}
 
 
-def _entry(position: int, token_id: int, top: int) -> dict[str, Any]:
-    chosen = _logprob_item(token_id, logprob(position, token_id))
+def _entry(position: int, token_id: int, top: int, as_ids: bool) -> dict[str, Any]:
+    chosen = _logprob_item(token_id, logprob(position, token_id), as_ids)
     # The chosen id first, then its neighbours in the vocabulary, each less likely than the last.
     others = [(token_id + k) % tokenizer.VOCAB_SIZE for k in range(1, top)]
-    alternatives = [_logprob_item(other, chosen["logprob"] - k) for k, other in enumerate(others, 1)]
+    alternatives = [_logprob_item(other, chosen["logprob"] - k, as_ids) for k, other in enumerate(others, 1)]
     return {**chosen, "top_logprobs": [dict(chosen), *alternatives][:top]}
 
 
-def _logprob_item(token_id: int, value: float) -> dict[str, Any]:
+def _logprob_item(token_id: int, value: float, as_ids: bool) -> dict[str, Any]:
+    """One token's entry; `as_ids` (vLLM's return_tokens_as_token_ids): "token_id:N" as its text."""
     data = tokenizer.piece(token_id)
-    return {"token": data.decode("utf-8", errors="replace"), "logprob": value, "bytes": list(data)}
+    text = f"token_id:{token_id}" if as_ids else data.decode("utf-8", errors="replace")
+    return {"token": text, "logprob": value, "bytes": list(data)}
