@@ -3,8 +3,9 @@ repair, filters re-applied, merge, statistics.json, exit code) on a backend doub
 as a capturing worker would (tests/support/token_entries.py): kill -9 mid-run then --resume
 leaves each merged entry's sidecar line once in tokens.jsonl, in the entry's place and
 consistent with it; --keep_token_drift=false then true moves entries and their tokens both ways.
-The last test does the kill -9 and resume through `batch_runner.py` and real workers against
-the SimulatedEndpoint over HTTP.
+The two `test_cli_` tests do the same through `batch_runner.py` and real workers against the
+SimulatedEndpoint over HTTP (they need the worker side of capture: agent/loop/token_trace.py,
+agent/batch/records.py).
 """
 
 from __future__ import annotations
