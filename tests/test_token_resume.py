@@ -179,7 +179,7 @@ def test_cli_kill_9_during_a_capture_run_then_resume(tmp_path: Path) -> None:
         cli = BatchCLI(tmp_path, endpoint)
         run_dir = cli.run_dir("tk")
         proc = cli.start(*flags, "--capture_tokens=required")
-        wait_until(lambda: _results(run_dir) >= 6 or proc.poll() is not None, "six results on disk")
+        wait_until(lambda: _results(run_dir) >= 6 or proc.poll() is not None, "six results", timeout=120)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         wait_until(lambda: not session_pids(proc.pid), "the killed runner's workers to exit")
