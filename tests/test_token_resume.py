@@ -83,6 +83,7 @@ def consistent(run_dir: Path) -> dict[str, Any]:
         "with_drift": sum(r["drift"] is not None for r in records),
         "missing": 0,
         "without": 0,
+        "withheld": 0,
         "bytes": (run_dir / "tokens.jsonl").stat().st_size,
     }
     return stats

@@ -30,7 +30,7 @@ from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from agent.servers.simulated.token_fields import logprob
 from agent.store.layout import TOKENS_FILE, TOKENS_GLOB
 from agent.toolbox.registry import resolve_tools
-from tests.support.batch import BatchCLI, human_prompt, prompts_dataset, read_json, read_jsonl
+from tests.support.batch import API_KEY, BatchCLI, human_prompt, prompts_dataset, read_json, read_jsonl
 from tests.support.batch import job as make_job
 
 MakeEndpoint = Callable[..., SimulatedEndpoint]
@@ -258,3 +258,29 @@ def test_keep_token_drift_false_discards_drifted_entries_with_their_tokens(
         expected = expected_turns(endpoint, human_prompt(entry), "whitespace")
         assert_record_matches(tokens, expected)
         assert_drift_where_injected(tokens, expected, "whitespace")
+
+
+def test_an_entry_whose_text_holds_a_secret_keeps_no_ids(
+    make_sim_endpoint: MakeEndpoint, tmp_path: Path
+) -> None:
+    """Ids carry the text they encode: an entry whose text held a secret (here the run's API
+    key, pasted into a prompt) is written redacted and its token line without ids, marked
+    withheld; the RL export says it has no row."""
+    endpoint = scripted_endpoint(make_sim_endpoint, "none")
+    leaked = f"Say hello to {API_KEY}"
+    dataset = prompts_dataset(tmp_path / "d.jsonl", [*SCRIPTS, leaked])
+    cli = BatchCLI(tmp_path, endpoint)
+    run = cli.run(
+        f"--dataset_file={dataset}", "--run_name=tok", "--batch_size=2", "--capture_tokens=required",
+        "--export=rl",
+    )  # fmt: skip
+    assert run.returncode == 0, run
+    assert "1 entries have no row: their text held a secret" in run.stderr, run
+    run_dir = cli.run_dir("tok")
+    for path in run_dir.rglob("*"):
+        assert not path.is_file() or API_KEY.encode() not in path.read_bytes(), path
+    merged = read_jsonl(run_dir / TOKENS_FILE)
+    withheld = [line for line in merged if line.get("withheld")]
+    assert len(withheld) == 1 and withheld[0]["turns"] == [] and len(merged) == len(SCRIPTS) + 1
+    counts = read_json(run_dir / "statistics.json")["tokens"]
+    assert (counts["withheld"], counts["trajectories"]) == (1, len(SCRIPTS))

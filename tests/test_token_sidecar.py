@@ -4,6 +4,7 @@ line i holding the tokens of trajectories.jsonl's entry i, chosen by metadata.to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -13,7 +14,8 @@ import pytest
 
 from agent.batch.completion import Completion
 from agent.batch.recovery import write_answer
-from agent.protocols.tokens import TokenRecord
+from agent.common.redaction import Redactor
+from agent.protocols.tokens import TokenRecord, floats
 from agent.report.digest import RunDigest
 from agent.report.sections import summary
 from agent.store.directory import RunDirectory
@@ -101,7 +103,7 @@ def _write(
     run: RunDirectory, batch: int, n: int, record: TokenRecord | None, *, sidecar: bool = True
 ) -> None:
     if record is not None and sidecar:
-        run.append_tokens(batch, record.line())
+        run.append_tokens(batch, record.line(), b"{}")
     run.append_result(batch, entry(key_of(n), n, batch, record))
 
 
@@ -125,6 +127,7 @@ def test_the_merge_writes_one_line_per_entry_in_the_output_order(tmp_path: Path)
         "with_drift": 1,
         "missing": 0,
         "without": 0,
+        "withheld": 0,
         "bytes": (tmp_path / "tokens.jsonl").stat().st_size,
     }
     assert "tokens" not in report.as_dict()  # the merge section keeps its keys
@@ -136,9 +139,9 @@ def test_lines_no_merged_entry_names_are_never_merged(tmp_path: Path) -> None:
     kept, crashed, second = (token_record(key_of(n), n) for n in (0, 1, 0))
     withdrawn = token_record(key_of(2), 2)
     with _open(tmp_path) as run:
-        run.append_tokens(0, crashed.line())  # killed before its result: rerun with a fresh id
+        run.append_tokens(0, crashed.line(), b"{}")  # killed before its result: rerun with a fresh id
         _write(run, 0, 0, kept)
-        run.append_tokens(0, kept.line().replace(b'"turns":[', b'"turns":[{"bogus":1},', 1))
+        run.append_tokens(0, kept.line().replace(b'"turns":[', b'"turns":[{"bogus":1},', 1), b"{}")
         _write(run, 0, 0, second)  # a second result line of prompt 0: never merged
         _write(run, 0, 1, (rerun := token_record(key_of(1), 1)))
         _write(run, 0, 2, withdrawn)
@@ -152,7 +155,7 @@ def test_an_entry_naming_tokens_its_sidecar_lacks_is_counted_missing(tmp_path: P
     lost, elsewhere, fine = (token_record(key_of(n), n) for n in range(3))
     with _open(tmp_path) as run:
         _write(run, 0, 0, lost, sidecar=False)
-        run.append_tokens(1, elsewhere.line())  # another shard's sidecar: not this entry's
+        run.append_tokens(1, elsewhere.line(), b"{}")  # another shard's sidecar: not this entry's
         _write(run, 0, 1, elsewhere, sidecar=False)
         _write(run, 0, 2, fine)
         run.append_result(0, entry(key_of(3), 3, 0, None))  # an entry with no token data
@@ -243,3 +246,23 @@ def test_the_statistics_section_names_the_api_and_the_report_shows_the_drift() -
         "Token data (sglang): 9 trajectories · 20 turns · 0 prompt ids · 0 completion ids · 2 with drift"
     ]
     assert token_capture_lines({"merged_output": {}}) == []
+
+
+def test_a_secret_of_digits_inside_a_logprob_spoils_no_sidecar_line(tmp_path: Path) -> None:
+    """A token line holds numbers: replaced byte by byte, a secret of digits found inside a
+    logprob by chance would leave a line that no longer parses (its entry's tokens lost)."""
+    record = token_record(key_of(0), 0)
+    first = record.turns[0]
+    spoiled = dataclasses.replace(first, logprobs=floats([-0.123456789] * len(first.completion_ids)))
+    record = dataclasses.replace(record, turns=(spoiled, *record.turns[1:]))
+    run = RunDirectory(tmp_path, redactor=Redactor(["12345678"]))
+    run.lock()
+    run.append_tokens(0, record.line(), b'{"clean": true}')
+    run.append_tokens(0, record.line(), b'{"text": "12345678"}')  # its entry held the secret
+    run.close()
+    kept, withheld = _jsonl(tmp_path / "tokens_0.jsonl")
+    assert TokenRecord.of(kept).turns[0].logprobs == spoiled.logprobs
+    assert withheld == {
+        "tokens_id": record.tokens_id, "prompt_key": record.prompt_key, "prompt_index": 0, "turns": [],
+        "drift": None, "withheld": True,
+    }  # fmt: skip

@@ -24,7 +24,7 @@ from agent.config.run_config import KEPT_BY_MODE, RunConfig, kept_by
 from agent.protocols import RunStore, StoredKeys
 from agent.protocols.store import MergeSummary
 from agent.store.index import discard_reasons
-from agent.store.jsonl import read_lines
+from agent.store.jsonl import encode_line, read_lines
 from agent.store.keys import KeyResolver, is_tombstone, record_key
 from agent.store.layout import DISCARDED_FILE, batch_files
 from agent.store.merge import UNKNOWN_TOOL_REASON
@@ -192,12 +192,13 @@ def write_answer(store: RunStore, event: WorkerEvent, batch_size: int, attempt: 
     match event:
         case Finished():
             if event.tokens_line is not None:
-                store.append_tokens(event.batch_num, event.tokens_line)
+                store.append_tokens(event.batch_num, event.tokens_line, event.line)
             store.append_result(event.batch_num, event.line)
         case Discarded():
             record = event.record()
             if event.tokens_line is not None:
-                store.append_tokens(batch_of(event.entry, record, batch_size), event.tokens_line)
+                batch = batch_of(event.entry, record, batch_size)
+                store.append_tokens(batch, event.tokens_line, encode_line(record))
             store.append_discard(record)
         case Failed():
             store.append_failure(event.record(attempt=attempt))

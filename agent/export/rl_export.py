@@ -16,6 +16,7 @@ one line: rows without ids are no RL data, and ids beside the wrong text are wor
 from __future__ import annotations
 
 import json
+import logging
 from array import array
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +32,8 @@ from agent.protocols.tokens import TokenRecord
 from agent.store.layout import TOKENS_FILE
 
 __all__ = ["GROUP_IDS", "RL_FILE", "RL_SCHEMA", "RLWriter"]
+
+log = logging.getLogger(__name__)
 
 RL_FILE = "rl.parquet"
 ROW_GROUP = 1000  # entries per row group, as the other Parquet exports (agent.export.exports)
@@ -87,7 +90,8 @@ class _Lockstep:
         self.handle: BinaryIO | None = None
         self.number = 0  # lines read
 
-    def next(self, entry: Mapping[str, Any]) -> TokenRecord:
+    def next(self, entry: Mapping[str, Any]) -> TokenRecord | None:
+        """The entry's record; None when its ids were withheld (its text held a secret)."""
         if self.handle is None:  # opened at the first entry: an empty run exports no rows
             if not self.path.is_file():
                 raise ConfigError(_missing(self.run_dir))
@@ -99,7 +103,8 @@ class _Lockstep:
         if not raw:
             raise ValueError(f"{self.path} ends at line {self.number - 1}: no token line for it ({wanted})")
         try:
-            record = TokenRecord.of(json.loads(raw))
+            data = json.loads(raw)
+            record = TokenRecord.of(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{where}: not a token record ({type(exc).__name__}: {exc})") from None
         if record.tokens_id != wanted:
@@ -107,7 +112,7 @@ class _Lockstep:
                 f"{where} holds tokens_id {record.tokens_id}, its metadata.tokens.id is {wanted} "
                 f"(line i of {TOKENS_FILE} belongs to entry i: the files are out of step)"
             )
-        return record
+        return None if data.get("withheld") is True else record
 
     @property
     def where(self) -> str:
@@ -200,9 +205,13 @@ class RLWriter:
         self.tokens = _Lockstep(run_dir)
         self.writer = pq.ParquetWriter(handle, RL_SCHEMA, compression="zstd")
         self.group = _Group()
+        self.withheld = 0  # entries whose ids the run did not keep (their text held a secret)
 
     def write(self, entry: Mapping[str, Any], suspect: bool = False) -> int:
         record = self.tokens.next(entry)
+        if record is None:
+            self.withheld += 1
+            return 0
         scalars = _scalars(entry, record)
         replaced = unencodable({k: scalars[k] for k in _TEXT}) if suspect else 0
         if replaced:
@@ -229,6 +238,12 @@ class RLWriter:
         self.flush()
         self.tokens.close()
         self.writer.close()
+        if self.withheld:
+            log.warning(
+                "--export=rl: %d entries have no row: their text held a secret, which their ids "
+                "would carry, so the run kept no ids for them (statistics.json tokens.withheld)",
+                self.withheld,
+            )
 
     def discard(self) -> None:
         self.group = _Group()

@@ -60,7 +60,7 @@ class RunStore(Protocol):
 
     def append_result(self, batch_num: int, entry: Mapping[str, Any] | bytes) -> None: ...
 
-    def append_tokens(self, batch_num: int, line: bytes) -> None: ...  # before its entry's line
+    def append_tokens(self, batch_num: int, line: bytes, entry: bytes) -> None: ...  # before `entry`
 
     def append_discard(self, record: Mapping[str, Any]) -> None: ...
 

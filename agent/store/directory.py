@@ -146,11 +146,19 @@ class RunDirectory:
         their entries, so the parent neither unpickles nor re-encodes them)."""
         self._append(self.path / batch_file_name(batch_num), entry)
 
-    def append_tokens(self, batch_num: int, line: bytes) -> None:
+    def append_tokens(self, batch_num: int, line: bytes, entry: bytes) -> None:
         """Append an entry's token sidecar line (`TokenRecord.line()`) to `tokens_<batch_num>.jsonl`,
-        before the entry's own line (its result or discard record): a line no entry names is
-        never merged, an entry whose tokens are not on disk would be."""
-        self._append(self.path / tokens_file_name(batch_num), line)
+        before the entry's own line (`entry`, as it is handed to be written): a line no entry
+        names is never merged, an entry whose tokens are not on disk would be.
+
+        The line is not passed through the redactor byte by byte: it holds ids, logprobs and the
+        entry's key, and a numeric secret's digits can sit inside a logprob by chance (replaced,
+        the line would no longer parse). What a secret looks like as ids only the tokenizer
+        knows: when the entry's own text holds one, its ids would carry it, so the line written
+        is the record without ids, marked `withheld` (`withheld_line`)."""
+        if self._redactor and self._redactor.redact_bytes(entry) != entry:
+            line = self._redactor.redact_bytes(withheld_line(line))
+        self._logs.append(self.path / tokens_file_name(batch_num), checked_line(line))
 
     def append_discard(self, record: Mapping[str, Any]) -> None:
         self._append(self.path / DISCARDED_FILE, record)
@@ -184,6 +192,14 @@ class RunDirectory:
         # Serialise first: a record that cannot be encoded leaves no partial line behind.
         data = checked_line(record) if isinstance(record, bytes) else encode_line(record)
         self._logs.append(path, self._redactor.redact_bytes(data))
+
+
+def withheld_line(line: bytes) -> bytes:
+    """A sidecar line without its ids (`"withheld": true`, no turns): its entry held a secret."""
+    record = json.loads(line)
+    kept = {k: record.get(k) for k in ("tokens_id", "prompt_key", "prompt_index")}
+    withheld = {**kept, "turns": [], "drift": None, "withheld": True}
+    return json.dumps(withheld, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
 
 def _plain(name: str) -> str:

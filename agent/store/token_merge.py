@@ -42,6 +42,7 @@ class TokenCounts:
     with_drift: int = 0  # trajectories whose tokens drifted (a turn's prompt broke the sequence)
     missing: int = 0  # merged entries naming a tokens id their shard's sidecar does not hold
     without: int = 0  # merged entries naming no tokens id (no turn captured)
+    withheld: int = 0  # merged entries whose ids were not kept: their text held a secret
     bytes: int = 0  # size of tokens.jsonl
 
 
@@ -135,6 +136,9 @@ class TokenMerge:
 
     def _count(self, parsed: dict[str, Any]) -> None:
         counts = self.counts
+        if parsed.get("withheld") is True:
+            counts.withheld += 1
+            return
         counts.trajectories += 1
         counts.with_drift += parsed.get("drift") is not None
         for turn in parsed["turns"]:
