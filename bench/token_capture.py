@@ -153,11 +153,13 @@ def run_once(load: Load, mode: str, label: str, workdir: Path) -> dict[str, Any]
     }
 
 
-def spread(values: list[float]) -> str:
+def spread(values: list[float], sign: str = "+") -> str:
+    """Mean, stdev, min, max and each value (`sign` "+" for differences, "" for amounts)."""
     stdev = statistics.stdev(values) if len(values) > 1 else 0.0
+    each = ", ".join(f"{v:{sign}.3f}" for v in values)
     return (
-        f"mean {statistics.mean(values):+.3f}, stdev {stdev:.3f}, min {min(values):+.3f}, "
-        f"max {max(values):+.3f} (pairs: {', '.join(f'{v:+.3f}' for v in values)})"
+        f"mean {statistics.mean(values):{sign}.3f}, stdev {stdev:.3f}, min {min(values):{sign}.3f}, "
+        f"max {max(values):{sign}.3f} (pairs: {each})"
     )
 
 
@@ -174,7 +176,7 @@ def cpu_pairs(load: Load, pairs: int, workdir: Path) -> list[dict[str, Any]]:
         parents.append(runs["required"]["parent_cpu_ms_per_call"] - runs["off"]["parent_cpu_ms_per_call"])
         results += runs.values()
     off = [r["cpu_ms_per_call"] for r in results if r["capture_tokens"] == "off"]
-    print(f"CPU ms per model call, capture off: {spread(off)}")
+    print(f"CPU ms per model call, capture off: {spread(off, sign='')}")
     print(f"CPU ms per model call that capture adds (on - off, per pair): {spread(deltas)}")
     print(f"  of which in the parent process: {spread(parents)}")
     return results
