@@ -39,6 +39,8 @@ class Completion:
     samples_per_prompt: int = 1
     prompts: int = 0  # valid prompts (sample 0 of each)
     extra_samples: int = 0  # attempts on disk beyond --samples_per_prompt (written by a larger N)
+    # --capture_tokens: merged entries naming token data their tokens_<batch>.jsonl does not hold
+    missing_tokens: int | None = None
 
     @classmethod
     def of(
@@ -82,7 +84,7 @@ class Completion:
     def exit_code(self) -> int:
         if self.interrupted:
             return EXIT_INTERRUPTED
-        return EXIT_FAILURES if self.missing else EXIT_OK
+        return EXIT_FAILURES if self.missing or self.missing_tokens else EXIT_OK
 
     def _of_valid(self) -> str:
         """What `valid` counts, said: prompts, or attempts (prompts × samples)."""
@@ -108,6 +110,8 @@ class Completion:
                 if self.extra_samples
                 else ""
             )
+            if self.missing_tokens:
+                return self._tokens_lost()
             return f"Done: all {valid} are in trajectories.jsonl or discarded.jsonl{extra}."
         parts = [f"{self.failed} failed"] if self.failed else []
         if self.in_flight:
@@ -126,6 +130,16 @@ class Completion:
         higher = " and a higher --max_cost" if self.stopped_by == "max_cost" else ""
         next_step = f"--resume{higher}"
         return f"Not done: {counts} of {self._of_valid()}{why}. Next: rerun with {next_step} to run them."
+
+    def _tokens_lost(self) -> str:
+        """The line of a run whose output lacks token data it names (a sidecar lost or edited:
+        --resume cannot make it again, the entries are done)."""
+        return (
+            f"Not done: {self.missing_tokens} entries in trajectories.jsonl name token data their "
+            'tokens_<batch>.jsonl does not hold (their tokens.jsonl lines say "missing": true). '
+            "Next: restore those tokens_*.jsonl files and rerun with --resume to merge again, "
+            "or leave those entries out of training."
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The `completion` section of statistics.json."""
@@ -147,6 +161,8 @@ class Completion:
             "stopped_by": self.stopped_by,
             "exit_code": self.exit_code,
             "next_step": self.next_step(),
+            # only with token data: a run without keeps its statistics as they were
+            **({} if self.missing_tokens is None else {"missing_tokens": self.missing_tokens}),
         }
 
 

@@ -8,16 +8,22 @@ come from.
 
 Filters: an entry is discarded (kept whole in discarded.jsonl) when the conversation is
 malformed (the analysis' flaws: `duplicate_call_id`, `tool_not_offered`, `invalid_arguments`,
-`leaked_tool_call`) or no turn has reasoning (`no_reasoning`), unless the run keeps that kind
+`leaked_tool_call`), no turn has reasoning (`no_reasoning`) or, with --capture_tokens, a
+turn's prompt did not extend the token sequence so far (`token_drift`), unless the run keeps that kind
 (`agent.config.run_config.KEPT_BY`). When several apply, the first in that order is the
 discard's reason, and the entry's `metadata.discard_reasons` lists every one that applied,
 so an entry recovered when the run keeps more is checked against them all. A flawed entry the
 run keeps carries the same label: the data says what is wrong with it, and a later run that
 does not keep it moves it to discarded.jsonl (`agent.batch.recovery`).
+
+Tokens (--capture_tokens) never enter the entry: its turns' ids and logprobs go to the parent
+as a sidecar line (`agent.protocols.tokens.TokenRecord`) bound to the entry by a fresh id in
+`metadata.tokens`, beside how many turns it holds and where it drifted.
 """
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +34,8 @@ from agent.errors import FailureClass
 from agent.export.analysis import FLAWS, Analysis
 from agent.export.formats import DEFAULT_FORMAT, render
 from agent.loop.conversation import ConversationResult
+from agent.protocols.tokens import TokenRecord
+from agent.protocols.turns import AssistantTurn
 from agent.protocols.verification import Verification
 from agent.store.directory import encode_line
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
@@ -47,43 +55,73 @@ def answer(
     *,
     keep_no_reasoning: bool,
     keep_malformed: bool = False,
+    keep_token_drift: bool = True,
     verification: Verification | None = None,
 ) -> Answer:
     """The event for a conversation that ended: a failure when the endpoint failed for good,
     a discard when a filter applies that the run does not keep, else the finished entry's line
-    (with the attempt's `verification`, when a check applied)."""
+    (with the attempt's `verification`, when a check applied), each with the conversation's
+    token sidecar line when its turns carry tokens."""
     usage = result.usage.as_dict()
     if result.failed:
         return Failed.of(job, result.error_class or FailureClass.API, result.error or "", usage)
     entry, analysis = render_entry(job, result, usage, verification=verification)
-    reasons = filters_applying(analysis)
-    kept = {"keep_no_reasoning": keep_no_reasoning, "keep_malformed": keep_malformed}
+    tokens = render_tokens(job, result)
+    if tokens is not None:  # only with capture: a run without keeps its entries' bytes
+        entry["metadata"]["tokens"] = tokens[0]
+    tokens_line = None if tokens is None else tokens[1]
+    reasons = filters_applying(analysis, result.token_drift is not None)
+    kept = {
+        "keep_no_reasoning": keep_no_reasoning,
+        "keep_malformed": keep_malformed,
+        "keep_token_drift": keep_token_drift,
+    }
     discarding = [reason for reason in reasons if not kept[KEPT_BY[reason]]]
     if reasons:
         entry["metadata"]["discard_reasons"] = reasons
     if discarding:
-        return Discarded(job.key, job.index, discarding[0], entry, usage, datetime.now().isoformat())
+        when = datetime.now().isoformat()
+        return Discarded(job.key, job.index, discarding[0], entry, usage, when, tokens_line)
     try:
         line = encode_line(entry)
     except (ValueError, TypeError) as exc:  # a bug fails its prompt here, not the run in the parent
         why = f"the entry cannot be written as JSON: {type(exc).__name__}: {exc}"
         return Failed.of(job, FailureClass.EXCEPTION, why, usage)
+    return _finished(job, result, line, usage, tokens_line)
+
+
+def _finished(
+    job: Job, result: ConversationResult, line: bytes, usage: dict[str, float], tokens_line: bytes | None
+) -> Finished:
+    drift = result.token_drift is not None
     return Finished(
-        job.key,
-        job.batch_num,
-        job.index,
-        line,
-        result.completed,
-        result.outcome.value,
-        usage,
-        result.api_calls,
-    )
+        job.key, job.batch_num, job.index, line, result.completed, result.outcome.value, usage,
+        result.api_calls, tokens_line, drift,
+    )  # fmt: skip
 
 
-def filters_applying(analysis: Analysis) -> list[str]:
+def filters_applying(analysis: Analysis, token_drift: bool = False) -> list[str]:
     """Every filter the conversation fails, in `FILTERS` order (empty: a well-formed entry)."""
     no_reasoning = [NO_REASONING] if not analysis.reasoning.has_any_reasoning else []
-    return [*analysis.flaws, *no_reasoning]
+    drift = [TOKEN_DRIFT] if token_drift else []
+    return [*analysis.flaws, *no_reasoning, *drift]
+
+
+def render_tokens(job: Job, result: ConversationResult) -> tuple[dict[str, Any], bytes] | None:
+    """(the entry's `metadata.tokens`, the conversation's token sidecar line), None when no turn
+    carries tokens. The id binding them is fresh per attempt: a retried or re-run prompt's line
+    is another, and only the one its kept entry names is merged."""
+    turns = tuple(t.tokens for t in result.turns if isinstance(t, AssistantTurn) and t.tokens is not None)
+    if not turns:
+        return None
+    drift = result.token_drift
+    tokens_id = uuid.uuid4().hex
+    summary = {
+        "id": tokens_id,
+        "turns": len(turns),
+        "drift": None if drift is None else {"turn": drift.turn, "position": drift.position},
+    }
+    return summary, TokenRecord(tokens_id, job.key, job.index, turns, drift).line()
 
 
 def render_entry(

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agent.batch.events import sample_fields
+from agent.batch.events import Discarded, Failed, Finished, WorkerEvent, sample_fields
 from agent.config.run_config import KEPT_BY_MODE, RunConfig, kept_by
 from agent.protocols import RunStore, StoredKeys
 from agent.protocols.store import MergeSummary
@@ -183,6 +183,24 @@ def filter_warnings(discards: Mapping[str, int], entries: int) -> list[dict[str,
         for reason, count in sorted(discards.items())
         if 2 * count > entries
     ]
+
+
+def write_answer(store: RunStore, event: WorkerEvent, batch_size: int, attempt: int) -> None:
+    """Write a worker's answer (`attempt`: a failure's number). A token sidecar line goes before
+    its entry's line, in the shard the entry is (or, recovered, will be) in: an entry on disk
+    always has its tokens there; a line whose entry never reached the disk is never merged."""
+    match event:
+        case Finished():
+            if event.tokens_line is not None:
+                store.append_tokens(event.batch_num, event.tokens_line)
+            store.append_result(event.batch_num, event.line)
+        case Discarded():
+            record = event.record()
+            if event.tokens_line is not None:
+                store.append_tokens(batch_of(event.entry, record, batch_size), event.tokens_line)
+            store.append_discard(record)
+        case Failed():
+            store.append_failure(event.record(attempt=attempt))
 
 
 def batch_of(entry: Mapping[str, Any], record: Mapping[str, Any], batch_size: int) -> int:

@@ -28,7 +28,7 @@ from agent.batch.jobs import Job, sample_sampling
 from agent.batch.keeping import KeepPass, keep_at_end, reapply_filters_and_keep
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
-from agent.batch.recovery import current_discards, merge_output
+from agent.batch.recovery import current_discards, merge_output, write_answer
 from agent.batch.rescore import rescore_step
 from agent.batch.row_verify import job_checks
 from agent.batch.run_summary import filters_and_budget, run_summary, sample_counts, worker_losses
@@ -44,6 +44,7 @@ from agent.store.run_history import with_history
 from agent.store.statistics import render_statistics
 from agent.store.summary_view import render_next_steps
 from agent.store.timeline import Timeline
+from agent.store.token_merge import token_capture
 from agent.toolbox.distributions import sample_toolsets_from_distribution
 
 log = logging.getLogger("agent.batch.run")
@@ -71,6 +72,7 @@ class BatchRun:
         self.tombstoned: set[str] = set()  # keys whose result a filter moved to discarded.jsonl
         self.previous: Any = None  # the statistics.json of the earlier invocations
         self.kept = KeepPass()  # what --keep moved at the end (before the merge)
+        self.captured: dict[str, Any] | None = None  # --capture_tokens: tokens.jsonl's counts, merged
 
     def run(self, scan: DatasetScan) -> int:
         started = time.monotonic()
@@ -105,6 +107,7 @@ class BatchRun:
             interrupted=ended is not None and ended.interrupted,
             samples_per_prompt=self.config.samples_per_prompt,
             stopped_by=ended.stopped_by if ended is not None else None,
+            missing_tokens=None if self.captured is None else self.captured["missing"],
         )
 
     def _open_run(self) -> StoredKeys:
@@ -194,13 +197,8 @@ class BatchRun:
     def _on_event(self, event: WorkerEvent) -> None:
         """Write the answer (before counting it: a count never runs ahead of the disk), count
         it, show it."""
-        match event:
-            case Finished():
-                self.store.append_result(event.batch_num, event.line)
-            case Discarded():
-                self.store.append_discard(event.record())
-            case Failed():
-                self.store.append_failure(event.record(attempt=self.tally.attempt(event.key)))
+        attempt = self.tally.attempt(event.key) if isinstance(event, Failed) else 0
+        write_answer(self.store, event, self.config.batch_size, attempt)
         advance = self.tally.count(event)
         if self.monitor is not None:
             _show(self.monitor, event, advance)
@@ -250,6 +248,7 @@ class BatchRun:
         stats = self.tally.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
         stats["rate_limiting"]["partial"] = bool(ended is not None and ended.dead_workers)
         stats = with_history(stats, self.previous, ran=ran)
+        stats["tokens"].update(self.captured or {})  # beside the usage counts, only with capture
         self.store.write_json("statistics.json", stats)
         render_statistics(stats, self.console)
         trajectories = self.config.run_dir / "trajectories.jsonl" if merged_keys is not None else None
@@ -265,6 +264,7 @@ class BatchRun:
         )
         self.tally.withdrawn += withdrawn
         summary["merge"] = merged.as_dict()
+        self.captured = token_capture(self.config.agent.token_api, merged.tokens, self.previous)
         for entry in current_discards(self.config.run_dir, merged.kept_keys):
             self.tally.stats.add_discarded_entry(entry)
         moved = {key for key, _entry in merged.unkept} | self.kept.withdrawn_keys

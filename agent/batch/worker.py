@@ -205,5 +205,6 @@ class Worker:
             result,
             keep_no_reasoning=run.keep_no_reasoning,
             keep_malformed=run.keep_malformed,
+            keep_token_drift=run.keep_token_drift,
             verification=checks.verification,
         )

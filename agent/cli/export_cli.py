@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.config.export_config import EXPORT_FORMATS, ExportOptions
+from agent.config.export_config import EXPORT_FORMATS, TOKEN_FORMATS, ExportOptions
 from agent.config.run_config import check_run_name
 from agent.errors import ConfigError
 from agent.store.layout import TRAJECTORIES_FILE
@@ -40,10 +40,17 @@ def hub_configs(formats: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def build_export_options(values: Mapping[str, Any]) -> ExportOptions:
-    """The export options of the flag values; `--push_to_hub` alone exports every format."""
+    """The export options of the flag values; `--push_to_hub` alone exports every text format.
+    A run (not a post-process) asking for `--export=rl` must capture token ids."""
     formats = tuple(dict.fromkeys(values["export"] or ()))
     if values["push_to_hub"] is not None and not formats:
-        formats = EXPORT_FORMATS
+        formats = tuple(name for name in EXPORT_FORMATS if name not in TOKEN_FORMATS)
+    running = values["dataset_file"] is not None
+    if running and values["capture_tokens"] == "off" and (wanted := set(formats) & set(TOKEN_FORMATS)):
+        raise ConfigError(
+            f"--export={sorted(wanted)[0]} needs the model's token ids: "
+            "add --capture_tokens=required (or auto, to go on text-only where the endpoint gives none)"
+        )
     return ExportOptions(
         export=formats,
         export_reasoning=values["export_reasoning"],

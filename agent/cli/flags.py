@@ -270,9 +270,9 @@ FLAGS: tuple[Flag, ...] = (
          "call", "Samples and verification", _BATCH),
     # Export and the Hub
     Flag("export", "list", _export("export"),
-         "comma list of parquet, openai, sharegpt: files in <run>/export/ at the end of the run; "
-         "without --dataset_file, exports the existing run --run_name", "Export and the Hub", _BATCH,
-         shown="none"),
+         "comma list of parquet, openai, sharegpt, rl (token ids: --capture_tokens): files in <run>/export/ "
+         "at the end of the run; without --dataset_file, exports the existing run --run_name",
+         "Export and the Hub", _BATCH, shown="none"),
     Flag("export_reasoning", "str", _export("export_reasoning"),
          "openai export: reasoning in reasoning_content (field) or as <think> in the content (inline)",
          "Export and the Hub", _BATCH, choices=REASONING_PLACES),

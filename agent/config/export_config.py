@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from agent.errors import ConfigError
 
-EXPORT_FORMATS = ("parquet", "openai", "sharegpt")  # agent.export.exports.EXPORTS, by name
+EXPORT_FORMATS = ("parquet", "openai", "sharegpt", "rl")  # agent.export.exports.EXPORTS, by name
+TOKEN_FORMATS = ("rl",)  # need the run's token ids (--capture_tokens): never exported unasked
 REASONING_PLACES = ("field", "inline")  # `reasoning_content`, or `<think>…</think>` in the content
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 

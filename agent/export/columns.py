@@ -19,12 +19,13 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["ENTRY_SCHEMA", "OPENAI_SCHEMA", "OURS", "entry_columns"]
+__all__ = ["ENTRY_SCHEMA", "OPENAI_SCHEMA", "OURS", "entry_columns", "verified"]
 
 # The keys `agent.batch.records` adds to an entry's metadata; the rest are the dataset row's.
 OURS = (
     *("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage", "discard_reasons"),
     *("prompt_id", "sample_index"),
+    "tokens",  # --capture_tokens: the entry's line in tokens.jsonl (the `rl` export reads it)
 )
 VERIFIED = ("reward", "verification")  # ours only when a check applied (else a row's own `reward` stays)
 _USAGE_INTS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cached_tokens")
@@ -115,7 +116,7 @@ def _strings(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
-def _verified(metadata: Mapping[str, Any]) -> dict[str, Any]:
+def verified(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """`prompt_id`, `sample_index`, `reward`, `passed` and `verification` (null where absent)."""
     record = metadata.get("verification")
     record = record if isinstance(record, Mapping) else None
@@ -156,6 +157,6 @@ def entry_columns(entry: Mapping[str, Any]) -> dict[str, Any]:
         "usage": _usage(metadata.get("usage")),
         "tool_stats": _tool_stats(entry.get("tool_stats")),
         "discard_reasons": _strings(metadata.get("discard_reasons")),
-        **_verified(metadata),
+        **verified(metadata),
         "metadata": json.dumps(_own(metadata), ensure_ascii=False),
     }

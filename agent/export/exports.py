@@ -9,7 +9,9 @@ with the run:
 - `openai` → `export/openai.jsonl`: one line per entry, `messages` + `tools` (a JSON string,
   see `openai_messages.tools_json`) and the fixed columns of `agent.export.columns`;
 - `parquet` → `export/trajectories.parquet`: the entries' fixed columns and `conversations`
-  with the schema declared in `agent.export.columns`, written a row group at a time.
+  with the schema declared in `agent.export.columns`, written a row group at a time;
+- `rl` → `export/rl.parquet`: one row per trajectory with its token ids, loss mask and
+  logprobs, from `tokens.jsonl` read in lockstep (`agent.export.rl_export`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 import pyarrow as pa
@@ -26,8 +29,9 @@ from agent.common.unicode_text import encodable_json, unencodable
 from agent.config.export_config import EXPORT_FORMATS
 from agent.export.columns import ENTRY_SCHEMA, OPENAI_SCHEMA, entry_columns
 from agent.export.openai_messages import from_sharegpt, tools_json
+from agent.export.rl_export import RL_FILE, RLWriter
 
-__all__ = ["EXPORTS", "EXPORT_DIR", "HUB_EXPORTS", "ROW_GROUP", "ExportFormat", "RowWriter"]
+__all__ = ["EXPORTS", "EXPORT_DIR", "HUB_EXPORTS", "ROW_GROUP", "ExportFormat", "ExportInput", "RowWriter"]
 
 EXPORT_DIR = "export"
 ROW_GROUP = 1000  # entries per Parquet row group: what one export holds in memory at once
@@ -45,10 +49,18 @@ class RowWriter(Protocol):
 
 
 @dataclass(frozen=True)
+class ExportInput:
+    """What a writer may read besides the entries it is handed."""
+
+    run_dir: Path  # the run exported (the `rl` export reads its tokens.jsonl)
+    inline: bool = False  # reasoning inline in the content (`openai`)
+
+
+@dataclass(frozen=True)
 class ExportFormat:
     name: str
     file_name: str
-    opens: Callable[[BinaryIO, bool], RowWriter]  # (the file, reasoning inline) → its writer
+    opens: Callable[[BinaryIO, ExportInput], RowWriter]  # (the file, what it reads) → its writer
 
 
 def _turns(entry: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -130,12 +142,16 @@ class _Parquet:
         self.writer.close()  # to the temp file, which the failed export removes
 
 
-def _lines(row: Row) -> Callable[[BinaryIO, bool], RowWriter]:
-    return lambda handle, inline: _Lines(handle, inline, row)
+def _lines(row: Row) -> Callable[[BinaryIO, ExportInput], RowWriter]:
+    return lambda handle, given: _Lines(handle, given.inline, row)
 
 
-def _parquet(row: Row, schema: pa.Schema) -> Callable[[BinaryIO, bool], RowWriter]:
-    return lambda handle, inline: _Parquet(handle, inline, row, schema)
+def _parquet(row: Row, schema: pa.Schema) -> Callable[[BinaryIO, ExportInput], RowWriter]:
+    return lambda handle, given: _Parquet(handle, given.inline, row, schema)
+
+
+def _rl(handle: BinaryIO, given: ExportInput) -> RowWriter:
+    return RLWriter(handle, given.run_dir)
 
 
 EXPORTS: dict[str, ExportFormat] = {
@@ -144,6 +160,7 @@ EXPORTS: dict[str, ExportFormat] = {
         ExportFormat("parquet", "trajectories.parquet", _parquet(sharegpt_row, ENTRY_SCHEMA)),
         ExportFormat("openai", "openai.jsonl", _lines(openai_row)),
         ExportFormat("sharegpt", "sharegpt.jsonl", _lines(sharegpt_row)),
+        ExportFormat("rl", RL_FILE, _rl),
     )
 }
 assert tuple(EXPORTS) == EXPORT_FORMATS, "the export formats and the --export choices disagree"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from agent.common.unicode_text import may_hold_surrogates
 from agent.errors import ConfigError
-from agent.export.exports import EXPORT_DIR, EXPORTS, ExportFormat, RowWriter
+from agent.export.exports import EXPORT_DIR, EXPORTS, ExportFormat, ExportInput, RowWriter
 from agent.store.durable import atomic_write
 from agent.store.jsonl import parse_object
 from agent.store.layout import TRAJECTORIES_FILE
@@ -76,10 +76,11 @@ def export_run(
     started = time.monotonic()
     files = export_files(run_dir, names, formats, directory)
     (run_dir / directory).mkdir(parents=True, exist_ok=True)
+    given = ExportInput(run_dir, inline)
     with ExitStack() as stack:
         writers: list[RowWriter] = []
         for name, path in files.items():
-            writer = formats[name].opens(stack.enter_context(atomic_write(path)), inline)
+            writer = formats[name].opens(stack.enter_context(atomic_write(path)), given)
             stack.push(_closing(writer))  # before its file is renamed into place, or discarded
             writers.append(writer)
         fed = _feed(source, writers)

@@ -25,7 +25,9 @@ from agent.config.agent_config import AgentConfig
 from agent.errors import FailureClass, ModelAPIError
 from agent.llm.request import build_request
 from agent.loop.conversation import ConversationResult, Outcome, Prompt
+from agent.loop.token_trace import TokenTrace
 from agent.protocols import ChatModel, ModelReply, SandboxFactory, ToolCall, Usage
+from agent.protocols.tokens import TurnTokens
 from agent.protocols.turns import (
     AssistantTurn,
     ToolTurn,
@@ -79,9 +81,15 @@ async def converse(
             await own.aclose()
 
 
-def assistant_turn(reply: ModelReply, calls: Sequence[ToolCall], renamed: Mapping[str, str]) -> AssistantTurn:
+def assistant_turn(
+    reply: ModelReply,
+    calls: Sequence[ToolCall],
+    renamed: Mapping[str, str],
+    tokens: TurnTokens | None = None,
+) -> AssistantTurn:
     """The assistant turn as kept in history (reasoning separate from content), with `calls`,
-    the reply's calls as `unique_ids` made them (`renamed`: their ids the model sent)."""
+    the reply's calls as `unique_ids` made them (`renamed`: their ids the model sent), and
+    `tokens`, the reply's as the conversation's `TokenTrace` placed them (--capture_tokens)."""
     return AssistantTurn(
         reply.content,
         reply.reasoning,
@@ -89,6 +97,7 @@ def assistant_turn(reply: ModelReply, calls: Sequence[ToolCall], renamed: Mappin
         reasoning_forced=reply.reasoning_forced and bool(reply.reasoning),
         reasoning_details=tuple(reply.reasoning_details) if reply.reasoning_details else None,
         truncated=reply.finish_reason == "length",
+        tokens=tokens,
     )
 
 
@@ -127,6 +136,7 @@ class _Loop:
         self.turns: list[Turn] = []
         self.api_calls = 0
         self.usage = Usage()
+        self.tokens: TokenTrace | None = None  # made by the first reply with ids (--capture_tokens)
 
     async def run(self, text: str) -> ConversationResult:
         """The loop: call the model, run its tool calls, repeat until an outcome."""
@@ -144,11 +154,20 @@ class _Loop:
                 return self.end(Outcome.API_FAILURE, error=str(exc), error_class=exc.error_class)
             self.usage += reply.usage
             calls, renamed = unique_ids(reply.tool_calls)
-            self.turns.append(assistant_turn(reply, calls, renamed))
+            tokens = None if reply.tokens is None else self.traced().add(reply.tokens)
+            self.turns.append(assistant_turn(reply, calls, renamed, tokens))
             if not calls:
                 return self.answered(reply)
+            # With --capture_tokens the reply holds its whole prompt's ids (as long as the
+            # conversation so far): not kept while the tools and the next call run.
+            del reply
             self.turns += await self.run_tools(calls)
         return self.end(Outcome.MAX_ITERATIONS, error=f"no final answer within {cfg.max_iterations} calls")
+
+    def traced(self) -> TokenTrace:
+        if self.tokens is None:
+            self.tokens = TokenTrace()
+        return self.tokens
 
     def answered(self, reply: ModelReply) -> ConversationResult:
         """The outcome of a reply without tool calls."""
@@ -188,4 +207,5 @@ class _Loop:
             final_response=final_response,
             error=error,
             error_class=error_class,
+            token_drift=None if self.tokens is None else self.tokens.drift,
         )

@@ -37,6 +37,9 @@ class MergeSummary(Protocol):
     @property
     def unkept(self) -> list[tuple[str, dict[str, Any]]]: ...  # (key, entry) to move to discards
 
+    @property
+    def tokens(self) -> dict[str, Any] | None: ...  # --capture_tokens: the merged sidecar's counts
+
     def as_dict(self) -> dict[str, Any]: ...
 
 
@@ -56,6 +59,8 @@ class RunStore(Protocol):
     def scan(self) -> StoredKeys: ...
 
     def append_result(self, batch_num: int, entry: Mapping[str, Any] | bytes) -> None: ...
+
+    def append_tokens(self, batch_num: int, line: bytes) -> None: ...  # before its entry's line
 
     def append_discard(self, record: Mapping[str, Any]) -> None: ...
 

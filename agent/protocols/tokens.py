@@ -160,10 +160,13 @@ class TokenRecord:
         """(input_ids, loss_mask, logprobs, completion spans) of the whole trajectory: what the
         model was last given plus what it last generated; the mask is 1 on every id the model
         generated that is still where it generated it (a drift cuts the sequence: completions
-        after the cut are given, not generated, from then on)."""
+        after the cut are given, not generated, from then on); one span per non-empty completion
+        still in place, so the mask is 1 exactly inside the spans. ValueError when a turn's
+        offset or logprobs do not fit (`_check_turn`)."""
         seq, mask, probs = array("i"), array("i"), list[float | None]()
         spans: list[tuple[int, int]] = []
-        for turn in self.turns:
+        for index, turn in enumerate(self.turns):
+            _check_turn(index, turn, len(seq))
             del seq[turn.prompt_offset :], mask[turn.prompt_offset :], probs[turn.prompt_offset :]
             spans = [(a, min(b, turn.prompt_offset)) for a, b in spans if a < turn.prompt_offset]
             seq.extend(turn.prompt_ids)
@@ -174,5 +177,20 @@ class TokenRecord:
             mask.extend([1] * len(turn.completion_ids))
             given = turn.logprobs if turn.logprobs is not None else [None] * len(turn.completion_ids)
             probs.extend(given)
-            spans.append((start, len(seq)))
+            if len(seq) > start:  # an empty completion has no span (one at the end was kept, others cut)
+                spans.append((start, len(seq)))
         return seq, mask, probs, spans
+
+
+def _check_turn(index: int, turn: TurnTokens, length: int) -> None:
+    """ValueError when `turn` cannot follow a sequence of `length` ids: an offset out of it (a
+    negative one would cut from the end) or logprobs not one per completion id (every later
+    logprob would sit on the wrong id)."""
+    if not 0 <= turn.prompt_offset <= length:
+        raise ValueError(
+            f"turn {index}: prompt_offset {turn.prompt_offset} is outside the {length} ids before it"
+        )
+    if turn.logprobs is not None and len(turn.logprobs) != len(turn.completion_ids):
+        raise ValueError(
+            f"turn {index}: {len(turn.logprobs)} logprobs for {len(turn.completion_ids)} completion ids"
+        )

@@ -79,6 +79,20 @@ def _verification(stats: Mapping[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
+def _token_capture(stats: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The token data (tokens.jsonl), when the run captured it: its API is in the section."""
+    section = stats.get("tokens")
+    if not isinstance(section, Mapping) or "with_drift" not in section:
+        return []
+    captured, drift = json_int(section.get("trajectories")), json_int(section.get("with_drift"))
+    missing = json_int(section.get("missing"))
+    lost = f" · {missing:,} missing" if missing else ""
+    return [
+        ("Token data", f"{captured:,} trajectories ({section.get('api')}){lost}"),
+        ("Trajectories with token drift", f"{drift:,} of {captured:,}"),
+    ]
+
+
 def summary(stats: Mapping[str, Any], digest: RunDigest) -> str:
     done, limiting = stats.get("completion") or {}, stats.get("rate_limiting") or {}
     run, tokens, usd = _whole_run(stats)
@@ -113,6 +127,7 @@ def summary(stats: Mapping[str, Any], digest: RunDigest) -> str:
         ("Peak model calls in flight", limiting.get("peak_inflight")),
         ("Reasoning coverage", _reasoning(digest)),
         *_verification(stats),
+        *_token_capture(stats),
     ]
     next_step = done.get("next_step")
     step = f'<p class="next-step">{escape(str(next_step))}</p>' if next_step else ""

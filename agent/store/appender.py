@@ -3,7 +3,9 @@
 Appends go straight to the kernel (one `os.write` loop per line, no user-space buffer), so a
 line is either wholly in the page cache or, if the process is killed mid-write, a torn tail
 that the next start repairs (`agent.store.durable`). `sync()` fsyncs every file appended to
-since the last call, and the directory when files were created.
+since the last call, and the directory when files were created. Token sidecars
+(`tokens_*.jsonl`) are synced first: a result line is appended after its sidecar line, so a
+result on disk always has its tokens on disk too, power lost between two fsyncs included.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import contextlib
 import errno
 import os
 from collections import OrderedDict
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from agent.store.durable import fsync_directory
+from agent.store.layout import TOKENS_GLOB
 
 MAX_OPEN_FILES = 64
 
@@ -43,15 +47,23 @@ class Appender:
         self._dirty.add(path)
 
     def sync(self) -> None:
-        """fsync every file appended to since the last sync, and the directory if it gained names."""
-        for path in sorted(self._dirty):
+        """fsync every file appended to since the last sync (sidecars first), and the directory
+        if it gained names."""
+        self._sync_sidecars()
+        if self._new_names:
+            fsync_directory(self._directory)
+            self._new_names = False
+        self._sync_paths(sorted(self._dirty))
+
+    def _sync_sidecars(self) -> None:
+        self._sync_paths(sorted(p for p in self._dirty if _sidecar(p)))
+
+    def _sync_paths(self, paths: list[Path]) -> None:
+        for path in paths:
             fd = self._fds.get(path)
             if fd is not None:
                 os.fsync(fd)
             self._dirty.discard(path)
-        if self._new_names:
-            fsync_directory(self._directory)
-            self._new_names = False
 
     def close(self) -> None:
         """Close every descriptor (without syncing: call `sync()` first)."""
@@ -78,9 +90,15 @@ class Appender:
     def _close_oldest(self) -> None:
         old_path, old_fd = self._fds.popitem(last=False)
         if old_path in self._dirty:
+            if not _sidecar(old_path):
+                self._sync_sidecars()  # a result synced before its tokens line: never
             os.fsync(old_fd)  # it leaves the LRU: sync now, sync() can no longer reach it
             self._dirty.discard(old_path)
         os.close(old_fd)
+
+
+def _sidecar(path: Path) -> bool:
+    return fnmatchcase(path.name, TOKENS_GLOB)
 
 
 def _write_all(fd: int, data: bytes) -> None:

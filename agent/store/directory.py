@@ -32,6 +32,7 @@ from agent.store.layout import (
     LOCK_FILE,
     TRAJECTORIES_FILE,
     batch_file_name,
+    tokens_file_name,
 )
 from agent.store.merge import MergeReport, merge_run
 
@@ -144,6 +145,12 @@ class RunDirectory:
         """Append a result: a mapping, or a line already made by `encode_line` (workers encode
         their entries, so the parent neither unpickles nor re-encodes them)."""
         self._append(self.path / batch_file_name(batch_num), entry)
+
+    def append_tokens(self, batch_num: int, line: bytes) -> None:
+        """Append an entry's token sidecar line (`TokenRecord.line()`) to `tokens_<batch_num>.jsonl`,
+        before the entry's own line (its result or discard record): a line no entry names is
+        never merged, an entry whose tokens are not on disk would be."""
+        self._append(self.path / tokens_file_name(batch_num), line)
 
     def append_discard(self, record: Mapping[str, Any]) -> None:
         self._append(self.path / DISCARDED_FILE, record)

@@ -13,20 +13,26 @@ calling a tool the registry does not know: the reference dropped it, which lost 
 called done. It is labelled `tool_not_offered` in `metadata.discard_reasons` (the filter that
 discards such an entry) and kept when `keep_unknown` (the run keeps malformed entries), else
 handed back in `unkept` for the caller to move to discarded.jsonl.
+
+With token sidecars in the directory (--capture_tokens), the same pass writes the merged
+sidecar, line for line beside the output (`agent.store.token_merge`); without, none (and no
+stale one is left).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.store.durable import atomic_write
+from agent.store.durable import atomic_write, fsync_directory
 from agent.store.jsonl import encode_line, parse_object
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import TRAJECTORIES_FILE, batch_files
+from agent.store.token_merge import TokenMerge, captured, tokens_output
 from agent.store.tool_counts import TOOL_ROWS, cut_name
 
 
@@ -44,12 +50,15 @@ class MergeReport:
     # the keys written: the caller checks every prompt it calls done is among them
     kept_keys: set[str] = field(default_factory=set, repr=False)
     unkept: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)  # (key, entry)
+    # --capture_tokens: the merged sidecar's counts (`TokenCounts`), None when the run captured none
+    tokens: dict[str, Any] | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         """The `merge` section of statistics.json (counts, no keys or entries). The model
         invents unknown tools' names: the TOOL_ROWS most called are listed, the rest summed in
         `unknown_tools_other`, so the file does not grow with the names invented."""
-        counts = {k: v for k, v in vars(self).items() if k not in ("kept_keys", "unkept", "unknown_tools")}
+        hidden = ("kept_keys", "unkept", "unknown_tools", "tokens")  # tokens: a section of its own
+        counts = {k: v for k, v in vars(self).items() if k not in hidden}
         listed = self.unknown_tools.most_common(TOOL_ROWS)
         rest = self.unknown_tools.total() - sum(n for _, n in listed)
         return {
@@ -79,35 +88,61 @@ def merge_run(
     """Rewrite `output` atomically from every batch file: first line per prompt key, keys in
     `exclude` left out. Each kept line is copied as read (an entry calling unknown tools gains
     its label first, and is only kept with `keep_unknown`), newline-terminated."""
-    report = MergeReport()
-    resolver = KeyResolver()
-    seen = report.kept_keys
     files = batch_files(directory)
-    report.files = len(files)
-    with atomic_write(directory / output) as out:
+    report, resolver = MergeReport(files=len(files)), KeyResolver()
+    with ExitStack() as stack:
+        sidecar = _sidecar(stack, directory, output)
+        out = stack.enter_context(atomic_write(directory / output))  # renamed before the sidecar
         for path in files:
+            if sidecar is not None:
+                sidecar.shard(path)
             for line, entry in _in_index_order(path):
                 key = resolver.result_key(entry) if entry is not None else None
                 if entry is None or key is None:
                     report.invalid_lines += 1
-                elif is_tombstone(entry):
-                    report.tombstones += 1
-                elif key in exclude:
-                    report.withdrawn += 1
-                elif key in seen:
-                    report.duplicates += 1
-                else:
-                    if bad := unknown_tools(entry, valid_tools):
-                        report.unknown_tools.update(cut_name(tool) for tool in bad)
-                        line, entry = _labelled(line, entry, report)
-                        if not _keeps(key, entry, keep_unknown, report):
-                            continue
-                    seen.add(key)
-                    out.write(line + b"\n")
-                    report.written += 1
-                    if on_entry is not None:
-                        on_entry(entry)
+                    continue
+                if _passed_over(report, entry, key, exclude):
+                    continue
+                if bad := unknown_tools(entry, valid_tools):
+                    report.unknown_tools.update(cut_name(tool) for tool in bad)
+                    line, entry = _labelled(line, entry, report)
+                    if not _keeps(key, entry, keep_unknown, report):
+                        continue
+                report.kept_keys.add(key)
+                out.write(line + b"\n")
+                if sidecar is not None:
+                    sidecar.add(key, entry)
+                report.written += 1
+                if on_entry is not None:
+                    on_entry(entry)
+        report.tokens = None if sidecar is None else dict(vars(sidecar.counts))
     return report
+
+
+def _passed_over(report: MergeReport, entry: dict[str, Any], key: str, exclude: Collection[str]) -> bool:
+    """Whether a line is not merged: a tombstone, a withdrawn key's or a key's second line."""
+    if is_tombstone(entry):
+        report.tombstones += 1
+    elif key in exclude:
+        report.withdrawn += 1
+    elif key in report.kept_keys:
+        report.duplicates += 1
+    else:
+        return False
+    return True
+
+
+def _sidecar(stack: ExitStack, directory: Path, output: str) -> TokenMerge | None:
+    """The merged sidecar's writer when the run has sidecars; else None, a stale one removed."""
+    target = directory / tokens_output(output)
+    if not captured(directory):
+        if target.exists():
+            target.unlink()
+            fsync_directory(directory)
+        return None
+    sidecar = TokenMerge(stack.enter_context(atomic_write(target)))
+    stack.callback(sidecar.close)
+    return sidecar
 
 
 def _keeps(key: str, entry: dict[str, Any], keep_unknown: bool, report: MergeReport) -> bool:

@@ -67,3 +67,16 @@ def verification_lines(section: Any) -> list[str]:
     parts.append(f"mean reward {mean:.3f}" if isinstance(mean, int | float) else "mean reward —")
     counts = " · ".join(f"{n(attempts.get(key))} {key}" for key in ("passed", "failed", "undecided"))
     return [f"Verification: {n(attempts.get('verified'))} attempts checked ({counts}) · " + " · ".join(parts)]
+
+
+def token_capture_lines(tokens: Mapping[str, Any]) -> list[str]:
+    """One line on the token data (tokens.jsonl), when the run captured it."""
+    if "with_drift" not in tokens:
+        return []
+    missing = json_int(tokens.get("missing"))
+    return [
+        f"Token data ({tokens.get('api')}): {n(tokens.get('trajectories'))} trajectories · "
+        f"{n(tokens.get('turns'))} turns · {n(tokens.get('prompt_ids'))} prompt ids · "
+        f"{n(tokens.get('completion_ids'))} completion ids · {n(tokens.get('with_drift'))} with drift"
+        + (f" · {n(missing)} missing" if missing else "")
+    ]

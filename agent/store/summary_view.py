@@ -23,6 +23,7 @@ from agent.store.summary_lines import (
     dataset_lines,
     endpoint_label,
     plural,
+    token_capture_lines,
     verification_lines,
     whole_run_lines,
 )
@@ -104,6 +105,7 @@ def _summary(stats: Mapping[str, Any]) -> Panel:
     ]
     lines += _lost_toolsets(stats.get("toolsets") or {})
     lines += verification_lines(stats.get("verification"))
+    lines += token_capture_lines(tokens)
     lines += dataset_lines(stats.get("dataset") or {})
     if any(json_int(value) for value in (stats.get("merge") or {}).values()):
         lines.append(f"Merge: {_counts_line(stats['merge'])}")
