@@ -208,6 +208,8 @@ def memory(load: Load, workdir: Path) -> None:
         f"({on['peak_python_rss_mb'] - off['peak_python_rss_mb']:+.1f} MB); PSS off "
         f"{off['peak_python_pss_mb']} MB, on {on['peak_python_pss_mb']} MB"
     )
+    if min(off["peak_inflight_at_endpoint"], on["peak_inflight_at_endpoint"]) < 0.9 * load.max_inflight:
+        print("  (not every slot was open at once: they were not all opened within one call's latency)")
 
 
 def main() -> None:
@@ -222,7 +224,7 @@ def main() -> None:
     cpu_load = Load("cpu", 150 if args.quick else 2000, 0.0, 256)
     inflight = 512 if args.quick else 4096
     # Twice as many prompts as slots, and each call slow enough that every slot fills first.
-    memory_load = Load("rss", 2 * inflight, 2.0 if args.quick else 6.0, inflight)
+    memory_load = Load("rss", 2 * inflight, 2.0 if args.quick else 10.0, inflight)
     with tempfile.TemporaryDirectory(prefix="bench-token-capture-") as tmp:
         results = cpu_pairs(cpu_load, pairs, Path(tmp))
         report_sizes(results)
