@@ -2,10 +2,11 @@
 model generated, logprobs aligned to the ids, the turn boundaries, the reward columns and the
 drift, from `trajectories.jsonl` and `tokens.jsonl` read in lockstep.
 
-The runs are written by hand (entries with `metadata.tokens`, sidecar lines made by
+Most runs are written by hand (entries with `metadata.tokens`, sidecar lines made by
 `TokenRecord.line()`) and exported by the real command (`batch_runner.py --run_name --export=rl`)
 or `export_run`; the expected ids, masks and logprobs are written out literally, not computed
-by `TokenRecord.sequence()`, which the export uses."""
+by `TokenRecord.sequence()`, which the export uses. The last tests are real capture runs against
+the simulated endpoint over HTTP, their rows checked against its tokenizer."""
 
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ from agent.errors import ConfigError
 from agent.export.rl_export import RL_SCHEMA
 from agent.export.run_export import export_run
 from agent.protocols.tokens import TokenDrift, TokenRecord, TurnTokens, floats, ids
+from agent.servers.simulated.server import SimulatedEndpoint
+from agent.servers.simulated.tokenizer import decode, render
 from agent.store.layout import TOKENS_FILE, TRAJECTORIES_FILE
 from bench.rl_export import measure_in_child, write_rl_run
-from tests.support.batch import BatchCLI, write_dataset
+from tests.support.batch import BatchCLI, read_jsonl, tool_then_answer, write_dataset
 
 datasets = pytest.importorskip("datasets")  # a dev dependency: installed wherever the suite runs
 
@@ -318,3 +321,44 @@ def test_the_text_exports_keep_the_token_binding_out_of_the_rows_own_metadata(tm
     run_dir = write_run(tmp_path / "r", [entry(PLAIN, level=3)], [PLAIN])
     [row] = rows(export_run(run_dir, ("parquet",)).files["parquet"])
     assert json.loads(row["metadata"]) == {"level": 3}  # metadata.tokens is ours, as prompt_key is
+
+
+RL_PROMPTS = ("Export RL one", "Export RL two")
+
+
+@pytest.mark.parametrize("drift", ["none", "whitespace"])
+def test_a_capture_run_exports_rows_that_decode_to_its_last_prompt_and_completion(
+    drift: str, tmp_path: Path
+) -> None:
+    """A real run (`--capture_tokens=required --export=rl`, the simulated endpoint over HTTP):
+    each row's ids decode to the conversation's last prompt as the endpoint rendered it plus its
+    last completion, and the mask covers exactly the ids the endpoint generated; with drift (the
+    endpoint re-renders turn 0 with one more newline) turn 0's span ends where the drift is."""
+    with SimulatedEndpoint(token_drift=drift) as endpoint:
+        for prompt in RL_PROMPTS:
+            endpoint.script(prompt, tool_then_answer())
+        cli = BatchCLI(tmp_path, endpoint)
+        dataset = write_dataset(tmp_path / "rows.jsonl", [{"prompt": p} for p in RL_PROMPTS])
+        flags = ("--batch_size=1", "--model=sim/rl", "--capture_tokens=required", "--export=rl")
+        run = cli.run(f"--dataset_file={dataset}", "--run_name=rl", *flags)
+        assert run.returncode == 0, run
+        bodies = [r.body for r in endpoint.requests]
+    run_dir = cli.run_dir("rl")
+    entries = read_jsonl(run_dir / TRAJECTORIES_FILE)
+    prompts = {e["metadata"]["prompt_key"]: e["conversations"] for e in entries}
+    path = str(run_dir / "export" / "rl.parquet")
+    loaded = datasets.load_dataset("parquet", data_files=path, cache_dir=str(tmp_path / "c"), split="train")
+    assert loaded.num_rows == len(RL_PROMPTS)
+    for row in loaded:
+        asked = next(t["value"] for t in prompts[row["prompt_key"]] if t["from"] == "human")
+        calls = [b for b in bodies if any(m.get("content") == asked for m in b["messages"])]
+        last = max(calls, key=lambda b: len(b["messages"]))
+        (start, end), ids = row["completion_spans"][-1], row["input_ids"]
+        assert decode(ids[:start]) == render(last["messages"], last.get("tools") or (), drift=drift)
+        assert decode(ids[start:end]).endswith("All done.<|im_end|>") and end == len(ids)
+        assert (row["num_turns"], len(row["completion_spans"])) == (2, 2)
+        drifted = (1, row["completion_spans"][0][1]) if drift != "none" else (None, None)
+        assert (row["drift_turn"], row["drift_position"]) == drifted
+        inside = {i for a, b in row["completion_spans"] for i in range(a, b)}
+        assert row["loss_mask"] == [int(i in inside) for i in range(len(ids))]
+        assert [p is not None for p in row["logprobs"]] == [bool(m) for m in row["loss_mask"]]

@@ -250,6 +250,13 @@ def test_without_tokens_an_entry_is_as_before_and_no_sidecar_line_is_made() -> N
     event = answer(job(), conversation_result([None, None]), keep_no_reasoning=False, keep_token_drift=False)
     assert isinstance(event, Finished) and event.tokens_line is None and not event.token_drift
     assert "tokens" not in json.loads(event.line)["metadata"]
+    # A dataset row's own metadata.tokens never passes for the run's: it would name token data
+    # the run never captured (the merge would count it missing and fail the run).
+    row_own = job(metadata={"tag": "x", "tokens": {"id": "f" * 32, "turns": 2, "drift": None}})
+    event = answer(row_own, conversation_result([None, None]), keep_no_reasoning=False)
+    assert isinstance(event, Finished)
+    metadata = json.loads(event.line)["metadata"]
+    assert metadata["tag"] == "x" and "tokens" not in metadata
 
 
 # ---------------------------------------------------------------- the loop

@@ -40,8 +40,10 @@ from agent.protocols.verification import Verification
 from agent.store.directory import encode_line
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
+# metadata keys the runner writes: a dataset row's own of the same name gives way (its `tokens`
+# would otherwise bind the entry to token data the run never captured).
 _OURS = ("batch_num", "timestamp", "model", "prompt_key", "prompt_id", "sample_index", "outcome", "usage",
-         "toolsets_unavailable")  # fmt: skip
+         "toolsets_unavailable", "tokens")  # fmt: skip
 NO_REASONING = "no_reasoning"
 TOKEN_DRIFT = "token_drift"  # --capture_tokens: a turn's prompt did not extend the sequence
 FILTERS = (*FLAWS, NO_REASONING, TOKEN_DRIFT)  # every discard reason, in the order that picks one

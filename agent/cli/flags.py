@@ -228,8 +228,7 @@ FLAGS: tuple[Flag, ...] = (
          "keep malformed samples: leaked, invalid, unoffered or duplicate tool calls (default: discard)",
          "Logging", _BATCH),
     Flag("keep_token_drift", "bool", _run("keep_token_drift"),
-         "keep samples whose token ids drifted between turns (--capture_tokens); false moves them to "
-         "discarded.jsonl", "Logging", _BATCH),
+         "keep samples whose token ids drifted between turns (false: discard them)", "Logging", _BATCH),
     Flag("price_input", "float", _run("price_input"),
          "USD per million prompt tokens, to cost calls the provider does not price (usage.cost)",
          "Workers and budgets", _BATCH, shown="none"),

@@ -111,9 +111,12 @@ class SimulatedEndpoint(StartStop):
         self._default_script: tuple[tuple[Turn, ...], ...] | None = None
         self._attempts: Counter[tuple[str, int]] = Counter()
         self._faults: Counter[str] = Counter()
+        self._serve(host, port, model_ids, reject_unknown_models)
+
+    def _serve(self, host: str, port: int, model_ids: Sequence[str], reject_unknown: bool) -> None:
         self._default_model = model_ids[0]
         self._other_models = frozenset(model_ids[1:])
-        self._known_models = frozenset(model_ids) if reject_unknown_models else None
+        self._known_models = frozenset(model_ids) if reject_unknown else None
         self._images = ImageStore()
         routes = {"/v1/images/generations": self._generate}
         self.server = EndpointServer(
