@@ -153,11 +153,13 @@ def run_once(load: Load, mode: str, label: str, workdir: Path) -> dict[str, Any]
     }
 
 
-def spread(values: list[float]) -> str:
+def spread(values: list[float], sign: str = "+") -> str:
+    """Mean, stdev, min, max and each value (`sign` "+" for differences, "" for amounts)."""
     stdev = statistics.stdev(values) if len(values) > 1 else 0.0
+    each = ", ".join(f"{v:{sign}.3f}" for v in values)
     return (
-        f"mean {statistics.mean(values):+.3f}, stdev {stdev:.3f}, min {min(values):+.3f}, "
-        f"max {max(values):+.3f} (pairs: {', '.join(f'{v:+.3f}' for v in values)})"
+        f"mean {statistics.mean(values):{sign}.3f}, stdev {stdev:.3f}, min {min(values):{sign}.3f}, "
+        f"max {max(values):{sign}.3f} (pairs: {each})"
     )
 
 
@@ -174,7 +176,7 @@ def cpu_pairs(load: Load, pairs: int, workdir: Path) -> list[dict[str, Any]]:
         parents.append(runs["required"]["parent_cpu_ms_per_call"] - runs["off"]["parent_cpu_ms_per_call"])
         results += runs.values()
     off = [r["cpu_ms_per_call"] for r in results if r["capture_tokens"] == "off"]
-    print(f"CPU ms per model call, capture off: {spread(off)}")
+    print(f"CPU ms per model call, capture off: {spread(off, sign='')}")
     print(f"CPU ms per model call that capture adds (on - off, per pair): {spread(deltas)}")
     print(f"  of which in the parent process: {spread(parents)}")
     return results
@@ -206,6 +208,8 @@ def memory(load: Load, workdir: Path) -> None:
         f"({on['peak_python_rss_mb'] - off['peak_python_rss_mb']:+.1f} MB); PSS off "
         f"{off['peak_python_pss_mb']} MB, on {on['peak_python_pss_mb']} MB"
     )
+    if min(off["peak_inflight_at_endpoint"], on["peak_inflight_at_endpoint"]) < 0.9 * load.max_inflight:
+        print("  (not every slot was open at once: they were not all opened within one call's latency)")
 
 
 def main() -> None:
@@ -220,7 +224,7 @@ def main() -> None:
     cpu_load = Load("cpu", 150 if args.quick else 2000, 0.0, 256)
     inflight = 512 if args.quick else 4096
     # Twice as many prompts as slots, and each call slow enough that every slot fills first.
-    memory_load = Load("rss", 2 * inflight, 2.0 if args.quick else 6.0, inflight)
+    memory_load = Load("rss", 2 * inflight, 2.0 if args.quick else 10.0, inflight)
     with tempfile.TemporaryDirectory(prefix="bench-token-capture-") as tmp:
         results = cpu_pairs(cpu_load, pairs, Path(tmp))
         report_sizes(results)
