@@ -224,6 +224,21 @@ def _bad_logprobs(run_dir: Path) -> None:
     (run_dir / TOKENS_FILE).write_bytes(DRIFTED.line() + json.dumps(broken).encode() + b"\n")
 
 
+def _lost(run_dir: Path) -> None:
+    """What the merge writes for an entry whose record was lost (counted in tokens.missing)."""
+    lost = {**json.loads(PLAIN.line()), "turns": [], "drift": None, "missing": True}
+    (run_dir / TOKENS_FILE).write_bytes(DRIFTED.line() + json.dumps(lost).encode() + b"\n")
+
+
+def _id_spoiled(value: int) -> Any:
+    def spoil(run_dir: Path) -> None:
+        broken = json.loads(PLAIN.line())
+        broken["turns"][0]["completion_ids"][0] = value
+        (run_dir / TOKENS_FILE).write_bytes(DRIFTED.line() + json.dumps(broken).encode() + b"\n")
+
+    return spoil
+
+
 CANNOT = "trajectories.jsonl:{line}: cannot export this entry: "
 
 
@@ -236,8 +251,21 @@ CANNOT = "trajectories.jsonl:{line}: cannot export this entry: "
         (_untokened, CANNOT.format(line=2) + "the entry has no token ids (metadata.tokens.id)"),
         (
             _no_sidecar,
-            "--export=rl: {run} has no tokens.jsonl: the run captured no token ids "
-            "(run it with --capture_tokens=required",
+            "--export=rl: {run} has no tokens.jsonl: the run captured no token ids (run it with "
+            "--capture_tokens=required",
+        ),
+        (
+            _lost,
+            CANNOT.format(line=2) + "{run}/tokens.jsonl:2: entry " + PLAIN.prompt_key + " has no token ids",
+        ),
+        (
+            _id_spoiled(2**40),
+            CANNOT.format(line=2)
+            + "{run}/tokens.jsonl:2: not a token record (ValueError: an id beyond 32 bits)",
+        ),
+        (
+            _id_spoiled(-5),
+            CANNOT.format(line=2) + "{run}/tokens.jsonl:2: not a token record (ValueError: a negative id)",
         ),
         (
             _bad_logprobs,

@@ -66,8 +66,9 @@ _TEXT = ("prompt_id", "prompt_key", "verification", "outcome")  # what may hold 
 
 def _missing(run_dir: Path) -> str:
     return (
-        f"--export=rl: {run_dir} has no {TOKENS_FILE}: the run captured no token ids "
-        "(run it with --capture_tokens=required; auto captures only where the endpoint gives ids)"
+        f"--export=rl: {run_dir} has no {TOKENS_FILE}: the run captured no token ids (run it with "
+        "--capture_tokens=required; auto captures only where the endpoint gives ids), or the file was "
+        "removed (a --resume of the run writes it again)"
     )
 
 
@@ -112,7 +113,12 @@ class _Lockstep:
                 f"{where} holds tokens_id {record.tokens_id}, its metadata.tokens.id is {wanted} "
                 f"(line i of {TOKENS_FILE} belongs to entry i: the files are out of step)"
             )
-        return None if data.get("withheld") is True else record
+        if data.get("withheld") is True:
+            return None
+        if not record.turns:  # a record the merge found lost ("missing"), or emptied by hand
+            lost = "its record was lost (restore the run's tokens_N.jsonl, then --resume)"
+            raise ValueError(f"{where}: entry {record.prompt_key} has no token ids: {lost}")
+        return record
 
     @property
     def where(self) -> str:

@@ -36,6 +36,18 @@ def floats(values: Sequence[float]) -> array[float]:
     return array("d", values)
 
 
+def _stored_ids(values: Sequence[int]) -> array[int]:
+    """Ids read back from a file: ValueError for what no tokenizer gives (as the client refuses
+    it from an endpoint), never an OverflowError from deep inside a reader."""
+    try:
+        read = ids(values)
+    except OverflowError:
+        raise ValueError("an id beyond 32 bits") from None
+    if read and min(read) < 0:
+        raise ValueError("a negative id")
+    return read
+
+
 @dataclass(frozen=True)
 class TokenCapture:
     """What one chat-completions call returned besides its text (`ModelReply.tokens`)."""
@@ -141,8 +153,8 @@ class TokenRecord:
         turns = tuple(
             TurnTokens(
                 int(t["prompt_offset"]),
-                ids(t["prompt_ids"]),
-                ids(t["completion_ids"]),
+                _stored_ids(t["prompt_ids"]),
+                _stored_ids(t["completion_ids"]),
                 None if t["logprobs"] is None else floats(t["logprobs"]),
             )
             for t in data["turns"]
