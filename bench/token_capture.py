@@ -217,6 +217,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--quick", action="store_true", help="small loads: under 2 minutes")
     parser.add_argument("--pairs", type=int, help="off/on pairs for the CPU figure (default 5; 3 quick)")
+    parser.add_argument("--only", choices=("cpu", "memory"), help="run one of the two cases")
+    parser.add_argument("--memory_latency", type=float, help="seconds a call, memory case (10; 2 quick)")
     args = parser.parse_args()
     pairs = args.pairs or (3 if args.quick else 5)
     if pairs < 2:
@@ -224,11 +226,13 @@ def main() -> None:
     cpu_load = Load("cpu", 150 if args.quick else 2000, 0.0, 256)
     inflight = 512 if args.quick else 4096
     # Twice as many prompts as slots, and each call slow enough that every slot fills first.
-    memory_load = Load("rss", 2 * inflight, 2.0 if args.quick else 10.0, inflight)
+    latency = args.memory_latency or (2.0 if args.quick else 10.0)
+    memory_load = Load("rss", 2 * inflight, latency, inflight)
     with tempfile.TemporaryDirectory(prefix="bench-token-capture-") as tmp:
-        results = cpu_pairs(cpu_load, pairs, Path(tmp))
-        report_sizes(results)
-        memory(memory_load, Path(tmp))
+        if args.only != "memory":
+            report_sizes(cpu_pairs(cpu_load, pairs, Path(tmp)))
+        if args.only != "cpu":
+            memory(memory_load, Path(tmp))
 
 
 if __name__ == "__main__":
