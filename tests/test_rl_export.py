@@ -298,8 +298,7 @@ def test_a_run_asking_for_the_rl_export_without_capture_stops_before_it_starts(t
     )
     assert run.returncode == 2, run
     assert run.stderr.strip() == (
-        "error: --export=rl needs the model's token ids: add --capture_tokens=required "
-        "(or auto, to go on text-only where the endpoint gives none)"
+        "error: --export=rl needs the model's token ids: add --capture_tokens=required"
     )
     assert not (cli.output_dir / "r").exists()
 

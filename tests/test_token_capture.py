@@ -328,6 +328,18 @@ def test_auto_without_ids_warns_once_and_runs_text_only(tmp_path: Path, text_onl
     assert conversation and not any(TOKEN_FIELDS & set(body) for body in conversation)
 
 
+def test_auto_without_ids_and_the_rl_export_stops_before_the_run(
+    tmp_path: Path, text_only: VllmShape
+) -> None:
+    """The RL export needs ids: found none, the run would be paid for and then fail its export."""
+    done = run(tmp_path, text_only.base_url, "--capture_tokens=auto", "--export=rl")
+    assert done.returncode == 2, done
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: --export=rl needs token ids and token capture:")
+    assert errors[0].endswith("or leave it out of --export"), done
+    assert not [body for body in text_only.bodies if body.get("tools")]  # no conversation ran
+
+
 def test_a_capture_run_asks_every_call_for_tokens_and_a_resume_keeps_its_mode(
     tmp_path: Path, sim_endpoint: SimulatedEndpoint
 ) -> None:

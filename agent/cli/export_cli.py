@@ -48,8 +48,7 @@ def build_export_options(values: Mapping[str, Any]) -> ExportOptions:
     running = values["dataset_file"] is not None
     if running and values["capture_tokens"] == "off" and (wanted := set(formats) & set(TOKEN_FORMATS)):
         raise ConfigError(
-            f"--export={sorted(wanted)[0]} needs the model's token ids: "
-            "add --capture_tokens=required (or auto, to go on text-only where the endpoint gives none)"
+            f"--export={sorted(wanted)[0]} needs the model's token ids: add --capture_tokens=required"
         )
     return ExportOptions(
         export=formats,

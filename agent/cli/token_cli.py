@@ -11,6 +11,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from agent.config.export_config import TOKEN_FORMATS
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError, ModelAPIError
 from agent.llm.token_probe import describe, probe
@@ -82,6 +83,11 @@ def ready_tokens(config: RunConfig) -> RunConfig:
         log.info("%s", line)
     elif agent.capture_tokens == "required":
         raise ConfigError(f"--capture_tokens=required: {line}: {FIX}")
+    elif wanted := set(config.export.export) & set(TOKEN_FORMATS):  # it would fail after the run
+        raise ConfigError(
+            f"--export={sorted(wanted)[0]} needs token ids and {line}: use a server that returns "
+            "token ids, e.g. vLLM >= 0.10.2, or leave it out of --export"
+        )
     else:
         log.warning("%s; this run keeps text only (--capture_tokens=auto)", line)
     api = support.api if support.usable else None
