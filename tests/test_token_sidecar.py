@@ -58,9 +58,8 @@ def test_sidecar_lines_go_before_their_entry_in_the_entrys_shard(tmp_path: Path)
     ]
 
 
-def test_sidecars_are_fsynced_before_the_results_that_name_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From now on, the name of each file fsynced, in order (the fsyncs still happen)."""
     synced: list[str] = []
     real = os.fsync
 
@@ -68,10 +67,17 @@ def test_sidecars_are_fsynced_before_the_results_that_name_them(
         synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
         real(fd)
 
+    monkeypatch.setattr(os, "fsync", recording)
+    return synced
+
+
+def test_sidecars_are_fsynced_before_the_results_that_name_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with _open(tmp_path) as run:
         write_answer(run, finished(0, batch_size=1), 1, 0)
         write_answer(run, discarded(1, batch_size=1), 1, 0)
-        monkeypatch.setattr(os, "fsync", recording)
+        synced = _record_fsyncs(monkeypatch)
         run.sync()
         monkeypatch.undo()
     files = [name for name in synced if name.endswith(".jsonl")]
@@ -82,16 +88,9 @@ def test_sidecars_are_fsynced_before_the_results_that_name_them(
 def test_a_full_lru_syncs_the_sidecars_before_evicting_a_shard(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    synced: list[str] = []
-    real = os.fsync
-
-    def recording(fd: int) -> None:
-        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
-        real(fd)
-
     run = RunDirectory(tmp_path, max_open_files=2)
     run.lock()
-    monkeypatch.setattr(os, "fsync", recording)
+    synced = _record_fsyncs(monkeypatch)
     write_answer(run, finished(0, batch_size=1), 1, 0)  # tokens_0, batch_0 open and dirty
     write_answer(run, finished(1, batch_size=1), 1, 0)  # evicts both: every sidecar first
     monkeypatch.undo()
