@@ -16,92 +16,10 @@ from __future__ import annotations
 
 from agent.common.secrets import conceal
 
+# Nothing else is imported here: multiprocessing starts each worker process by importing this
+# script again (as __mp_main__), and a worker needs none of the command line.
 if __name__ == "__main__":
     conceal()  # may re-execute this script: first, so the heavy imports are paid once
+    from agent.cli.batch_main import run_cli
 
-import dataclasses
-import signal
-from collections.abc import Mapping
-from typing import Any
-
-from rich.console import Console
-
-from agent.backends import backend_factory
-from agent.batch.dataset import require_valid_rows, scan_dataset
-from agent.batch.run import BatchRun
-from agent.cli.batch_cli import build_run_config, check_ready, list_distributions_text, ready_sandbox
-from agent.cli.command_line import run_command
-from agent.cli.dataset_cli import pin_dataset
-from agent.cli.export_cli import export_and_push, is_post_process, merged, post_process
-from agent.cli.flags import BATCH
-from agent.cli.logs import configure_logging
-from agent.cli.rescore_cli import rescore
-from agent.cli.token_cli import ready_tokens
-from agent.cli.verify_cli import check_verification, refuse_bad_checks
-from agent.common.redaction import redact_streams
-from agent.config.agent_config import serving
-from agent.config.run_config import RunConfig
-
-console = Console(stderr=True)
-# Said once per run at INFO: which sandbox backend runs the prompts (and how it tracks processes),
-# loading the embedded model (and how long it took), what token ids the endpoint gives.
-INFORMATIVE = ("agent.sandboxes", "agent.embedded", "agent.tokens")
-
-
-def _say(line: str) -> None:
-    """One operator line, never wrapped at the console width (logs and tests read it whole)."""
-    console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def main(values: Mapping[str, Any]) -> int:
-    """The command, from the typed flag values: the distributions, or a whole run."""
-    if values["list_distributions"]:
-        print(list_distributions_text(values))
-        return 0
-    if values["rescore"]:  # check an existing run's entries again; nothing runs
-        return rescore(values, console)
-    if is_post_process(values):  # export (and push) an existing run; nothing runs
-        return post_process(values, _say)
-    return run(build_run_config(values))
-
-
-def run(config: RunConfig) -> int:
-    """Check, scan the dataset, then run every prompt; the exit code says how it went."""
-    check_ready(config)
-    config = pin_dataset(config)  # a Hub dataset's commit, read by every pass and every --resume
-    backend = config.sandbox.backend  # rows naming an image it cannot run are bad lines
-    scan = scan_dataset(
-        config.dataset_file, config.max_samples, require_valid=False, backend=backend, options=config.dataset
-    )
-    refuse_bad_checks(scan)  # a bad `verify` object stops the run; other bad lines are skipped
-    for error in scan.errors:
-        _say(f"skipped {error}")
-    if scan.error_count > len(scan.errors):
-        _say(f"… and {scan.error_count - len(scan.errors)} more invalid lines")
-    require_valid_rows(scan)  # after every bad line was named
-    check_verification(config, scan)  # --verifier, --judge_rubric, and the rows' checks with the flags
-    config = ready_sandbox(config, scan)  # which sandbox images the rows need is known now
-    backend = backend_factory(config.backend)  # imported only now: Ray takes seconds to import
-    with serving(config.agent, config.embedded_threads) as agent:  # one embedded server for all workers
-        served = ready_tokens(dataclasses.replace(config, agent=agent))  # --capture_tokens' probe
-        code = BatchRun(served, console, backend=backend).run(scan)
-    if merged(config.run_dir):  # what this invocation merged; an interrupted run exports nothing
-        export_and_push(config.run_dir, config.export, _say)
-    return code
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # SIGTERM stops the run like Ctrl-C: sandboxes destroyed, checkpoint written
-
-
-def run_cli() -> None:
-    """The script's entry: flags read by Fire, checked against agent.cli.flags, then `main`.
-    Everything printed passes the secret redactor (`agent.common.redaction`)."""
-    redact_streams()
-    configure_logging(console, informative=INFORMATIVE)
-    signal.signal(signal.SIGTERM, _terminate)
-    run_command(BATCH, main, _say)
-
-
-if __name__ == "__main__":
     run_cli()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +26,14 @@ class BackendEntry:
     needs: str | None = None  # a module that must be installed (an optional extra), and its name
     needs_name: str = ""
     install: str = ""  # how to install it
+    # "module:function", a context manager to hold around the whole run: it starts what the
+    # backend's workers start from now, so that their imports run beside the run's checks
+    warm: str = ""
 
 
 BACKENDS: dict[str, BackendEntry] = {
-    "local": BackendEntry("agent.batch.scheduler:BACKEND"),  # worker processes on this machine
+    # worker processes on this machine, forked by a fork server that imports their modules once
+    "local": BackendEntry("agent.batch.scheduler:BACKEND", warm="agent.batch.crew:warm_workers"),
     "ray": BackendEntry("agent.cluster.scheduler:BACKEND", "ray", "Ray", RAY_INSTALL),  # actors on a cluster
 }
 RUN_BACKENDS = tuple(BACKENDS)
@@ -50,6 +55,17 @@ def unavailable_reason(name: str) -> str | None:
     if entry.needs is not None and not _importable(entry.needs):
         return f"--backend={name} needs {entry.needs_name}, which is not installed: {entry.install}"
     return None
+
+
+def warm_up(name: str) -> AbstractContextManager[Any]:
+    """Hold around a run on backend `name`: its workers' start-up begins at once (nothing for a
+    backend without `warm`, or a name `backend_factory` will refuse)."""
+    entry = BACKENDS.get(name)
+    if entry is None or not entry.warm or unavailable_reason(name) is not None:
+        return nullcontext()
+    module, _, attribute = entry.warm.partition(":")
+    made: AbstractContextManager[Any] = getattr(importlib.import_module(module), attribute)()
+    return made
 
 
 def backend_factory(name: str) -> Any:

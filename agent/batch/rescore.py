@@ -23,7 +23,7 @@ import signal
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -34,8 +34,6 @@ from agent.config.run_config import RunConfig
 from agent.config.verify_config import Checks
 from agent.errors import ConfigError
 from agent.export.openai_messages import from_sharegpt
-from agent.llm.client import OpenAIChatModel
-from agent.llm.factory import open_chat_model
 from agent.protocols import ChatModel, RunStore
 from agent.protocols.model import ChatRequest, ModelReply
 from agent.protocols.turns import SEPARATED, AssistantTurn, Turn, from_openai_messages
@@ -45,6 +43,9 @@ from agent.store.jsonl import encode_line, read_lines
 from agent.store.keys import KeyResolver, is_tombstone, record_key
 from agent.store.layout import DISCARDED_FILE, batch_files
 from agent.verify.runner import rescore_attempt
+
+if TYPE_CHECKING:
+    from agent.llm.client import OpenAIChatModel
 
 log = logging.getLogger("agent.batch.run")
 
@@ -124,19 +125,28 @@ def _match(path: Path, rows: Mapping[str, DatasetRow], dataset: str) -> None:
             )
 
 
+def _judge(config: RunConfig) -> OpenAIChatModel:
+    """The judge's model. The SDK is imported here, not with this module: every batch run
+    imports this module (agent.batch.run), and the parent of a run needs no SDK (~1 s)."""
+    from agent.llm.factory import open_chat_model
+
+    return open_chat_model(config.agent)
+
+
 async def _rescore_file(path: Path, rows: Mapping[str, DatasetRow], config: RunConfig) -> Rescored:
     lines = list(_entries(path))
     if not any(entry is not None for *_rest, entry in lines):
         return Rescored()
-    model: ChatModel = open_chat_model(config.agent) if config.verify.judge_model else _NoModel()
+    judge = _judge(config) if config.verify.judge_model else None
+    model: ChatModel = judge or _NoModel()
     gate = asyncio.Semaphore(CONCURRENCY)
     try:
         checked = await asyncio.gather(
             *(_checked(entry, key, rows, config, model, gate) for _l, key, _r, entry in lines)
         )
     finally:
-        if isinstance(model, OpenAIChatModel):
-            await model.aclose()
+        if judge is not None:
+            await judge.aclose()
     with atomic_write(path) as handle:
         for (line, _key, record, _old), (entry, _command) in zip(lines, checked, strict=True):
             if record is None or entry is None:

@@ -18,7 +18,6 @@ Retry-After pauses, --max_cost) is held here and served to the workers over pipe
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import signal
 import time
@@ -27,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import wait
 
 from agent.batch.backend import BackendFactory, EventRoute, Tally
-from agent.batch.crew import Member, spawn
+from agent.batch.crew import Member, spawn, worker_context
 from agent.batch.events import Failed, WorkerEvent
 from agent.batch.jobs import Job
 from agent.batch.limit_pipes import HubServer, hub_of
@@ -55,7 +54,7 @@ class Scheduler:
         self.config = config
         self.on_event = on_event
         self.on_tick = on_tick
-        self.ctx = multiprocessing.get_context("spawn")
+        self.ctx = worker_context()  # forked by a fork server that imported the worker once
         self.book = LossBook(config.max_prompt_attempts, crash_loop_limit(config.num_workers))
         self.tally = Tally(losses=self.book)
         self.members: list[Member] = []  # the live worker processes

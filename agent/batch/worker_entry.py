@@ -1,10 +1,12 @@
-"""The spawn target of worker processes, kept light: the parent never imports the worker's
-dependencies (the `openai` SDK alone costs ~2 s of CPU to import)."""
+"""The target of worker processes, kept light: the parent never imports the worker's
+dependencies (the `openai` SDK alone costs ~1.5 s of CPU to import); the fork server that
+starts the workers imports them once (`agent.batch.crew`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agent.batch.capacity import raise_fd_limit
 from agent.common.redaction import install, redact_streams
 from agent.common.secrets import set_not_dumpable
 
@@ -22,6 +24,9 @@ def main(worker_id: int, config: RunConfig, *args: Any) -> None:
     mcp_secrets = (secret for server in tools.mcp_servers for secret in server.secrets())
     install((config.agent.api_key, *tools.web_keys.values(), *mcp_secrets))
     redact_streams()
+    # Its own open-file limit for its conversations: forked by the fork server, a worker has the
+    # limit the server started with, not the one the parent raised since (agent.batch.crew).
+    raise_fd_limit(config.inflight_per_worker)
     from agent.batch.worker import main as worker_main
 
     worker_main(worker_id, config, *args)

@@ -14,7 +14,6 @@ from typing import Any
 from agent.config.export_config import TOKEN_FORMATS
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError, ModelAPIError
-from agent.llm.token_probe import describe, probe
 from agent.store.run_config_file import RunConfigUnreadable, read_run_config
 
 log = logging.getLogger("agent.tokens")  # INFO is shown (batch_runner's INFORMATIVE)
@@ -69,6 +68,8 @@ def ready_tokens(config: RunConfig) -> RunConfig:
     agent = config.agent
     if agent.capture_tokens == "off":
         return config
+    from agent.llm.token_probe import describe, probe  # the SDK (~1 s): only when a probe is asked
+
     try:
         support = probe(agent)
     except ModelAPIError as exc:

@@ -274,12 +274,13 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
 
 
 def worker_pids(runner: int) -> list[int]:
-    """The runner's worker processes (spawned by multiprocessing; not its resource tracker)."""
+    """The runner's worker processes: the children of its fork server (agent.batch.crew), not
+    the server itself nor the resource tracker."""
     found = []
     for pid in children_of(runner):
         try:
-            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(pid)
+            if b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found += children_of(pid)
         except (FileNotFoundError, ProcessLookupError):
             continue
     return found
