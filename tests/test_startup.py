@@ -1,0 +1,104 @@
+"""Start-up (issue 26): what each process of the real `batch_runner.py` imports, seen by an audit
+hook (a sitecustomize first on PYTHONPATH, so in every process of the command) that writes each
+module imported with the pid importing it. Behaviour, not timing: `--help` and a flag error
+import no SDK; a plain local run's parent imports no SDK, no process imports a heavy optional
+package, and the SDK is imported once for all workers (by the fork server they are forked from).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from agent.servers.simulated.server import SimulatedEndpoint
+from tests.support.batch import BatchCLI, prompts_dataset, session_pids, write_dataset
+from tests.test_lazy_imports import HEAVY
+
+HOOK = """
+import os, sys
+_fd = os.open(os.environ["IMPORTS_SEEN"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+def _seen(event, args):
+    if event == "import":
+        os.write(_fd, ("%d %s\\n" % (os.getpid(), args[0])).encode())
+sys.addaudithook(_seen)
+"""
+SDK = ("openai", "pydantic", "httpx", "httpx2", "aiohttp")
+
+
+def _run(cli: BatchCLI, *args: str) -> tuple[subprocess.Popen[bytes], str, dict[int, set[str]]]:
+    """The runner's process, its output, and the top-level packages each process imported."""
+    hook = cli.workdir / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HOOK)
+    env = cli.env()
+    env.update(PYTHONPATH=f"{hook}:{env['PYTHONPATH']}", IMPORTS_SEEN=str(hook / "imports.txt"))
+    with subprocess.Popen(
+        cli.argv(*args), cwd=cli.workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as proc:
+        out, err = proc.communicate(timeout=300)
+    found: dict[int, set[str]] = defaultdict(set)
+    for line in (hook / "imports.txt").read_text().splitlines():
+        pid, module = line.split(" ", 1)
+        found[int(pid)].add(module.split(".")[0])
+    return proc, (out + err).decode(), found
+
+
+@pytest.mark.parametrize(("args", "code"), [(("--help",), 0), (("--no_such_flag=1",), 2)])
+def test_help_and_a_flag_error_are_answered_before_the_sdk_is_imported(
+    tmp_path: Path, args: tuple[str, ...], code: int
+) -> None:
+    proc, said, imports = _run(BatchCLI(tmp_path), *args)
+    assert proc.returncode == code, said
+    imported = set().union(*imports.values())
+    assert "fire" in imported  # the hook saw the command line's imports
+    assert not imported & {*SDK, *HEAVY}
+
+
+def test_a_local_run_imports_the_sdk_once_and_no_heavy_extra(tmp_path: Path) -> None:
+    prompts = [f"Start-up prompt {i}" for i in range(4)]
+    dataset = prompts_dataset(tmp_path / "d.jsonl", prompts)
+    with SimulatedEndpoint() as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        flags = (
+            f"--dataset_file={dataset}",
+            "--batch_size=2",
+            "--run_name=s",
+            "--num_workers=2",
+            "--sandbox=local",
+        )
+        proc, said, imports = _run(cli, *flags)
+    assert proc.returncode == 0, said
+    stats = json.loads((cli.output_dir / "s" / "statistics.json").read_text())
+    assert stats["this_invocation"]["completed"] == len(prompts)
+    assert not imports[proc.pid] & set(SDK), "the runner's own process imported the SDK"
+    for pid, packages in imports.items():
+        assert not packages & set(HEAVY), (pid, sorted(packages & set(HEAVY)))
+    # the fork server imported it; the two workers forked from it did not import it again
+    assert len([pid for pid, packages in imports.items() if "openai" in packages]) == 1
+
+
+def test_a_run_stopped_by_its_dataset_leaves_no_process_behind(tmp_path: Path) -> None:
+    """The fork server starts before the dataset is read; a run that stops there stops it too,
+    at once, in the middle of its imports (else it would run on, holding our stdout)."""
+    write_dataset(tmp_path / "d.jsonl", [{"no_prompt": "here"}])
+    cli = BatchCLI(tmp_path)
+    flags = ("--dataset_file=d.jsonl", "--batch_size=1", "--run_name=bad", "--base_url=http://127.0.0.1:9/v1")
+    proc = cli.start(*flags, "--sandbox=local")
+    assert proc.wait(timeout=120) == 2, (tmp_path / "runner.err").read_text()
+    # multiprocessing's resource tracker exits by itself once the runner is gone (it has no
+    # imports to finish); a process with no command line is one exiting (its memory released)
+    left = [
+        pid for pid in session_pids(proc.pid) if _cmdline(pid) and b"resource_tracker" not in _cmdline(pid)
+    ]
+    assert left == [], [_cmdline(pid) for pid in left]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone since it was listed
+        return b""
