@@ -141,7 +141,9 @@ def first_request_s(tree: Path, workdir: Path, label: str, trace: Path | None = 
     if trace is not None:
         extra |= {TRACE_ENV: str(trace), "PYTHONPATH": f"{trace.parent}:{tree}"}
     started = time.monotonic()
-    runner = subprocess.Popen(cmd, cwd=tree, env=_env(tree, extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    runner = subprocess.Popen(
+        cmd, cwd=tree, env=_env(tree, extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         if not ours.poll(60):
             raise SystemExit(f"{label}: no request in 60 s:\n{_stop(runner)}")
@@ -204,7 +206,9 @@ def breakdown(tree: Path, workdir: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--lines", type=int, default=10_000)
     parser.add_argument("--base", type=Path, help="another checkout, measured interleaved with this tree")

@@ -104,4 +104,3 @@ def run_cli() -> None:
     configure_logging(console, informative=INFORMATIVE)
     signal.signal(signal.SIGTERM, _terminate)
     run_command(BATCH, main, _say)
-
