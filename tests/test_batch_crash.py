@@ -27,7 +27,6 @@ from agent.servers.simulated.server import SimulatedEndpoint
 from tests.support.batch import (
     BatchCLI,
     batch_prompts,
-    children_of,
     human_prompt,
     kill_started,
     read_json,
@@ -38,6 +37,7 @@ from tests.support.batch import (
     tool_then_answer,
     trajectory_prompts,
     wait_until,
+    worker_pids,
     write_dataset,
 )
 
@@ -124,7 +124,7 @@ def kill_rounds(cli: BatchCLI, flags: tuple[str, ...], rng: random.Random) -> tu
         strike(proc, cli.endpoint, round_no, rng)
         if proc.poll() is not None:
             break  # it finished before the blow fell
-        killed_with_workers += len(children_of(proc.pid)) > 0
+        killed_with_workers += len(worker_pids(proc.pid)) > 0
         kill_main_pid(proc, cli, "crash")
         if round_no == 2:
             torn_into = append_torn_line(cli.run_dir("crash"))
@@ -261,8 +261,8 @@ def test_a_killed_worker_is_replaced_and_its_sandboxes_do_not_outlive_it(tmp_pat
         proc = cli.start(*flags, "--max_inflight=4")
         try:
             busy = cli.sandbox_root("wl")
-            wait_until(lambda: bool(sandbox_owners(busy) & set(children_of(proc.pid))), "a busy worker", 120)
-            victim = min(sandbox_owners(busy) & set(children_of(proc.pid)))
+            wait_until(lambda: bool(sandbox_owners(busy) & set(worker_pids(proc.pid))), "a busy worker", 120)
+            victim = min(sandbox_owners(busy) & set(worker_pids(proc.pid)))
             os.kill(victim, signal.SIGKILL)  # an OOM kill
             assert proc.wait(timeout=120) == 0
         finally:

@@ -72,14 +72,28 @@ def assert_exactly_once(cli: BatchCLI, name: str, prompts: list[str]) -> None:
     assert batch_prompts(run_dir) == Counter(prompts)
 
 
+# A tool module whose import takes a while in a worker (not in the runner, which imports it too):
+# the window in which a worker is alive but still starting, as it was for a second or more when
+# each worker imported the SDK itself (now forked by a fork server that imported it once).
+SLOW_START = """
+import multiprocessing, time
+from agent.protocols import Toolset, ToolSpec
+if multiprocessing.parent_process() is not None:
+    time.sleep(6)
+SCHEMA = {"name": "noop", "description": "nothing", "parameters": {"type": "object", "properties": {}}}
+TOOLSET = Toolset("slow_start", "a worker that takes a while to start", (ToolSpec("noop", SCHEMA, None),))
+"""
+
+
 def test_an_idle_worker_killed_is_replaced_and_the_run_completes(tmp_path: Path) -> None:
-    # Killed as it starts (importing), before it took a prompt: the jobs sent to it are
+    # Killed as it starts, before it took a prompt: the jobs sent to it are
     # requeued without costing an attempt, a replacement runs them; no failure, exit 0.
     prompts = [f"Idle kill {i}" for i in range(8)]
+    (tmp_path / "slow_start.py").write_text(SLOW_START)
     with SimulatedEndpoint() as endpoint:
         cli = sleepy_run(tmp_path, endpoint, prompts, 2)
         flags = ("--dataset_file=d.jsonl", "--batch_size=4", "--run_name=idle", "--num_workers=2")
-        proc = cli.start(*flags)
+        proc = cli.start(*flags, "--tools_module=slow_start.py")
         wait_until(lambda: len(worker_pids(proc.pid)) == 2, "two workers", 120)
         victim = max(worker_pids(proc.pid))
         survivor = min(worker_pids(proc.pid))
