@@ -18,8 +18,15 @@ from agent.common.secrets import conceal
 
 # Nothing else is imported here: multiprocessing starts each worker process by importing this
 # script again (as __mp_main__), and a worker needs none of the command line.
+
+
+def run_cli() -> None:
+    """The command (agent.cli.batch_main); also for a script of one's own that imports this."""
+    from agent.cli.batch_main import run_cli as run
+
+    run()
+
+
 if __name__ == "__main__":
     conceal()  # may re-execute this script: first, so the heavy imports are paid once
-    from agent.cli.batch_main import run_cli
-
     run_cli()
