@@ -33,7 +33,7 @@ class BackendEntry:
 
 BACKENDS: dict[str, BackendEntry] = {
     # worker processes on this machine, forked by a fork server that imports their modules once
-    "local": BackendEntry("agent.batch.scheduler:BACKEND", warm="agent.batch.crew:warm_workers"),
+    "local": BackendEntry("agent.batch.scheduler:BACKEND", warm="agent.batch.fork_server:warm_workers"),
     "ray": BackendEntry("agent.cluster.scheduler:BACKEND", "ray", "Ray", RAY_INSTALL),  # actors on a cluster
 }
 RUN_BACKENDS = tuple(BACKENDS)

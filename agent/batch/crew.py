@@ -1,13 +1,7 @@
 """The local backend's worker processes as the parent sees them: one `Member` per process,
 with its own pipes (`agent.batch.channels`) and the jobs it holds.
 
-Worker processes are forked by multiprocessing's fork server, which imported the worker's
-modules once (`PRELOAD`): a worker then starts in milliseconds instead of importing the SDK
-itself (~1.5 s of CPU each, all of them at once on the same cores). The fork server holds no
-secret: it is started after `conceal()` and is handed none; each worker gets its config, key
-included, over its own spawn pipe, as before. `warm_workers` starts it early, beside the
-parent's own checks, and stops it at the end (at once, even in the middle of its imports, when
-the run stops on an error before its workers started).
+Workers are forked by a fork server that imported their modules once (`agent.batch.fork_server`).
 
 A member is sent a job only once it is ready and while it has a free conversation slot (`sent`
 below its slots), so what it holds is exactly `sent`: the jobs it said it started (`started`)
@@ -16,66 +10,19 @@ and those not yet taken. When it dies the parent knows which prompts it was runn
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
 from typing import Any
 
 from agent.batch import worker_entry
+from agent.batch.fork_server import server_pid
 from agent.batch.jobs import Job
 from agent.batch.limit_pipes import HubServer
 from agent.config.run_config import RunConfig
 
 JOIN_TIMEOUT = 5.0  # seconds a worker whose pipe closed gets to exit before it is killed
-# What the fork server imports for every worker: the script run (multiprocessing's default),
-# the worker with what it imports (the SDK, the loop, the tools), and what it imports when it
-# starts (its event loop's package: one the server cannot import is skipped, as uvloop may be).
-PRELOAD = ("__main__", "agent.batch.worker_entry", "agent.batch.worker", "uvloop")
-
-
-def worker_context() -> Any:
-    """The multiprocessing context workers are started with: the fork server, preloading."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(PRELOAD))
-    return context
-
-
-@contextmanager
-def warm_workers() -> Iterator[None]:
-    """Start the fork server now, so that its imports run beside the caller's work; stop it on
-    the way out (every worker has been reaped by then)."""
-    worker_context()
-    forkserver.ensure_running()
-    try:
-        yield
-    finally:
-        _stop_server()
-
-
-def _server_pid() -> int | None:
-    """The fork server's pid. multiprocessing keeps it private: None if that ever changes (a
-    worker then checks its parent against ours, and the server is left to stop by itself)."""
-    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
-    return pid if isinstance(pid, int) else None
-
-
-def _stop_server() -> None:
-    """Kill the fork server, then let multiprocessing close its end and reap it. Only closing
-    its end (multiprocessing's own way) would leave it running until its imports are done: a
-    second or more holding our stdout and stderr after an early error."""
-    pid = _server_pid()
-    if pid is None:
-        return
-    with suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    stop = getattr(forkserver._forkserver, "_stop", None)
-    if stop is not None:
-        stop()
 
 
 @dataclass(eq=False)
@@ -144,7 +91,7 @@ def spawn(ctx: Any, config: RunConfig, slot: int, hub: HubServer, since: float |
     parent = os.getpid()  # the process whose death ends the worker (PR_SET_PDEATHSIG)
     if ctx.get_start_method() == "forkserver":
         forkserver.ensure_running()  # (again, if it died): its pid is the worker's parent's
-        parent = _server_pid() or parent  # which exits when we do, the workers after it
+        parent = server_pid() or parent  # which exits when we do, the workers after it
     proc = ctx.Process(
         target=worker_entry.main,
         args=(slot, config, jobs_in, events_out, parent, hub_there),

@@ -26,8 +26,9 @@ from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import wait
 
 from agent.batch.backend import BackendFactory, EventRoute, Tally
-from agent.batch.crew import Member, spawn, worker_context
+from agent.batch.crew import Member, spawn
 from agent.batch.events import Failed, WorkerEvent
+from agent.batch.fork_server import worker_context
 from agent.batch.jobs import Job
 from agent.batch.limit_pipes import HubServer, hub_of
 from agent.batch.losses import Loss, LossBook, crash_loop_limit

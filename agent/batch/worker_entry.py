@@ -1,14 +1,13 @@
 """The target of worker processes, kept light: the parent never imports the worker's
 dependencies (the `openai` SDK alone costs ~1.5 s of CPU to import); the fork server that
-starts the workers imports them once (`agent.batch.crew`)."""
+starts the workers imports them once (`agent.batch.fork_server`)."""
 
 from __future__ import annotations
 
-import os
-from multiprocessing import forkserver
 from typing import TYPE_CHECKING, Any
 
 from agent.batch.capacity import raise_fd_limit
+from agent.batch.fork_server import leave_server
 from agent.common.redaction import install, redact_streams
 from agent.common.secrets import set_not_dumpable
 
@@ -22,27 +21,14 @@ def main(worker_id: int, config: RunConfig, *args: Any) -> None:
     # (model, search APIs, MCP servers' env and headers) are the only secrets a worker holds:
     # what it prints is redacted of them.
     set_not_dumpable()
-    _leave_server()
+    leave_server()  # before anything else can fail: a killed runner's workers exit
     tools = config.agent.tools
     mcp_secrets = (secret for server in tools.mcp_servers for secret in server.secrets())
     install((config.agent.api_key, *tools.web_keys.values(), *mcp_secrets))
     redact_streams()
     # Its own open-file limit for its conversations: forked by the fork server, a worker has the
-    # limit the server started with, not the one the parent raised since (agent.batch.crew).
+    # limit the server started with, not the one the parent raised since (agent.batch.fork_server).
     raise_fd_limit(config.inflight_per_worker)
     from agent.batch.worker import main as worker_main
 
     worker_main(worker_id, config, *args)
-
-
-def _leave_server() -> None:
-    """Close the fork server's "alive" pipe end that a forked worker inherits: the server exits
-    when every holder has closed it, and a worker dies with the server (PR_SET_PDEATHSIG), so
-    with workers holding it a runner killed with SIGKILL left them all running. multiprocessing
-    keeps the descriptor private (`_forkserver_alive_fd`); a worker not forked by the server
-    (nor on a Python that names it otherwise) has none."""
-    server: Any = getattr(forkserver, "_forkserver", None)
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if isinstance(fd, int) and forkserver.get_inherited_fds() is not None:
-        os.close(fd)
-        server._forkserver_alive_fd = None

@@ -274,7 +274,7 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
 
 
 def worker_pids(runner: int) -> list[int]:
-    """The runner's worker processes: the children of its fork server (agent.batch.crew), not
+    """The runner's worker processes: the children of its fork server (agent.batch.fork_server), not
     the server itself nor the resource tracker."""
     found = []
     for pid in children_of(runner):

@@ -1,0 +1,81 @@
+"""The fork server local worker processes are forked from (multiprocessing's "forkserver").
+
+It imports the worker's modules once (`PRELOAD`): a worker then starts in milliseconds instead
+of importing the SDK itself (~1.5 s of CPU each, all of them at once on the same cores). It
+holds no secret: it is started after `conceal()` and is handed none; each worker gets its
+config, key included, over its own pipe (`agent.batch.crew`). `warm_workers` starts it as soon
+as a run is asked for, so that its imports run beside the parent's checks and dataset scan,
+and stops it at the end: at once, even in the middle of its imports when the run stops on an
+error before any worker started. This module imports nothing of ours: the parent imports it
+before the rest of the run.
+
+multiprocessing keeps the server's pid and "alive" descriptor private (`_forkserver_pid`,
+`_forkserver_alive_fd`): read with getattr, so that a Python naming them otherwise only loses
+the quick stop and the early exit of a killed runner's workers, not the run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from multiprocessing import forkserver
+from typing import Any
+
+# What the fork server imports for every worker: the script run (multiprocessing's default),
+# the worker with what it imports (the SDK, the loop, the tools), and what it imports when it
+# starts (its event loop's package: one the server cannot import is skipped, as uvloop may be).
+PRELOAD = ("__main__", "agent.batch.worker_entry", "agent.batch.worker", "uvloop")
+
+
+def worker_context() -> Any:
+    """The multiprocessing context workers are started with: the fork server, preloading."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))
+    return context
+
+
+@contextmanager
+def warm_workers() -> Iterator[None]:
+    """Start the fork server now, so that its imports run beside the caller's work; stop it on
+    the way out (every worker has been reaped by then)."""
+    worker_context()
+    forkserver.ensure_running()
+    try:
+        yield
+    finally:
+        _stop_server()
+
+
+def server_pid() -> int | None:
+    """The fork server's pid (None: not known, see above)."""
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    return pid if isinstance(pid, int) else None
+
+
+def _stop_server() -> None:
+    """Kill the fork server, then let multiprocessing close its end and reap it. Only closing
+    its end (multiprocessing's own way) would leave it running until its imports are done: a
+    second or more holding our stdout and stderr after an early error."""
+    pid = server_pid()
+    if pid is None:
+        return
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    stop = getattr(forkserver._forkserver, "_stop", None)
+    if stop is not None:
+        stop()
+
+
+def leave_server() -> None:
+    """In a worker: close the server's "alive" pipe end that a forked worker inherits. The
+    server exits once every holder has closed it, and a worker dies with the server
+    (PR_SET_PDEATHSIG): with workers holding it, a runner killed with SIGKILL left them all
+    running. A process the server did not fork has none."""
+    server: Any = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(fd, int) and forkserver.get_inherited_fds() is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None
