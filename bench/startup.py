@@ -30,6 +30,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -104,10 +105,15 @@ def _serve(conn: Connection) -> None:
     uvloop.run(serve())
 
 
-def _wall(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
+def _wall(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one command: on a machine shared with other jobs the CPU
+    seconds say what the command costs, the wall seconds what it cost to wait for a core too."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     subprocess.run(cmd, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.monotonic() - started
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _env(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -116,11 +122,11 @@ def _env(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, **(extra or {})}
 
 
-def help_s(tree: Path) -> float:
+def help_s(tree: Path) -> tuple[float, float]:
     return _wall([sys.executable, "batch_runner.py", "--help"], tree, _env(tree))
 
 
-def floor_s(code: str) -> float:
+def floor_s(code: str) -> tuple[float, float]:
     return _wall([sys.executable, "-c", code], ROOT, _env(ROOT))
 
 
@@ -222,13 +228,18 @@ def main() -> None:
             breakdown(ROOT, workdir)
             return
         found: dict[str, list[float]] = {}
+
+        def note(name: str, measured: tuple[float, float]) -> None:
+            found.setdefault(f"{name} (wall)", []).append(measured[0])
+            found.setdefault(f"{name} (CPU)", []).append(measured[1])
+
         for index in range(args.runs):
-            found.setdefault("python -c pass", []).append(floor_s("pass"))
-            found.setdefault("python -c 'import openai'", []).append(floor_s("import openai"))
+            note("python -c pass", floor_s("pass"))
+            note("python -c 'import openai'", floor_s("import openai"))
             for name, tree in trees.items():
-                found.setdefault(f"{name}: --help", []).append(help_s(tree))
+                note(f"{name}: --help", help_s(tree))
                 _, first = first_request_s(tree, workdir, f"{name}{index}")
-                found.setdefault(f"{name}: spawn to first request", []).append(first)
+                found.setdefault(f"{name}: spawn to first request (wall)", []).append(first)
             print(json.dumps({"run": index, **{k: round(v[-1], 3) for k, v in found.items()}}), flush=True)
         for name, values in found.items():
             print(json.dumps(_summary(name, values)))
