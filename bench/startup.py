@@ -130,8 +130,29 @@ def floor_s(code: str) -> tuple[float, float]:
     return _wall([sys.executable, "-c", code], ROOT, _env(ROOT))
 
 
-def first_request_s(tree: Path, workdir: Path, label: str, trace: Path | None = None) -> tuple[float, float]:
-    """(when the runner was spawned, seconds from then to the endpoint's first chat request)."""
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of `pid` and every descendant alive now (and the children they reaped)."""
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            for task in os.listdir(f"/proc/{current}/task"):
+                stack += map(int, Path(f"/proc/{current}/task/{task}/children").read_text().split())
+        except OSError:  # gone meanwhile
+            continue
+        total += sum(int(x) for x in fields[11:15]) / TICKS  # utime, stime, cutime, cstime
+    return total
+
+
+def first_request_s(
+    tree: Path, workdir: Path, label: str, trace: Path | None = None
+) -> tuple[float, float, float]:
+    """(when the runner was spawned, seconds from then to the endpoint's first chat request,
+    CPU seconds the runner's processes had used by then)."""
     ours, theirs = multiprocessing.Pipe()
     endpoint = multiprocessing.get_context("spawn").Process(target=_serve, args=(theirs,))
     endpoint.start()
@@ -154,13 +175,14 @@ def first_request_s(tree: Path, workdir: Path, label: str, trace: Path | None = 
         if not ours.poll(60):
             raise SystemExit(f"{label}: no request in 60 s:\n{_stop(runner)}")
         first: float = ours.recv()
+        cpu = tree_cpu_s(runner.pid)
     finally:
         err = _stop(runner)
         ours.send("stop")
         endpoint.join()
     if runner.returncode not in (0, 1, 130, -signal.SIGTERM):
         raise SystemExit(f"{label}: runner exited {runner.returncode}:\n{err[-3000:]}")
-    return started, first - started
+    return started, first - started, cpu
 
 
 def _stop(runner: subprocess.Popen[bytes]) -> str:
@@ -196,7 +218,7 @@ def breakdown(tree: Path, workdir: Path) -> None:
     (trace_dir / "sitecustomize.py").write_text(SITECUSTOMIZE.format(trace=TRACE_ENV, imports=TRACED_IMPORTS))
     trace = trace_dir / "events.txt"
     trace.unlink(missing_ok=True)
-    started, first = first_request_s(tree, workdir, "traced", trace)
+    started, first, _ = first_request_s(tree, workdir, "traced", trace)
     names: dict[int, str] = {}
     for line in trace.read_text().splitlines():
         pid, ppid, at, what = line.split(" ", 3)
@@ -238,8 +260,7 @@ def main() -> None:
             note("python -c 'import openai'", floor_s("import openai"))
             for name, tree in trees.items():
                 note(f"{name}: --help", help_s(tree))
-                _, first = first_request_s(tree, workdir, f"{name}{index}")
-                found.setdefault(f"{name}: spawn to first request (wall)", []).append(first)
+                note(f"{name}: spawn to first request", first_request_s(tree, workdir, f"{name}{index}")[1:])
             print(json.dumps({"run": index, **{k: round(v[-1], 3) for k, v in found.items()}}), flush=True)
         for name, values in found.items():
             print(json.dumps(_summary(name, values)))
