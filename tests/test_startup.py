@@ -102,3 +102,32 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:  # gone since it was listed
         return b""
+
+
+FORKED = """
+import ctypes, sys
+from agent.batch.fork_server import warm_workers, worker_context
+
+def dumpable(pipe):
+    pipe.send(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE, before any code of ours
+
+if __name__ == "__main__":
+    with warm_workers():
+        context = worker_context()
+        ours, theirs = context.Pipe()
+        process = context.Process(target=dumpable, args=(theirs,))
+        process.start()
+        print(ours.recv())
+        process.join()
+"""
+
+
+def test_a_forked_worker_is_not_dumpable_before_it_unpickles_its_config(tmp_path: Path) -> None:
+    """A worker's pickled config holds the API key: the fork server is non-dumpable, so a
+    process it forks is from its first instruction (the flag survives fork), not only once
+    `worker_entry.main` sets it."""
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED, encoding="utf-8")
+    done = subprocess.run(["python", str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0"

@@ -26,8 +26,9 @@ from typing import Any
 
 # What the fork server imports for every worker: the script run (multiprocessing's default),
 # the worker with what it imports (the SDK, the loop, the tools), and what it imports when it
-# starts (its event loop's package: one the server cannot import is skipped, as uvloop may be).
-PRELOAD = ("__main__", "agent.batch.worker_entry", "agent.batch.worker", "uvloop")
+# starts (its event loop's package: one the server cannot import is skipped, as uvloop may be);
+# first, `agent.batch.undumpable`: the server, and so every worker it forks, is non-dumpable.
+PRELOAD = ("agent.batch.undumpable", "__main__", "agent.batch.worker_entry", "agent.batch.worker", "uvloop")
 
 
 def worker_context() -> Any:
