@@ -126,6 +126,28 @@ def test_max_inflight_holds_at_the_endpoint_over_more_ray_actors_than_slots(
     assert stats.peak_inflight <= 2, stats
 
 
+def test_the_rate_limit_hub_lives_on_the_head_and_comes_back_if_its_process_dies(
+    tmp_path: Path, ray_cluster: RayCluster
+) -> None:
+    """The hub on a node that was lost (Ray had put it off the driver's busy node) left every
+    model call waiting for it: the run hung. On the head it goes only with the cluster, and
+    Ray restarts it when its process dies; calls wait meanwhile, then go on."""
+    prompts = [f"hub {i}" for i in range(30)]
+    with SimulatedEndpoint(latency=0.3) as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        dataset = prompts_dataset(tmp_path / "d.jsonl", prompts)
+        runner = cli.start(
+            f"--dataset_file={dataset}", "--batch_size=20", "--run_name=hub", "--max_inflight=6",
+            *ray_args(ray_cluster),
+        )  # fmt: skip
+        wait_for_lines(cli.run_dir("hub"), 5, runner, timeout=240)  # actors start slowly under load
+        hubs = ray_cluster.actor_processes("HubActor")
+        assert list(hubs.values()) == [ray_cluster.cluster.head_node.node_id]
+        os.kill(next(iter(hubs)), signal.SIGKILL)
+        assert runner.wait(timeout=180) == 0, (tmp_path / "runner.err").read_text()[-3000:]
+    assert trajectory_prompts(cli.run_dir("hub")) == Counter(prompts)
+
+
 def test_a_node_lost_mid_run_reruns_its_prompts_elsewhere(tmp_path: Path, ray_cluster: RayCluster) -> None:
     """Last in this module: it takes a node away."""
     prompts = [f"lost {i}" for i in range(240)]

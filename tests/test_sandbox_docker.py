@@ -26,6 +26,7 @@ from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.sandboxes import unavailable_reason as registry_reason
 from agent.sandboxes.blocking import ThreadedSandbox
 from agent.sandboxes.docker import DockerBackend, disk_image
+from agent.sandboxes.docker.container_exec import ExecNotStarted, run_script
 from agent.sandboxes.docker.engine import engine_client
 from agent.sandboxes.docker.lifecycle import (
     IMAGE,
@@ -177,6 +178,33 @@ async def test_a_fork_bomb_is_held_at_the_pids_limit(
         assert subprocess.run(["true"], check=False).returncode == 0  # the host can still fork
         # The bomb outlives its command; the next command still runs (restarting if need be).
         assert (await sandbox.exec("echo alive", timeout=30)).output.endswith("alive\n")
+
+
+async def test_an_exec_whose_first_line_is_not_a_pid_did_not_start(
+    container_engine: Engine, docker_options: SandboxOptions, unique_run_name: str
+) -> None:
+    """When runc cannot start an exec (no pid free: a fork bomb), Docker writes its error where
+    our pid line should be and reports exit 126: that must not pass for a command's own exit
+    126, or the sandbox is not restarted. Replayed here by a script that prints such a line."""
+    refusal = "OCI runtime exec failed: exec failed: unable to start container process: read init-p"
+    async with open_sandbox(_spec(unique_run_name), docker_options) as sandbox:
+        await sandbox.exec("true", timeout=30)  # the container is made on the first call
+        (container,) = container_engine.ours(**{LABEL_RUN: unique_run_name})
+        with pytest.raises(ExecNotStarted, match="exit code 126: OCI runtime exec failed"):
+            await asyncio.to_thread(
+                run_script,
+                container_engine.client,
+                container.id,
+                f"echo '{refusal}'; echo more; exit 126",
+                [],
+                timeout=30,
+                limit=4096,
+                prints_pid=True,
+            )
+        # A command that itself exits 126 printed its shell's pid first: it ran, once.
+        ran = await sandbox.exec("echo ran >> /tmp/runs; exit 126", timeout=30)
+        assert ran.exit_code == 126 and ran.output == ""
+        assert await sandbox.read_file("/tmp/runs") == b"ran\n"
 
 
 async def test_a_timeout_kills_the_command_inside_the_container(

@@ -359,7 +359,10 @@ async def test_close_spares_a_group_whose_id_was_reused(local_sandbox_factory: S
 @on_both_loops
 async def test_a_cancelled_command_dies_with_its_group(local_sandbox: LocalSandbox) -> None:
     task = asyncio.create_task(local_sandbox.exec("sleep 301 & echo $! > pid; sleep 300", timeout=600))
-    while not os.path.exists(os.path.join(local_sandbox.workdir, "pid")):
+    pid_file = Path(local_sandbox.workdir, "pid")
+    # The redirection creates the file before echo writes it: a loaded machine let the test
+    # cancel in between, and read an empty file. Wait for the whole line.
+    while not (pid_file.exists() and pid_file.read_text().endswith("\n")):
         await asyncio.sleep(0.02)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -10,6 +10,7 @@ run's rate limit for every node. Ray is imported only here, and only for that ba
 from __future__ import annotations
 
 import os
+import socket
 from types import ModuleType
 
 from agent.backends import RAY_INSTALL
@@ -24,6 +25,7 @@ QUIET_RAY = {
     "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
     "RAY_BACKEND_LOG_LEVEL": "warning",
 }
+PROBE_TIMEOUT = 10.0  # seconds to reach --ray_address before giving up
 
 
 def require_ray() -> ModuleType:
@@ -35,3 +37,29 @@ def require_ray() -> ModuleType:
     except ImportError as exc:
         raise ConfigError(f"--backend=ray needs Ray, which is not installed ({exc}): {RAY_INSTALL}") from None
     return ray
+
+
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + empty SETTINGS
+_SETTINGS = 4  # the HTTP/2 frame type a server's first frame has
+
+
+def probe(address: str) -> None:
+    """A ConfigError unless `address` (host:port) accepts a connection: Ray itself retries an
+    unreachable address for minutes."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--ray_address={address}: expected auto or host:port")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT) as probe:
+            # Ray's GCS speaks gRPC: an HTTP/2 server answers the client preface with SETTINGS.
+            probe.sendall(_HTTP2_PREFACE)
+            answer = probe.recv(9)
+    except OSError as exc:
+        answer, why = b"", exc.strerror or str(exc)
+    else:
+        why = "it does not speak gRPC"
+    if len(answer) < 4 or answer[3] != _SETTINGS:
+        raise ConfigError(
+            f"--ray_address={address}: no Ray cluster answers there ({why}); "
+            "start one with `ray start --head`, or pass its head's host:port"
+        ) from None

@@ -121,6 +121,22 @@ class WorkerActor:
         self.inbox.queue.put_nowait(None)
 
 
+HEAD_RESOURCE = "node:__internal_head__"  # the resource Ray gives the head node alone
+
+
+def hub_options(nodes: list[dict[str, Any]], beside_driver: Any) -> dict[str, Any]:
+    """Where the HubActor runs: on the head node, whose loss ends the cluster anyway (beside
+    the driver, Ray may put it on another node when the driver's is busy: losing that node took
+    the hub, and every model call waited for it, the run hung); beside the driver where no node
+    says it is the head. Ray restarts it if its process dies: calls fail meanwhile, and ask the
+    new one (`hub_sync`), which starts from their next reports."""
+    on_head = any(node["Alive"] and HEAD_RESOURCE in node["Resources"] for node in nodes)
+    where: dict[str, Any] = (
+        {"resources": {HEAD_RESOURCE: 0.001}} if on_head else {"scheduling_strategy": beside_driver}
+    )
+    return {"num_cpus": 0, "max_restarts": -1, **where}
+
+
 class HubActor:
     """The run's `LimitHub`, one for the whole cluster (an actor runs one call at a time)."""
 

@@ -29,6 +29,7 @@ class Member:
     ending: bool = False  # sent its end mark
     exited: bool = False  # said goodbye (WorkerExit)
     since: float | None = None  # never set: a replacement's start is not timed on Ray
+    starting: Any = None  # a replacement's `start` call until it returned: given no job till then
 
     def said_ready(self) -> None:
         return  # an actor takes jobs once `start` returned: its inbox holds them until then

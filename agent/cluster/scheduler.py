@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-import socket
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -26,8 +25,8 @@ from agent.batch.events import Failed, WorkerEvent
 from agent.batch.jobs import Job
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
 from agent.batch.worker import hub_member
-from agent.cluster import require_ray
-from agent.cluster.actor import HubActor, WorkerActor
+from agent.cluster import probe, require_ray
+from agent.cluster.actor import HubActor, WorkerActor, hub_options
 from agent.cluster.members import JobLine, Member
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError, FailureClass
@@ -36,34 +35,7 @@ log = logging.getLogger("agent.cluster.scheduler")
 SYNC_EVERY = 1.0  # seconds between group commits, as the local backend
 POLL_TIMEOUT = 0.5  # seconds an actor holds a poll without events
 START_TIMEOUT = 180.0  # seconds for the first actors to come up (imports, sandbox checks)
-PROBE_TIMEOUT = 10.0  # seconds to reach --ray_address before giving up
 STOP_GRACE = 30.0  # seconds actors get to finish or cancel and destroy their sandboxes
-
-
-_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + empty SETTINGS
-_SETTINGS = 4  # the HTTP/2 frame type a server's first frame has
-
-
-def _probe(address: str) -> None:
-    """A ConfigError unless `address` (host:port) accepts a connection: Ray itself retries an
-    unreachable address for minutes."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(f"--ray_address={address}: expected auto or host:port")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT) as probe:
-            # Ray's GCS speaks gRPC: an HTTP/2 server answers the client preface with SETTINGS.
-            probe.sendall(_HTTP2_PREFACE)
-            answer = probe.recv(9)
-    except OSError as exc:
-        answer, why = b"", exc.strerror or str(exc)
-    else:
-        why = "it does not speak gRPC"
-    if len(answer) < 4 or answer[3] != _SETTINGS:
-        raise ConfigError(
-            f"--ray_address={address}: no Ray cluster answers there ({why}); "
-            "start one with `ray start --head`, or pass its head's host:port"
-        ) from None
 
 
 class RayScheduler:
@@ -107,7 +79,7 @@ class RayScheduler:
     def _connect(self) -> None:
         address = self.config.ray_address
         if address != "auto":
-            _probe(address)
+            probe(address)
         ours = signal.getsignal(signal.SIGTERM)
         try:
             self.ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
@@ -124,7 +96,7 @@ class RayScheduler:
 
         here = self.ray.get_runtime_context().get_node_id()
         beside_driver = NodeAffinitySchedulingStrategy(here, soft=True)
-        hub = self.ray.remote(HubActor).options(num_cpus=0, scheduling_strategy=beside_driver)
+        hub = self.ray.remote(HubActor).options(**hub_options(self.ray.nodes(), beside_driver))
         cfg = self.config
         self.hub = hub.remote(cfg.max_inflight, cfg.rpm, cfg.tpm, cfg.max_cost)
         self.worker_class = self.ray.remote(WorkerActor)
@@ -134,7 +106,7 @@ class RayScheduler:
         except self.ray.exceptions.RayError as exc:
             raise ConfigError(f"--backend=ray: the worker actors did not start: {exc}") from None
         for member, node in zip(self.members.values(), nodes, strict=True):
-            member.node = node
+            member.node, member.starting = node, None
         log.info("%d worker actors on %d node(s)", len(nodes), len(set(nodes)))
 
     def _add_member(self, avoid: str = "") -> Any:
@@ -150,8 +122,8 @@ class RayScheduler:
             placement = NodeAffinitySchedulingStrategy(nodes[number % len(nodes)], soft=True)
         options = self.worker_class.options(num_cpus=0, scheduling_strategy=placement)
         actor = options.remote(number, self.config, self.hub)
-        self.members[number] = Member(number, actor)
-        return actor.start.remote()
+        self.members[number] = Member(number, actor, starting=actor.start.remote())
+        return self.members[number].starting
 
     def _live(self) -> list[Member]:
         return [m for m in self.members.values() if not m.exited]
@@ -168,6 +140,7 @@ class RayScheduler:
             if line.empty and not any(m.assigned for m in live):
                 self._end(live)
             self._poll(live, line)
+            self._check_starts(line)
             if time.monotonic() >= next_tick:
                 self.on_tick()
                 next_tick = time.monotonic() + SYNC_EVERY
@@ -175,7 +148,9 @@ class RayScheduler:
     def _top_up(self, line: JobLine, live: list[Member]) -> None:
         for member in live:
             room = self.capacity - len(member.assigned)
-            if member.ending or room <= 0 or (member.assigned and room < self.batch):
+            if member.ending or member.starting is not None:
+                continue  # a replacement takes jobs once started (`_check_starts`)
+            if room <= 0 or (member.assigned and room < self.batch):
                 continue  # a batch at a time: one call per finished job would cost the driver
             jobs = line.take(room)
             if not jobs:
@@ -185,9 +160,29 @@ class RayScheduler:
                 self.tally.queued[job.key] = job
             member.actor.submit.remote(jobs)
 
+    def _check_starts(self, line: JobLine) -> None:
+        """Replacements whose `start` returned take jobs from now on. Until then they hold none:
+        under load a replacement took minutes to come up while the jobs it was given waited in
+        its inbox, and the live actors idled (a run hung on one that never came up)."""
+        for member in self._live():
+            if member.starting is None or not self.ray.wait([member.starting], timeout=0)[0]:
+                continue
+            try:
+                member.node, member.starting = self.ray.get(member.starting), None
+            except self.ray.exceptions.RayError as exc:
+                self._lose(member, line, exc)
+
+    def _drop_unstarted(self, member: Member) -> None:
+        """A replacement still starting holds no job: at the end it is not waited for."""
+        member.ending = member.exited = True
+        with contextlib.suppress(Exception):  # it may be gone already; nothing to clean here
+            self.ray.kill(member.actor)
+
     def _end(self, live: list[Member]) -> None:
         for member in live:
-            if not member.ending:
+            if member.starting is not None:
+                self._drop_unstarted(member)
+            elif not member.ending:
                 member.ending = True
                 member.actor.submit.remote([None])
 
@@ -197,6 +192,9 @@ class RayScheduler:
             self.tally.queued.pop(job.key, None)
         for member in self._live():
             if member.ending:
+                continue
+            if member.starting is not None:
+                self._drop_unstarted(member)
                 continue
             member.ending = True
             with contextlib.suppress(self.ray.exceptions.RayError):

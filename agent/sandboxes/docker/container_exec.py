@@ -29,8 +29,9 @@ from agent.sandboxes.host.output_buffer import OutputBuffer
 GO = "read -r _go || exit 125; "  # the handshake
 PID = 'echo "$$"; '
 # A command is run by bash (sh when the image has none) after an exec; the pid line comes from
-# that shell, so an exec that fails (no memory or pid left: dash exits 126 silently) is told
-# apart from the command failing. The prefix keeps the command on line 1 of its script.
+# that shell, so an exec that fails (no memory or pid left: the engine or dash exits 126 and
+# prints its error, if anything, where the pid line should be) is told apart from the command
+# failing with 126. The prefix keeps the command on line 1 of its script.
 COMMAND_SCRIPT = (
     r'cd -- "$2" || { echo "$$"; exit 1; }; '
     r'if command -v bash >/dev/null 2>&1; then exec bash -c "echo "\$\$"; $1" </dev/null 2>&1; fi; '
@@ -69,18 +70,21 @@ class ExecOutcome:
 
 
 class ExecNotStarted(Exception):
-    """The engine could not start the process at all (no handshake): typically every pid of
-    the container is taken. Docker reports this as exit code 126 with no output."""
+    """The engine could not start the process at all (no pid line): typically every pid of
+    the container is taken. Docker reports this as exit code 126 with its error as the only
+    stdout line ("OCI runtime exec failed: ..."); Podman as exit code 125 with it on stderr."""
 
 
 class _FrameReader:
-    """Demultiplexes the engine's stream frames; the first stdout line is the handshake pid."""
+    """Demultiplexes the engine's stream frames; the first stdout line is the handshake pid.
+    `pid` stays None when that line never came or is not a pid (then `refusal` holds it)."""
 
     def __init__(self, conn: Any, limit: int) -> None:
         self._conn = conn
         self._pending = b""
         self._pid_line = b""
         self.pid: int | None = None
+        self.refusal: bytes | None = None
         self.stdout = OutputBuffer(limit)
         self.stderr = OutputBuffer(limit)
 
@@ -111,14 +115,25 @@ class _FrameReader:
                 self._stdout(payload)
 
     def _stdout(self, payload: bytes) -> None:
-        if self.pid is None:
+        if self.pid is None and self.refusal is None:
             self._pid_line += payload
-            line, newline, rest = self._pid_line.partition(b"\n")
+            line, newline, payload = self._pid_line.partition(b"\n")
             if not newline:
                 return
-            self.pid = int(line) if line.strip().isdigit() else -1
-            payload = rest
-        self.stdout.append(payload)
+            if not line.strip().isdigit():
+                # Not our shell's pid, so our shell never ran the script: Docker writes a failed
+                # runc exec (no pid left for it) here, as does dash when its `exec bash` fails
+                # (COMMAND_SCRIPT). Both exit 126, as a command may: only the pid line tells.
+                self.refusal = line.strip()[:1000]
+                return
+            self.pid = int(line)
+        if self.pid is not None:
+            self.stdout.append(payload)
+
+    def not_started(self) -> str:
+        """What came instead of the pid line (the engine's or the shell's error), if anything."""
+        text = self._pid_line if self.refusal is None else self.refusal
+        return (text.strip()[:1000] + b" " + self.stderr.getvalue()).decode(errors="replace").strip()
 
 
 def run_script(
@@ -168,7 +183,7 @@ def _outcome(
         return ExecOutcome(reader.stdout.getvalue(), reader.stderr.getvalue(), -1, True, restarted)
     exit_code = exec_exit_code(client, exec_id)
     if reader.pid is None:
-        raise ExecNotStarted(f"exit code {exit_code}: {reader.stderr.getvalue().decode(errors='replace')}")
+        raise ExecNotStarted(f"exit code {exit_code}: {reader.not_started()}")
     return ExecOutcome(reader.stdout.getvalue(), reader.stderr.getvalue(), exit_code, False)
 
 
