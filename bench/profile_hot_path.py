@@ -30,6 +30,8 @@ from throughput import _dataset
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 250  # samples per second per thread
+PERF = os.environ.get("PROFILE_WITH_PERF") == "1"  # perf record over the tree instead (--keep: its data)
+PERF_PREFIX = ["perf", "record", "-F", "300", "-g"]
 # agent.batch.worker's switch (not imported: this bench profiles any tree)
 PROFILE_VARIABLE = "AGENT_BENCH_PROFILE_DIR"
 
@@ -43,8 +45,9 @@ def record(tree: Path, workdir: Path, prompts: int, cprofile: bool) -> tuple[Pat
     raw = workdir / ("profiles" if cprofile else "profile.txt")
     spy = ["py-spy", "record", "--subprocesses", "--nonblocking", f"--rate={RATE}", "--format=raw",
            f"--output={raw}", "--"]  # fmt: skip
+    prefix = PERF_PREFIX + [f"--output={workdir / 'perf.data'}", "--"] if PERF else [] if cprofile else spy
     cmd = [
-        *([] if cprofile else spy), sys.executable, str(tree / "batch_runner.py"),
+        *prefix, sys.executable, str(tree / "batch_runner.py"),
         f"--dataset_file={dataset}", "--batch_size=100", "--run_name=profile",
         f"--output_dir={workdir / 'runs'}", f"--base_url={server.base_url}",
         "--model=sim-model", "--num_workers=2", "--max_inflight=256",
@@ -134,6 +137,11 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         raw, calls = record(args.tree.resolve(), Path(tmp), args.prompts, args.cprofile)
+        if PERF:
+            print(f"{calls} model calls")
+            if args.keep is not None:
+                shutil.copy(Path(tmp) / "perf.data", args.keep)
+            return
         if args.cprofile:
             if args.keep is not None:
                 shutil.copytree(raw, args.keep, dirs_exist_ok=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 from agent.batch.attempt_checks import AttemptChecks
 from agent.batch.channels import PipeJobs, PipeSink
+from agent.batch.collection import space_collections
 from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, Started, WorkerExit, WorkerReady
 from agent.batch.jobs import EventSink, Job, JobSource
 from agent.batch.limit_pipes import PipeLink
@@ -62,6 +63,7 @@ def main(worker_id: int, config: RunConfig, jobs: Any, events: Any, parent_pid: 
     # The SDK's imports leave ~10^5 long-lived objects (pydantic models of every API type) that
     # every full collection would walk again; frozen, collections only see what the run makes.
     gc.freeze()
+    space_collections()
     worker = Worker(worker_id, config, PipeJobs(jobs), sink, PipeLink(hub))
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
