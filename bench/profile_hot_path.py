@@ -45,7 +45,7 @@ def record(tree: Path, workdir: Path, prompts: int, cprofile: bool) -> tuple[Pat
     raw = workdir / ("profiles" if cprofile else "profile.txt")
     spy = ["py-spy", "record", "--subprocesses", "--nonblocking", f"--rate={RATE}", "--format=raw",
            f"--output={raw}", "--"]  # fmt: skip
-    prefix = PERF_PREFIX + [f"--output={workdir / 'perf.data'}", "--"] if PERF else [] if cprofile else spy
+    prefix = [*PERF_PREFIX, f"--output={workdir / 'perf.data'}", "--"] if PERF else [] if cprofile else spy
     cmd = [
         *prefix, sys.executable, str(tree / "batch_runner.py"),
         f"--dataset_file={dataset}", "--batch_size=100", "--run_name=profile",
