@@ -17,6 +17,7 @@ Retry-After pauses, --max_cost) is held here and served to the workers over pipe
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import wait
 
 from agent.batch.backend import BackendFactory, EventRoute, Tally
+from agent.batch.collection import space_collections
 from agent.batch.crew import Member, spawn
 from agent.batch.events import Failed, WorkerEvent
 from agent.batch.fork_server import worker_context
@@ -80,7 +82,11 @@ class Scheduler:
     def serve(self, jobs: Iterable[Job]) -> None:
         self._source = iter(jobs)
         self.members = [spawn(self.ctx, self.config, i, self.hub) for i in range(self.config.num_workers)]
-        self._loop(deadline=None)
+        before = space_collections()  # each event's objects: see agent.batch.collection
+        try:
+            self._loop(deadline=None)
+        finally:
+            gc.set_threshold(*before)
 
     def cancel(self) -> None:
         log.warning("interrupted: stopping workers and destroying sandboxes…")

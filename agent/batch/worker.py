@@ -21,6 +21,7 @@ from typing import Any
 
 from agent.batch.attempt_checks import AttemptChecks
 from agent.batch.channels import PipeJobs, PipeSink
+from agent.batch.collection import space_collections
 from agent.batch.events import Answer, Cancelled, Failed, LimiterReport, Started, WorkerExit, WorkerReady
 from agent.batch.jobs import EventSink, Job, JobSource
 from agent.batch.limit_pipes import PipeLink
@@ -40,6 +41,7 @@ from agent.toolbox.registry import ResolvedTools, resolve_tools
 
 log = logging.getLogger("agent.batch.worker")
 PR_SET_PDEATHSIG = 1
+PROFILE_VARIABLE = "AGENT_BENCH_PROFILE_DIR"  # bench only: profile each worker's event loop into it
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -61,12 +63,30 @@ def main(worker_id: int, config: RunConfig, jobs: Any, events: Any, parent_pid: 
     # The SDK's imports leave ~10^5 long-lived objects (pydantic models of every API type) that
     # every full collection would walk again; frozen, collections only see what the run makes.
     gc.freeze()
+    space_collections()
     worker = Worker(worker_id, config, PipeJobs(jobs), sink, PipeLink(hub))
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            runner.run(worker.serve(on_sigterm=True))
+            _profiled(worker_id, lambda: runner.run(worker.serve(on_sigterm=True)))
     finally:
         sink.close()  # our goodbye reaches the parent before we exit
+
+
+def _profiled(worker_id: int, run: Callable[[], None]) -> None:
+    """`run()`, under cProfile counting CPU time when PROFILE_VARIABLE names a directory (the
+    benchmarks' switch, `bench/profile_hot_path.py`: the worker's own CPU per call, by function)."""
+    directory = os.environ.get(PROFILE_VARIABLE)
+    if not directory:
+        run()
+        return
+    import cProfile
+    import time
+
+    profile = cProfile.Profile(time.process_time)
+    try:
+        profile.runcall(run)
+    finally:
+        profile.dump_stats(os.path.join(directory, f"worker-{worker_id}-{os.getpid()}.prof"))
 
 
 def forward_logs(events: Any, verbose: bool) -> None:

@@ -14,6 +14,7 @@ else the host's. A file tool's absolute path always names the slot's.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -65,3 +66,10 @@ class SandboxView:
         if normal.split("/")[1] in self._places:
             return self.root + normal
         return normal
+
+
+@functools.lru_cache(maxsize=1024)
+def view_of(root: str, cwd_top: str | None = None) -> SandboxView:
+    """The view of the slot at `root`, made once: a pool reuses its slots, and compiling a
+    view's patterns again for each prompt cost ~3 % of a worker's CPU (a view never changes)."""
+    return SandboxView(root, cwd_top)
