@@ -69,22 +69,29 @@ class RunStatistics:
     """Accumulates the statistics of one run; `to_dict` gives the JSON document."""
 
     def __init__(self) -> None:
-        self._tools: dict[str, Counter[str]] = {}
-        self._turns = Counter[str]()  # assistant turns, with reasoning, entries with any
-        self._discarded_turns = Counter[str]()  # the same, over the entries now discarded
-        self._entries = Counter[str]()  # entries, completed, partial, api_calls
-        self._outcomes = Counter[str]()
-        self._toolsets = Counter[str]()  # sampled toolsets of the merged output's entries
-        self._lost = Counter[str]()  # of those, the ones that could not run here
-        self._tokens = Counter[str]()
+        self.reset_output()
+        self._discarded_turns = Counter[
+            str
+        ]()  # assistant turns, with reasoning, of the entries now discarded
         self._run = Counter[str]()  # this invocation: processed and its split
         self._run_outcomes = Counter[str]()
         self._run_tokens = Counter[str]()
         self._discards = Counter[str]()
         self._failures = Counter[str]()
         self._limiters: dict[object, Mapping[str, Any]] = {}
-        self._cost = Spend()  # merged output
         self._run_cost = Spend()  # this invocation
+
+    def reset_output(self) -> None:
+        """Forget every entry of the merged output counted so far (`add_entry`): the end of a
+        run counts them again."""
+        self._tools: dict[str, Counter[str]] = {}
+        self._turns = Counter[str]()  # assistant turns, with reasoning, entries with any
+        self._entries = Counter[str]()  # entries, completed, partial, api_calls
+        self._outcomes = Counter[str]()
+        self._toolsets = Counter[str]()  # sampled toolsets of the merged output's entries
+        self._lost = Counter[str]()  # of those, the ones that could not run here
+        self._tokens = Counter[str]()
+        self._cost = Spend()  # merged output
         self.verification = VerificationTally()  # merged output and current discards
 
     def add_entry(self, entry: Mapping[str, Any], figures: EntryFigures | None = None) -> None:
