@@ -113,11 +113,10 @@ def run_once(
 def _curve(
     series: list[tuple[float, int]], started: float, last: float, points: int = 40
 ) -> list[list[float]]:
-    """(seconds since start, MiB) thinned evenly to `points`, every sample after the last reply kept."""
+    """(seconds since start, MiB) thinned evenly to `points` before the last reply and again after it."""
     before = [s for s in series if s[0] < last]
     after = [s for s in series if s[0] >= last]
-    step = max(1, len(before) // points)
-    kept = before[::step] + after
+    kept = before[:: max(1, len(before) // points)] + after[:: max(1, len(after) // points)]
     return [[round(at - started, 2), round(kib / 1024, 1)] for at, kib in kept]
 
 
