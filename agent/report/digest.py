@@ -86,7 +86,7 @@ class RunDigest:
         stratum = f"discarded: {discarded}" if discarded else outcome
         # made readable (every text cut) when kept: the sample never holds a whole entry; ranked
         # by its key, so the sample does not depend on the order entries are counted in
-        rank = _rank(key, self.sample.seed) if isinstance(key, str) else None
+        rank = sample_rank(key, self.sample.seed) if isinstance(key, str) else None
         self.sample.offer_lazily(stratum, lambda: self._readable(entry, discarded), rank)
 
     def _count(self, entry: Mapping[str, Any], metadata: Mapping[str, Any], outcome: str) -> None:
@@ -198,7 +198,7 @@ class RunDigest:
         }
 
 
-def _rank(key: str, seed: int) -> int:
+def sample_rank(key: str, seed: int) -> int:
     """A prompt key's place in the sample's order: a seeded hash, below 2**64."""
     digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8, salt=seed.to_bytes(16, "little"))
     return int.from_bytes(digest.digest(), "little")

@@ -71,6 +71,9 @@ class ShardRecords:
     def __init__(self) -> None:
         self.shards: dict[str, Shard] = {}
         self.usable = True
+        # one copy of each tuple of names: an entry lists every tool it was offered, the same
+        # few tuples for a whole run (a copy per line would cost ~1 KiB of the parent's memory)
+        self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     def add(self, path: Path, offset: int, data: bytes, entry: dict[str, Any] | None) -> Line | None:
         """Record one appended line (`entry` None: it did not parse, so nothing is trusted)."""
@@ -81,11 +84,15 @@ class ShardRecords:
         if line is None or offset != (shard.end or shard.start):
             self.forget()
             return None
+        line = line._replace(tools=self._shared(line.tools), labels=self._shared(line.labels))
         shard.lines.append(line)
         shard.end = offset + len(data)
         status = os.stat(path)
         shard.stamp = (status.st_ino, status.st_mtime_ns)
         return line
+
+    def _shared(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        return self._names.setdefault(names, names)
 
     def forget(self) -> None:
         self.shards.clear()
