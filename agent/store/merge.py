@@ -108,29 +108,40 @@ def merge_run(
     with ExitStack() as stack:
         sidecar = _sidecar(stack, directory, output)
         out = stack.enter_context(atomic_write(directory / output))  # renamed before the sidecar
-        for path in files:
+        for item in _keyed_lines(files, records, resolver, report, sidecar):
+            merged = _merge_line(report, item, valid_tools, exclude, keep_unknown)
+            recorded = item.recorded
+            if merged is None:
+                report.counted_left_out += counted and recorded is not None and not recorded.tombstone
+                continue
+            line, entry = merged
+            out.write(line + b"\n")
             if sidecar is not None:
-                sidecar.shard(path)
-            shard = records.of(path) if records is not None else None
-            for line, entry, recorded in _in_index_order(path, shard):
-                key = recorded.key if recorded is not None else _key(resolver, entry)
-                if key is None:
-                    report.invalid_lines += 1
-                    continue
-                merged = _merge_line(
-                    report, _Line(line, entry, recorded, key), valid_tools, exclude, keep_unknown
-                )
-                if merged is None:
-                    report.counted_left_out += counted and recorded is not None and not recorded.tombstone
-                    continue
-                line, entry = merged
-                out.write(line + b"\n")
-                if sidecar is not None:
-                    sidecar.add(key, entry if entry is not None else _parsed(line))
-                if on_entry is not None and not (counted and recorded is not None):
-                    on_entry(entry if entry is not None else _parsed(line))
+                sidecar.add(item.key, entry if entry is not None else _parsed(line))
+            if on_entry is not None and not (counted and recorded is not None):
+                on_entry(entry if entry is not None else _parsed(line))
         report.tokens = None if sidecar is None else dict(vars(sidecar.counts))
     return report
+
+
+def _keyed_lines(
+    files: list[Path],
+    records: ShardRecords | None,
+    resolver: KeyResolver,
+    report: MergeReport,
+    sidecar: TokenMerge | None,
+) -> Iterator[_Line]:
+    """Every batch file's lines with a key, in the merge's order (bad lines counted, skipped)."""
+    for path in files:
+        if sidecar is not None:
+            sidecar.shard(path)
+        shard = records.of(path) if records is not None else None
+        for line, entry, recorded in _in_index_order(path, shard):
+            key = recorded.key if recorded is not None else _key(resolver, entry)
+            if key is None:
+                report.invalid_lines += 1
+                continue
+            yield _Line(line, entry, recorded, key)
 
 
 class _Line(NamedTuple):
