@@ -1,7 +1,7 @@
 """Run statistics: the accumulator behind `statistics.json` (`RunStatistics`).
 
 Two scopes are kept apart. The merged output (`add_entry`, called for every entry of
-`trajectories.jsonl`) gives tool usage, reasoning coverage, outcomes and tokens of the data set
+`trajectories.jsonl`, as it is written or merged; `reset_output` to count them again) gives tool usage, reasoning coverage, outcomes and tokens of the data set
 as it now stands, resumed runs included. This invocation (`add_processed`, `add_discard`,
 `add_failure`, `add_limiter`) gives what this process did: prompts finished, discards per
 filter, failures per class, tokens and USD spent and how the endpoint throttled us. USD is
@@ -96,8 +96,9 @@ class RunStatistics:
 
     def add_entry(self, entry: Mapping[str, Any], figures: EntryFigures | None = None) -> None:
         """Count one entry of the merged output, with its `figures` when the run counted them
-        from its event (else read from the entry). Runs once per entry at the end of every run,
-        in the parent, so it stays lean: entries are parsed JSON (dicts, never other
+        from its event (else read from the entry). Runs once per entry of the output, in the
+        parent (as this invocation appends each line, `agent.batch.end_fold`; at the end for an
+        earlier invocation's), so it stays lean: entries are parsed JSON (dicts, never other
         mappings), and `type(v) is int` is `json_int` without the bools, zero counts skipped."""
         figures = figures if figures is not None else EntryFigures.of(entry)
         stats = entry.get("tool_stats")
