@@ -1,8 +1,9 @@
 """Run statistics: the accumulator behind `statistics.json` (`RunStatistics`).
 
 Two scopes are kept apart. The merged output (`add_entry`, called for every entry of
-`trajectories.jsonl`, as it is written or merged; `reset_output` to count them again) gives tool usage, reasoning coverage, outcomes and tokens of the data set
-as it now stands, resumed runs included. This invocation (`add_processed`, `add_discard`,
+`trajectories.jsonl`, as it is written or merged; `reset_output` to count them again) gives
+tool usage, reasoning coverage, outcomes and tokens of the data set as it now stands, resumed
+runs included. This invocation (`add_processed`, `add_discard`,
 `add_failure`, `add_limiter`) gives what this process did: prompts finished, discards per
 filter, failures per class, tokens and USD spent and how the endpoint throttled us. USD is
 summed from each usage's `cost_usd` and stays None (unknown, not 0) when none has one.
