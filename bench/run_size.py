@@ -9,7 +9,9 @@ The real `batch_runner.py` against the simulated endpoint in a process of its ow
 (`endpoint_process.py`) with `--policy=answer` (one model call per prompt, no tool) and latency
 0: the shortest conversation, so the end of the run weighs as much as it can. Printed per run:
 `tail_s`, from the endpoint's last reply (`EndpointStats.last_reply_at`) to the runner's exit;
-`wall_s`; the runner's (parent process's) RSS sampled every 0.1 s: its peak, at the last reply,
+`phases_s`, when the files the end writes were written after the last reply (checkpoint.json:
+the workers are gone; trajectories.jsonl: merged; statistics.json; report.html); `wall_s`;
+the runner's (parent process's) RSS sampled every 0.1 s: its peak, at the last reply,
 its peak after it, and the curve (`--curve`). `--profile=FILE` runs the parent under cProfile
 (only the parent: the workers are other processes), for where the tail goes.
 """
@@ -97,17 +99,33 @@ def run_once(
     if proc.returncode != 0:
         raise SystemExit(f"{label}: runner exited {proc.returncode}:\n{err.decode()[-3000:]}")
     last = stats["last_reply_at"]
+    phases = _phases(workdir / "runs" / label, last, ended)
     return {
         "tree": str(tree),
         "prompts": args.prompts,
         "model_calls": stats["requests_total"],
         "tail_s": round(ended - last, 3),
         "wall_s": round(ended - started, 2),
+        "phases_s": phases,
         "rss_peak_mib": round(sampler.peak() / 1024, 1),
         "rss_at_last_reply_mib": round(sampler.at(last) / 1024, 1),
         "rss_peak_after_last_reply_mib": round(sampler.peak(after=last) / 1024, 1),
         **({"rss_curve": _curve(sampler.series, started, last)} if args.curve else {}),
     }
+
+
+PHASES = ("checkpoint.json", "trajectories.jsonl", "statistics.json", "report.html")
+
+
+def _phases(run_dir: Path, last: float, ended: float) -> dict[str, float]:
+    """When each file of the end was last written, in seconds after the last reply (their
+    mtimes on the monotonic clock): the workers' shutdown and the last checkpoint, the merge,
+    the statistics, the report; then the exit."""
+    offset = time.time() - time.monotonic()
+    found = {
+        name: (run_dir / name).stat().st_mtime - offset - last for name in PHASES if (run_dir / name).exists()
+    }
+    return {**{name: round(at, 3) for name, at in found.items()}, "exit": round(ended - last, 3)}
 
 
 def _curve(
