@@ -165,9 +165,12 @@ class RunDirectory:
         """Append a result: a mapping, or a line already made by `encode_line` (workers encode
         their entries, so the parent neither unpickles nor re-encodes them)."""
         path = self.path / batch_file_name(batch_num)
-        offset, data = self._append(path, entry)
+        encoded = entry if isinstance(entry, bytes) else encode_line(entry)
+        offset, data = self._append(path, encoded)
         if self.records.usable:
-            parsed = parse_object(data)
+            # a mapping written as it was encoded is its own parse (a large one costs as much to
+            # parse as to encode); a worker's line, or one the redactor changed, is parsed
+            parsed = dict(entry) if not isinstance(entry, bytes) and data == encoded else parse_object(data)
             line = self.records.add(path, offset, data, parsed)
             if line is not None and parsed is not None:
                 self._appended.append((parsed, line))
