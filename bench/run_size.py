@@ -12,8 +12,10 @@ The real `batch_runner.py` against the simulated endpoint in a process of its ow
 `phases_s`, when the files the end writes were written after the last reply (checkpoint.json:
 the workers are gone; trajectories.jsonl: merged; statistics.json; report.html); `wall_s`;
 the runner's (parent process's) RSS sampled every 0.1 s: its peak, at the last reply,
-its peak after it, and the curve (`--curve`). `--profile=FILE` runs the parent under cProfile
-(only the parent: the workers are other processes), for where the tail goes.
+its peak after it, and the curve (`--curve`); `process_gone`, when the sampler found the
+runner's process exited (before its pipes closed: `exit` waits for both). `--profile=FILE`
+runs the parent under cProfile (only the parent: the workers are other processes), for where
+the tail goes.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class RssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.period = pid, period
         self.series: list[tuple[float, int]] = []  # (time.monotonic(), RSS KiB)
+        self.gone_at: float | None = None  # the first sample finding it exited (a zombie has no RSS)
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -48,6 +51,8 @@ class RssSampler(threading.Thread):
             rss = _rss_kib(self.pid)
             if rss is not None:
                 self.series.append((time.monotonic(), rss))
+            elif self.series and self.gone_at is None:
+                self.gone_at = time.monotonic()
             self.stop.wait(self.period)
 
     def peak(self, after: float = 0.0) -> int:
@@ -89,7 +94,7 @@ def run_once(
     ]  # fmt: skip
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tree)
-    sampler = RssSampler(proc.pid)
+    sampler = RssSampler(proc.pid, args.period)
     sampler.start()
     _, err = proc.communicate()
     ended = time.monotonic()
@@ -100,6 +105,8 @@ def run_once(
         raise SystemExit(f"{label}: runner exited {proc.returncode}:\n{err.decode()[-3000:]}")
     last = stats["last_reply_at"]
     phases = _phases(workdir / "runs" / label, last, ended)
+    if sampler.gone_at is not None:  # its pipes can stay open a little longer (children holding them)
+        phases["process_gone"] = round(sampler.gone_at - last, 3)
     return {
         "tree": str(tree),
         "prompts": args.prompts,
@@ -148,6 +155,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--inflight", type=int, default=256)
     parser.add_argument("--batch_size", type=int, default=100)
+    parser.add_argument("--period", type=float, default=0.1, help="RSS sampling period, seconds")
     parser.add_argument("--curve", action="store_true", help="print the sampled RSS curve too")
     parser.add_argument("--profile", type=Path, default=None, help="cProfile the parent into this file")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the runs here (default: a temp dir)")
