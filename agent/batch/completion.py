@@ -24,6 +24,16 @@ EXIT_OK, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 130
 NAMED = 10  # prompt indices named in the summary, the rest counted
 
 
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """What the split needs of a dataset row, kept from the run's start so the end does not
+    read the dataset again."""
+
+    key: str
+    index: int
+    sample_index: int
+
+
 @dataclass
 class Completion:
     valid: int = 0
@@ -45,7 +55,7 @@ class Completion:
     @classmethod
     def of(
         cls,
-        rows: Iterable[DatasetRow],
+        rows: Iterable[DatasetRow | Unit],
         stored: StoredKeys,
         failed_keys: Collection[str],
         *,

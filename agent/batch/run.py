@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -21,18 +21,19 @@ from rich.console import Console
 
 from agent.batch.backend import Backend, BackendFactory, Tally, drive
 from agent.batch.capacity import raise_fd_limit
-from agent.batch.completion import Completion, note_extra_samples
+from agent.batch.completion import Completion, Unit, note_extra_samples
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units
+from agent.batch.end_fold import EndFold
 from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent
 from agent.batch.jobs import Job, sample_sampling
 from agent.batch.keeping import KeepPass, keep_at_end, reapply_filters_and_keep
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
-from agent.batch.recovery import current_discards, merge_output, write_answer
+from agent.batch.recovery import current_discards, withdraw_unkept, write_answer
 from agent.batch.rescore import rescore_step
 from agent.batch.row_verify import job_checks
 from agent.batch.run_summary import filters_and_budget, run_summary, sample_counts, worker_losses
-from agent.batch.tally import MergeCheck, RunTally
+from agent.batch.tally import RunTally
 from agent.config.run_config import RunConfig
 from agent.errors import FailureClass
 from agent.protocols import RunStore, StoredKeys
@@ -73,6 +74,8 @@ class BatchRun:
         self.previous: Any = None  # the statistics.json of the earlier invocations
         self.kept = KeepPass()  # what --keep moved at the end (before the merge)
         self.captured: dict[str, Any] | None = None  # --capture_tokens: tokens.jsonl's counts, merged
+        self.fold: EndFold | None = None  # the merged output's figures, counted as lines are written
+        self.units: list[Unit] | None = None  # the dataset's rows as planned, for the completion split
 
     def run(self, scan: DatasetScan) -> int:
         started = time.monotonic()
@@ -99,7 +102,7 @@ class BatchRun:
         """What the run directory now holds for each valid prompt (a fresh scan, not our
         counts), and with `merged` whether each done prompt is in the merged output."""
         return Completion.of(
-            self._rows(),
+            self.units if self.units is not None else self._rows(),
             self.store.scan(),
             self.tally.failed_keys,
             cancelled=self.tally.cancelled_keys,
@@ -121,6 +124,8 @@ class BatchRun:
         self.store.write_json("run_config.json", self.config.public())
         self.tally.withdrawn, self.tally.recovered = reapply_filters_and_keep(self.config, self.store, index)
         self.tombstoned = set(index.tombstoned)
+        self.fold = EndFold(self.config.run_dir, self.tally)
+        self.fold.take(self.store)  # the discards the filters moved back into the output
         return index
 
     def _reap_sandboxes(self) -> None:
@@ -132,7 +137,9 @@ class BatchRun:
         """How many prompts remain; numbers them (`number_prompts`) and records which indices
         are already done."""
         pending: list[tuple[str, int]] = []
+        self.units = []
         for row in self._rows():
+            self.units.append(Unit(row.key, row.index, row.sample_index))
             if row.key in index.done or row.key in index.discarded:
                 number = index.indices.get(row.key, row.index)  # a line without one: its row's
                 self.tally.plan(number, done=True)
@@ -200,6 +207,8 @@ class BatchRun:
         attempt = self.tally.attempt(event.key) if isinstance(event, Failed) else 0
         write_answer(self.store, event, self.config.batch_size, attempt)
         advance = self.tally.count(event)
+        if self.fold is not None:
+            self.fold.take(self.store)  # after `count`: the check compares the line with what was counted
         if self.monitor is not None:
             _show(self.monitor, event, advance)
         self._check_budget(isinstance(event, Failed) and event.error_class == FailureClass.BUDGET)
@@ -225,14 +234,16 @@ class BatchRun:
         """Merge (unless interrupted), split the dataset by what is on disk, and write
         statistics.json and the report for the whole run."""
         summary = run_summary(self.config, scan, time.monotonic() - started)
-        report = RunReport(self.config.run_dir)
+        report = RunReport(self.config.run_dir)  # unmerged: read from the batch files
         merged_keys: set[str] | None = None
         checked: dict[str, Any] = {}
         if ended is None or not ended.interrupted:
             self.kept, self.tombstoned = keep_at_end(self.config, self.store)
             self.tally.withdrawn += self.kept.withdrawn
             self.tally.recovered += self.kept.recovered
-            merged_keys, checked = self._merge(report, summary)
+            merged_keys, checked, report = self._merge(summary)
+        else:  # not merged: the output's figures are not counted (the fold's are dropped)
+            self.tally.stats.reset_output()
         done = self._completion(ended, merged_keys)
         moved = {"recovered_discards": self.tally.recovered, "withdrawn_entries": self.tally.withdrawn}
         notes = filters_and_budget(self.config, self.tally.stats, moved, ended)
@@ -255,30 +266,19 @@ class BatchRun:
         render_next_steps(stats, self.console, trajectories=trajectories, report=write_report(report, stats))
         return done
 
-    def _merge(self, report: RunReport, summary: dict[str, Any]) -> tuple[set[str], dict[str, Any]]:
-        """Merge trajectories.jsonl (its `merge` section into `summary`); the keys written and
-        the `merge_check` section (this invocation's entries against what it counted)."""
-        check = self.tally.merge_check()
-        merged, withdrawn = merge_output(
-            self.config, self.store, self._on_merged(report, check), self.tombstoned
-        )
-        self.tally.withdrawn += withdrawn
+    def _merge(self, summary: dict[str, Any]) -> tuple[set[str], dict[str, Any], RunReport]:
+        """Merge trajectories.jsonl (its `merge` section into `summary`); the keys written, the
+        `merge_check` section (this invocation's entries against what it counted) and the
+        report of the merged output."""
+        fold = self.fold if self.fold is not None else EndFold(self.config.run_dir, self.tally)
+        merged = fold.merge(self.config, self.store, self.tombstoned)
+        self.tally.withdrawn += withdraw_unkept(self.config, self.store, merged.unkept)
         summary["merge"] = merged.as_dict()
         self.captured = token_capture(self.config.agent.token_api, merged.tokens, self.previous)
         for entry in current_discards(self.config.run_dir, merged.kept_keys):
             self.tally.stats.add_discarded_entry(entry)
         moved = {key for key, _entry in merged.unkept} | self.kept.withdrawn_keys
-        return merged.kept_keys, {"merge_check": check.report(merged.kept_keys, moved)}
-
-    def _on_merged(self, report: RunReport, check: MergeCheck) -> Callable[[dict[str, Any]], None]:
-        """Each merged entry feeds statistics.json and the report, and is checked, in one pass
-        over the output."""
-
-        def on_entry(entry: dict[str, Any]) -> None:
-            self.tally.stats.add_entry(entry, check.entry(entry))  # this run's figures: counted
-            report.add_entry(entry)
-
-        return on_entry
+        return merged.kept_keys, {"merge_check": fold.check.report(merged.kept_keys, moved)}, fold.report
 
 
 def _show(monitor: RunMonitor, event: WorkerEvent, advance: str | None) -> None:

@@ -5,6 +5,7 @@ stratified sample of readable conversations for the trajectory browser.
 
 from __future__ import annotations
 
+import hashlib
 from array import array
 from collections import Counter
 from collections.abc import Mapping
@@ -83,8 +84,10 @@ class RunDigest:
                 has_reasoning(str(t.get("value") or "")) for t in gpt
             )
         stratum = f"discarded: {discarded}" if discarded else outcome
-        # made readable (every text cut) when kept: the sample never holds a whole entry
-        self.sample.offer_lazily(stratum, lambda: self._readable(entry, discarded))
+        # made readable (every text cut) when kept: the sample never holds a whole entry; ranked
+        # by its key, so the sample does not depend on the order entries are counted in
+        rank = sample_rank(key, self.sample.seed) if isinstance(key, str) else None
+        self.sample.offer_lazily(stratum, lambda: self._readable(entry, discarded), rank)
 
     def _count(self, entry: Mapping[str, Any], metadata: Mapping[str, Any], outcome: str) -> None:
         self.entries += 1
@@ -156,7 +159,8 @@ class RunDigest:
         """The browser's sample and the system prompts it shows, numbered from 0 as its system
         turns say (entries dropped from the sample leave theirs out)."""
         entries = self.sample.drawn()
-        used = sorted({t["system"] for e in entries for t in e["turns"] if t["role"] == "system"})
+        # numbered in the order the sample shows them (not the order they were first met)
+        used = list(dict.fromkeys(t["system"] for e in entries for t in e["turns"] if t["role"] == "system"))
         number, texts = {old: new for new, old in enumerate(used)}, {i: t for t, i in self.systems.items()}
         renumbered = [
             {
@@ -192,6 +196,12 @@ class RunDigest:
             **_checked(metadata),
             "turns": readable(conversations if isinstance(conversations, list) else (), self._system_id),
         }
+
+
+def sample_rank(key: str, seed: int) -> int:
+    """A prompt key's place in the sample's order: a seeded hash, below 2**64."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8, salt=seed.to_bytes(16, "little"))
+    return int.from_bytes(digest.digest(), "little")
 
 
 def _checked(metadata: Mapping[str, Any]) -> dict[str, Any]:

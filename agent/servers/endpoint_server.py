@@ -86,6 +86,11 @@ class EndpointServer(StartStop):
         return self._traffic.first_request_at
 
     @property
+    def last_reply_at(self) -> float | None:
+        """time.monotonic() when the last chat request was answered (None before the first)."""
+        return self._traffic.last_reply_at
+
+    @property
     def inflight(self) -> int:
         return self._traffic.inflight
 

@@ -34,7 +34,8 @@ def enter_request(path: str, headers: dict[str, str]) -> None:
 
 
 class Traffic:
-    """Chat requests received, in flight now and at most, and when the first one arrived.
+    """Chat requests received, in flight now and at most, when the first one arrived and when
+    the last one was answered.
 
     Only the server's event loop thread writes these; other threads read them."""
 
@@ -43,6 +44,7 @@ class Traffic:
         self.inflight = 0
         self.peak_inflight = 0
         self.first_request_at: float | None = None  # time.monotonic()
+        self.last_reply_at: float | None = None  # time.monotonic(): a bench's end-of-run clock starts here
 
     def arrived(self) -> None:
         self.requests_total += 1
@@ -53,3 +55,4 @@ class Traffic:
 
     def left(self) -> None:
         self.inflight -= 1
+        self.last_reply_at = time.monotonic()

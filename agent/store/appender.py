@@ -33,8 +33,9 @@ class Appender:
         self._new_names = False  # files created since the last sync
         self._max_open = max(1, max_open_files)
 
-    def append(self, path: Path, data: bytes) -> None:
-        """Append `data` (one or more whole lines) to `path`, or nothing of it on error."""
+    def append(self, path: Path, data: bytes) -> int:
+        """Append `data` (one or more whole lines) to `path`, or nothing of it on error; the
+        offset it starts at."""
         fd = self._fd(path)
         start = os.fstat(fd).st_size
         try:
@@ -45,6 +46,7 @@ class Appender:
                 os.ftruncate(fd, start)
             raise
         self._dirty.add(path)
+        return start
 
     def sync(self) -> None:
         """fsync every file appended to since the last sync (sidecars first), and the directory

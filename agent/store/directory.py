@@ -24,7 +24,7 @@ from agent.errors import RunLockedError
 from agent.store.appender import MAX_OPEN_FILES, Appender
 from agent.store.durable import TEMP_SUFFIX, atomic_write, repair_last_line
 from agent.store.index import RunIndex, scan_run
-from agent.store.jsonl import checked_line, encode_line
+from agent.store.jsonl import checked_line, encode_line, parse_object
 from agent.store.layout import (
     BATCH_GLOB,
     DISCARDED_FILE,
@@ -35,6 +35,7 @@ from agent.store.layout import (
     tokens_file_name,
 )
 from agent.store.merge import MergeReport, merge_run
+from agent.store.shard_index import Line, ShardChanged, ShardRecords
 
 # encode_line, RunIndex and MergeReport are re-exported: callers import them from here.
 __all__ = ["MergeReport", "RunDirectory", "RunIndex", "encode_line"]
@@ -54,6 +55,9 @@ class RunDirectory:
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock_fd: int | None = None
         self._logs = Appender(self.path, max_open_files)
+        # the result lines this process appends, so the end of the run reads none of them again
+        self.records = ShardRecords()
+        self._appended: list[tuple[dict[str, Any], Line]] = []  # since the last `take_appended`
 
     # ------------------------------------------------------------ lifecycle
 
@@ -127,7 +131,23 @@ class RunDirectory:
         return any(_size(self.path / name) > 0 for name in names)
 
     def scan(self) -> RunIndex:
-        return scan_run(self.path)
+        return scan_run(self.path, self._trusted())
+
+    def _trusted(self) -> ShardRecords | None:
+        """The records, while every shard they describe is as this process left it."""
+        if self.records.usable and not self.records.unchanged(self.path):
+            self.forget_records()
+        return self.records if self.records.usable else None
+
+    def forget_records(self) -> None:
+        """Read every batch file whole from now on (a shard changed under us, or a fold failed)."""
+        self.records.forget()
+        self._appended.clear()
+
+    def take_appended(self) -> list[tuple[dict[str, Any], Line]]:
+        """The result lines appended (parsed as written) since the last call, with their records."""
+        taken, self._appended = self._appended, []
+        return taken
 
     def read_json(self, name: str) -> Any | None:
         """The parsed file, or None when it is missing or corrupt (corrupt is logged)."""
@@ -144,7 +164,16 @@ class RunDirectory:
     def append_result(self, batch_num: int, entry: Mapping[str, Any] | bytes) -> None:
         """Append a result: a mapping, or a line already made by `encode_line` (workers encode
         their entries, so the parent neither unpickles nor re-encodes them)."""
-        self._append(self.path / batch_file_name(batch_num), entry)
+        path = self.path / batch_file_name(batch_num)
+        encoded = entry if isinstance(entry, bytes) else encode_line(entry)
+        offset, data = self._append(path, encoded)
+        if self.records.usable:
+            # a mapping written as it was encoded is its own parse (a large one costs as much to
+            # parse as to encode); a worker's line, or one the redactor changed, is parsed
+            parsed = dict(entry) if not isinstance(entry, bytes) and data == encoded else parse_object(data)
+            line = self.records.add(path, offset, data, parsed)
+            if line is not None and parsed is not None:
+                self._appended.append((parsed, line))
 
     def append_tokens(self, batch_num: int, line: bytes, entry: bytes) -> None:
         """Append an entry's token sidecar line (`TokenRecord.line()`) to `tokens_<batch_num>.jsonl`,
@@ -184,14 +213,25 @@ class RunDirectory:
         output: str = TRAJECTORIES_FILE,
         exclude: Collection[str] = (),
         keep_unknown: bool = True,
+        counted: bool = False,
     ) -> MergeReport:
+        """`merge_run` (the lines this process appended not parsed again); with `counted`, the
+        caller counted those as they were appended (`take_appended`): ShardChanged when they
+        can no longer be trusted."""
         self.sync()
-        return merge_run(self.path, valid_tools, on_entry, _plain(output), exclude, keep_unknown)
+        records = self._trusted()
+        if counted and records is None:
+            raise ShardChanged("a batch file changed since this run appended to it")
+        return merge_run(
+            self.path, valid_tools, on_entry, _plain(output), exclude, keep_unknown, records, counted
+        )
 
-    def _append(self, path: Path, record: Mapping[str, Any] | bytes) -> None:
+    def _append(self, path: Path, record: Mapping[str, Any] | bytes) -> tuple[int, bytes]:
+        """Append one line; the offset it starts at and the bytes written."""
         # Serialise first: a record that cannot be encoded leaves no partial line behind.
         data = checked_line(record) if isinstance(record, bytes) else encode_line(record)
-        self._logs.append(path, self._redactor.redact_bytes(data))
+        data = self._redactor.redact_bytes(data)
+        return self._logs.append(path, data), data
 
 
 def withheld_line(line: bytes) -> bytes:

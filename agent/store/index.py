@@ -18,6 +18,7 @@ from typing import Any
 from agent.store.jsonl import read_lines
 from agent.store.keys import KeyResolver, is_tombstone, record_key
 from agent.store.layout import DISCARDED_FILE, FAILURES_FILE, batch_files
+from agent.store.shard_index import ShardRecords
 
 
 @dataclass
@@ -35,10 +36,11 @@ class RunIndex:
     labels: dict[str, list[str]] = field(default_factory=dict)
 
 
-def scan_run(directory: Path) -> RunIndex:
-    """Which prompts already have a result, a discard record or failure records."""
+def scan_run(directory: Path, records: ShardRecords | None = None) -> RunIndex:
+    """Which prompts already have a result, a discard record or failure records. With
+    `records`, a batch file's lines this process appended are taken from them, not read."""
     index = RunIndex()
-    _scan_results(directory, index)
+    _scan_results(directory, index, records)
     for key in _record_keys(directory / DISCARDED_FILE, index):
         index.discarded.add(key)
     attempts = Counter(_record_keys(directory / FAILURES_FILE, index))
@@ -48,28 +50,37 @@ def scan_run(directory: Path) -> RunIndex:
     return index
 
 
-def _scan_results(directory: Path, index: RunIndex) -> None:
+def _scan_results(directory: Path, index: RunIndex, records: ShardRecords | None) -> None:
     """A key's last line in the batch files decides: a result line, done; a tombstone (a kept
     entry a later run's filter moved to discarded.jsonl), discarded. A key's lines are all in
     its shard, so file order is the order they were appended in."""
     resolver = KeyResolver()
     for path in batch_files(directory):
-        for _line, entry in read_lines(path):
+        shard = records.of(path) if records is not None else None
+        for _line, entry in read_lines(path, None if shard is None else shard.start):
             key = resolver.result_key(entry) if entry is not None else None
             if entry is None or key is None:
                 index.invalid_lines += 1
                 continue
-            _note_index(index, key, entry)
-            if is_tombstone(entry):
-                index.tombstoned.add(key)
-                index.done.discard(key)
-                index.labels.pop(key, None)
-            else:
-                index.results += 1
-                index.done.add(key)
-                index.tombstoned.discard(key)
-                _note_labels(index, key, entry)
+            reasons = discard_reasons(entry)
+            _note_line(index, key, entry.get("prompt_index"), is_tombstone(entry), reasons)
+        for line in shard.lines if shard is not None else ():
+            _note_line(index, line.key, line.number, line.tombstone, list(line.labels))
     index.discarded |= index.tombstoned
+
+
+def _note_line(index: RunIndex, key: str, number: Any, tombstone: bool, reasons: list[str]) -> None:
+    _note_number(index, key, number)
+    if tombstone:
+        index.tombstoned.add(key)
+        index.done.discard(key)
+        index.labels.pop(key, None)
+    else:
+        index.results += 1
+        index.done.add(key)
+        index.tombstoned.discard(key)
+        if key not in index.labels and reasons:
+            index.labels[key] = reasons  # the first result line is the one merged
 
 
 def discard_reasons(entry: dict[str, Any]) -> list[str]:
@@ -77,11 +88,6 @@ def discard_reasons(entry: dict[str, Any]) -> list[str]:
     metadata = entry.get("metadata")
     listed = metadata.get("discard_reasons") if isinstance(metadata, dict) else None
     return [str(reason) for reason in listed] if isinstance(listed, list) else []
-
-
-def _note_labels(index: RunIndex, key: str, entry: dict[str, Any]) -> None:
-    if key not in index.labels and (reasons := discard_reasons(entry)):
-        index.labels[key] = reasons  # the first result line is the one merged
 
 
 def last_records(path: Path) -> Iterator[dict[str, Any]]:
@@ -110,7 +116,10 @@ def _record_keys(path: Path, index: RunIndex) -> Iterator[str]:
 
 
 def _note_index(index: RunIndex, key: str, line: dict[str, Any]) -> None:
-    number = line.get("prompt_index")
+    _note_number(index, key, line.get("prompt_index"))
+
+
+def _note_number(index: RunIndex, key: str, number: Any) -> None:
     if isinstance(number, int) and not isinstance(number, bool) and number >= 0:
         index.indices.setdefault(key, number)
 

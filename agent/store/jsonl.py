@@ -34,15 +34,19 @@ def parse_object(line: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def read_lines(path: Path) -> Iterator[tuple[bytes, dict[str, Any] | None]]:
+def read_lines(path: Path, end: int | None = None) -> Iterator[tuple[bytes, dict[str, Any] | None]]:
     """(line without its terminator, parsed object or None when invalid) for each non-blank
-    line; a missing file has no lines."""
+    line (of the lines that start before byte `end`, when given); a missing file has no lines."""
     try:
         handle = path.open("rb")
     except FileNotFoundError:
         return
     with handle:
+        offset = 0
         for raw in handle:
+            if end is not None and offset >= end:
+                return
+            offset += len(raw)
             line = raw.rstrip(b"\r\n")
             if line.strip():
                 yield line, parse_object(line)

@@ -21,17 +21,20 @@ stale one is left).
 
 from __future__ import annotations
 
+import os
+import zlib
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.store.durable import atomic_write, fsync_directory
 from agent.store.jsonl import encode_line, parse_object
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import TRAJECTORIES_FILE, batch_files
+from agent.store.shard_index import Line, Shard, ShardChanged, ShardRecords
 from agent.store.token_merge import TokenMerge, captured, tokens_output
 from agent.store.tool_counts import TOOL_ROWS, cut_name
 
@@ -47,6 +50,7 @@ class MergeReport:
     tombstones: int = 0
     withdrawn: int = 0  # result lines of keys a tombstone moved to discarded.jsonl
     not_kept: int = 0  # entries calling unknown tools, not written (`unkept`)
+    counted_left_out: int = 0  # lines the caller counted as it wrote them that were not merged
     # the keys written: the caller checks every prompt it calls done is among them
     kept_keys: set[str] = field(default_factory=set, repr=False)
     unkept: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)  # (key, entry)
@@ -57,7 +61,13 @@ class MergeReport:
         """The `merge` section of statistics.json (counts, no keys or entries). The model
         invents unknown tools' names: the TOOL_ROWS most called are listed, the rest summed in
         `unknown_tools_other`, so the file does not grow with the names invented."""
-        hidden = ("kept_keys", "unkept", "unknown_tools", "tokens")  # tokens: a section of its own
+        hidden = (
+            "kept_keys",
+            "unkept",
+            "unknown_tools",
+            "tokens",
+            "counted_left_out",
+        )  # tokens: a section of its own
         counts = {k: v for k, v in vars(self).items() if k not in hidden}
         listed = self.unknown_tools.most_common(TOOL_ROWS)
         rest = self.unknown_tools.total() - sum(n for _, n in listed)
@@ -84,44 +94,111 @@ def merge_run(
     output: str = TRAJECTORIES_FILE,
     exclude: Collection[str] = (),
     keep_unknown: bool = True,
+    records: ShardRecords | None = None,
+    counted: bool = False,
 ) -> MergeReport:
     """Rewrite `output` atomically from every batch file: first line per prompt key, keys in
     `exclude` left out. Each kept line is copied as read (an entry calling unknown tools gains
-    its label first, and is only kept with `keep_unknown`), newline-terminated."""
+    its label first, and is only kept with `keep_unknown`), newline-terminated. The lines in
+    `records` (this process's appends) are not parsed, only checked (`ShardChanged`); with
+    `counted`, the caller has counted them already: `on_entry` gets only the other lines, and a
+    recorded line left out is counted in `counted_left_out` (the caller's count is then wrong)."""
     files = batch_files(directory)
     report, resolver = MergeReport(files=len(files)), KeyResolver()
     with ExitStack() as stack:
         sidecar = _sidecar(stack, directory, output)
         out = stack.enter_context(atomic_write(directory / output))  # renamed before the sidecar
-        for path in files:
+        for item in _keyed_lines(files, records, resolver, report, sidecar):
+            merged = _merge_line(report, item, valid_tools, exclude, keep_unknown)
+            recorded = item.recorded
+            if merged is None:
+                report.counted_left_out += counted and recorded is not None and not recorded.tombstone
+                continue
+            line, entry = merged
+            out.write(line + b"\n")
             if sidecar is not None:
-                sidecar.shard(path)
-            for line, entry in _in_index_order(path):
-                key = resolver.result_key(entry) if entry is not None else None
-                if entry is None or key is None:
-                    report.invalid_lines += 1
-                    continue
-                if _passed_over(report, entry, key, exclude):
-                    continue
-                if bad := unknown_tools(entry, valid_tools):
-                    report.unknown_tools.update(cut_name(tool) for tool in bad)
-                    line, entry = _labelled(line, entry, report)
-                    if not _keeps(key, entry, keep_unknown, report):
-                        continue
-                report.kept_keys.add(key)
-                out.write(line + b"\n")
-                if sidecar is not None:
-                    sidecar.add(key, entry)
-                report.written += 1
-                if on_entry is not None:
-                    on_entry(entry)
+                sidecar.add(item.key, entry if entry is not None else _parsed(line))
+            if on_entry is not None and not (counted and recorded is not None):
+                on_entry(entry if entry is not None else _parsed(line))
         report.tokens = None if sidecar is None else dict(vars(sidecar.counts))
     return report
 
 
-def _passed_over(report: MergeReport, entry: dict[str, Any], key: str, exclude: Collection[str]) -> bool:
+def _keyed_lines(
+    files: list[Path],
+    records: ShardRecords | None,
+    resolver: KeyResolver,
+    report: MergeReport,
+    sidecar: TokenMerge | None,
+) -> Iterator[_Line]:
+    """Every batch file's lines with a key, in the merge's order (bad lines counted, skipped)."""
+    for path in files:
+        if sidecar is not None:
+            sidecar.shard(path)
+        shard = records.of(path) if records is not None else None
+        for line, entry, recorded in _in_index_order(path, shard):
+            key = recorded.key if recorded is not None else _key(resolver, entry)
+            if key is None:
+                report.invalid_lines += 1
+                continue
+            yield _Line(line, entry, recorded, key)
+
+
+class _Line(NamedTuple):
+    """A batch-file line as the merge meets it: parsed (`entry`) or recorded (`recorded`)."""
+
+    line: bytes
+    entry: dict[str, Any] | None
+    recorded: Line | None
+    key: str
+
+
+def _key(resolver: KeyResolver, entry: dict[str, Any] | None) -> str | None:
+    return resolver.result_key(entry) if entry is not None else None
+
+
+def _parsed(line: bytes) -> dict[str, Any]:
+    entry = parse_object(line)
+    if entry is None:  # its CRC matched what was written, which parsed
+        raise ShardChanged("a recorded line no longer parses")
+    return entry
+
+
+def _merge_line(
+    report: MergeReport,
+    item: _Line,
+    valid_tools: Collection[str],
+    exclude: Collection[str],
+    keep_unknown: bool,
+) -> tuple[bytes, dict[str, Any] | None] | None:
+    """The line to write (its entry when parsed), or None when it is not merged."""
+    line, entry, recorded, key = item
+    tombstone = (
+        recorded.tombstone
+        if recorded is not None
+        else is_tombstone(_parsed(line) if entry is None else entry)
+    )
+    if _passed_over(report, tombstone, key, exclude):
+        return None
+    tools = recorded.tools if recorded is not None else list(_tool_names(entry))
+    if bad := [name for name in tools if name not in valid_tools]:
+        report.unknown_tools.update(cut_name(tool) for tool in bad)
+        line, entry = _labelled(line, _parsed(line) if entry is None else entry, report)
+        if not _keeps(key, entry, keep_unknown, report):
+            return None
+    report.kept_keys.add(key)
+    report.written += 1
+    return line, entry
+
+
+def _tool_names(entry: dict[str, Any] | None) -> list[Any]:
+    stats = entry.get("tool_stats") if entry is not None else None
+    return list(stats) if isinstance(stats, dict) else []
+
+
+def _passed_over(report: MergeReport, tombstone: bool, key: str, exclude: Collection[str]) -> bool:
     """Whether a line is not merged: a tombstone, a withdrawn key's or a key's second line."""
-    if is_tombstone(entry):
+    if tombstone:
         report.tombstones += 1
     elif key in exclude:
         report.withdrawn += 1
@@ -166,27 +243,37 @@ def _labelled(line: bytes, entry: dict[str, Any], report: MergeReport) -> tuple[
     return encode_line(entry).rstrip(b"\n"), entry
 
 
-def _in_index_order(path: Path) -> Iterator[tuple[bytes, dict[str, Any] | None]]:
+def _in_index_order(
+    path: Path, shard: Shard | None
+) -> Iterator[tuple[bytes, dict[str, Any] | None, Line | None]]:
     """The non-blank lines of a batch file (as `read_lines`), sorted by each line's
-    `prompt_index` (stable; a line without one sorts first). Two passes: the first keeps only
-    (index, offset, length) per line, so a shard is never held in memory; the second reads
-    each line again where it lies."""
+    `prompt_index` (stable; a line without one sorts first): (line, entry, None) for a line
+    read, (line, None, its record) for a line of `shard` (this process's appends, whose CRC is
+    checked). The lines read are read twice: the first pass keeps only (index, offset,
+    length, None) per line, so a shard is never held in memory."""
     try:
         handle = path.open("rb")
     except FileNotFoundError:
         return
     with handle:
-        order: list[tuple[int, int, int]] = []
-        offset = 0
+        order: list[tuple[int, int, int, Line | None]] = []
+        offset, end = 0, None if shard is None else shard.start
         for raw in handle:
+            if end is not None and offset >= end:
+                break
             if raw.strip():
-                order.append((_index_of(parse_object(raw.rstrip(b"\r\n"))), offset, len(raw)))
+                order.append((_index_of(parse_object(raw.rstrip(b"\r\n"))), offset, len(raw), None))
             offset += len(raw)
+        order += [(line.number, line.offset, line.length, line) for line in shard.lines] if shard else []
         order.sort(key=lambda item: item[0])  # stable: file order among equal indices
-        for _index, start, length in order:
-            handle.seek(start)
-            line = handle.read(length).rstrip(b"\r\n")
-            yield line, parse_object(line)
+        for _index, start, length, recorded in order:
+            line = os.pread(handle.fileno(), length, start).rstrip(b"\r\n")
+            if recorded is None:
+                yield line, parse_object(line), None
+            elif zlib.crc32(line) == recorded.crc:
+                yield line, None, recorded
+            else:
+                raise ShardChanged(f"{path.name}: a line this run wrote changed before the merge")
 
 
 def _index_of(entry: dict[str, Any] | None) -> int:

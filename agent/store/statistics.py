@@ -1,8 +1,9 @@
 """Run statistics: the accumulator behind `statistics.json` (`RunStatistics`).
 
 Two scopes are kept apart. The merged output (`add_entry`, called for every entry of
-`trajectories.jsonl`) gives tool usage, reasoning coverage, outcomes and tokens of the data set
-as it now stands, resumed runs included. This invocation (`add_processed`, `add_discard`,
+`trajectories.jsonl`, as it is written or merged; `reset_output` to count them again) gives
+tool usage, reasoning coverage, outcomes and tokens of the data set as it now stands, resumed
+runs included. This invocation (`add_processed`, `add_discard`,
 `add_failure`, `add_limiter`) gives what this process did: prompts finished, discards per
 filter, failures per class, tokens and USD spent and how the endpoint throttled us. USD is
 summed from each usage's `cost_usd` and stays None (unknown, not 0) when none has one.
@@ -69,28 +70,36 @@ class RunStatistics:
     """Accumulates the statistics of one run; `to_dict` gives the JSON document."""
 
     def __init__(self) -> None:
-        self._tools: dict[str, Counter[str]] = {}
-        self._turns = Counter[str]()  # assistant turns, with reasoning, entries with any
-        self._discarded_turns = Counter[str]()  # the same, over the entries now discarded
-        self._entries = Counter[str]()  # entries, completed, partial, api_calls
-        self._outcomes = Counter[str]()
-        self._toolsets = Counter[str]()  # sampled toolsets of the merged output's entries
-        self._lost = Counter[str]()  # of those, the ones that could not run here
-        self._tokens = Counter[str]()
+        self.reset_output()
+        self._discarded_turns = Counter[
+            str
+        ]()  # assistant turns, with reasoning, of the entries now discarded
         self._run = Counter[str]()  # this invocation: processed and its split
         self._run_outcomes = Counter[str]()
         self._run_tokens = Counter[str]()
         self._discards = Counter[str]()
         self._failures = Counter[str]()
         self._limiters: dict[object, Mapping[str, Any]] = {}
-        self._cost = Spend()  # merged output
         self._run_cost = Spend()  # this invocation
+
+    def reset_output(self) -> None:
+        """Forget every entry of the merged output counted so far (`add_entry`): the end of a
+        run counts them again."""
+        self._tools: dict[str, Counter[str]] = {}
+        self._turns = Counter[str]()  # assistant turns, with reasoning, entries with any
+        self._entries = Counter[str]()  # entries, completed, partial, api_calls
+        self._outcomes = Counter[str]()
+        self._toolsets = Counter[str]()  # sampled toolsets of the merged output's entries
+        self._lost = Counter[str]()  # of those, the ones that could not run here
+        self._tokens = Counter[str]()
+        self._cost = Spend()  # merged output
         self.verification = VerificationTally()  # merged output and current discards
 
     def add_entry(self, entry: Mapping[str, Any], figures: EntryFigures | None = None) -> None:
         """Count one entry of the merged output, with its `figures` when the run counted them
-        from its event (else read from the entry). Runs once per entry at the end of every run,
-        in the parent, so it stays lean: entries are parsed JSON (dicts, never other
+        from its event (else read from the entry). Runs once per entry of the output, in the
+        parent (as this invocation appends each line, `agent.batch.end_fold`; at the end for an
+        earlier invocation's), so it stays lean: entries are parsed JSON (dicts, never other
         mappings), and `type(v) is int` is `json_int` without the bools, zero counts skipped."""
         figures = figures if figures is not None else EntryFigures.of(entry)
         stats = entry.get("tool_stats")

@@ -65,6 +65,7 @@ class EndpointStats:
     peak_inflight: int
     faults: Mapping[str, int]  # "429", "500", … for HTTP faults; "hang", "drop"
     first_request_at: float | None = None  # time.monotonic() of the first chat request
+    last_reply_at: float | None = None  # time.monotonic() when the last chat request was answered
 
 
 class SimulatedEndpoint(StartStop):
@@ -177,7 +178,12 @@ class SimulatedEndpoint(StartStop):
             faults = dict(self._faults)
         server = self.server
         return EndpointStats(
-            server.requests_total, server.inflight, server.peak_inflight, faults, server.first_request_at
+            server.requests_total,
+            server.inflight,
+            server.peak_inflight,
+            faults,
+            server.first_request_at,
+            server.last_reply_at,
         )
 
     # ------------------------------------------------------------ answering

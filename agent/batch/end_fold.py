@@ -1,0 +1,79 @@
+"""The merged output's statistics and report, counted as this invocation writes its result
+lines, so the end of a run does not parse them again (issue 26: the user's wait at the end
+does not grow with the run).
+
+`RunDirectory` parses each result line once as it appends it and hands it over
+(`take_appended`); `EndFold` counts it as the merge used to, when it read the line back: the
+statistics (`RunStatistics.add_entry` with the figures the run counted of it), the report's
+digest and the merge's check (`MergeCheck.entry`: what was written against the event).
+The merge then copies those lines without parsing them (`merge_run(..., counted=True)`) and
+counts only the others (an earlier invocation's). A counted line the merge leaves out (a
+duplicate, a key --keep withdrew at the end, an entry calling an unknown tool the run does
+not keep) or a shard changed since it was written (`ShardChanged`) makes the fold wrong: it
+is counted again the old way, every line read (`_recount`), so the numbers are always those
+of a full recount of the run directory.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from agent.batch.tally import RunTally
+from agent.config.run_config import RunConfig
+from agent.protocols import RunStore
+from agent.protocols.store import MergeSummary
+from agent.report import RunReport
+from agent.store.directory import RunDirectory
+from agent.store.merge import UNKNOWN_TOOL_REASON
+from agent.store.shard_index import ShardChanged
+from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
+
+log = logging.getLogger("agent.batch.run")
+
+
+class EndFold:
+    """The merged output's figures of the lines appended so far (`take`), and the merge that
+    counts the rest (`merge`)."""
+
+    def __init__(self, run_dir: Path, tally: RunTally) -> None:
+        self.run_dir, self.tally = run_dir, tally
+        self.report = RunReport(run_dir)
+        self.check = tally.merge_check()
+
+    def add_entry(self, entry: dict[str, Any]) -> None:
+        """One entry of the output, counted as the merge counts it."""
+        self.tally.stats.add_entry(entry, self.check.entry(entry))
+        self.report.add_entry(entry)
+
+    def take(self, store: RunStore) -> None:
+        """Count the result lines appended since the last call (tombstones are never merged)."""
+        if isinstance(store, RunDirectory):
+            for entry, line in store.take_appended():
+                if not line.tombstone:
+                    self.add_entry(entry)
+
+    def merge(self, config: RunConfig, store: RunStore, exclude: set[str]) -> MergeSummary:
+        """Merge trajectories.jsonl, `exclude`'s keys left out; the lines taken are not counted
+        again, the others are (a fold gone wrong: every line, `_recount`)."""
+        valid, keep = set(TOOL_TO_TOOLSET_MAP), config.keeps(UNKNOWN_TOOL_REASON)
+        if not isinstance(store, RunDirectory):
+            return store.merge(valid, self.add_entry, exclude=exclude, keep_unknown=keep)
+        self.take(store)
+        try:
+            merged = store.merge(valid, self.add_entry, exclude=exclude, keep_unknown=keep, counted=True)
+        except ShardChanged as exc:
+            log.warning("%s: counting the merged output again from the files", exc)
+            return self._recount(store, valid, exclude, keep)
+        if merged.counted_left_out:
+            return self._recount(store, valid, exclude, keep)
+        return merged
+
+    def _recount(self, store: RunDirectory, valid: set[str], exclude: set[str], keep: bool) -> MergeSummary:
+        """The merge as it was before the fold: every line read and counted."""
+        self.tally.stats.reset_output()
+        self.report = RunReport(self.run_dir)
+        self.check = self.tally.merge_check()
+        store.forget_records()
+        return store.merge(valid, self.add_entry, exclude=exclude, keep_unknown=keep)
