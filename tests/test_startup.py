@@ -8,6 +8,7 @@ package, and the SDK is imported once for all workers (by the fork server they a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections import defaultdict
 from pathlib import Path
@@ -129,5 +130,18 @@ def test_a_forked_worker_is_not_dumpable_before_it_unpickles_its_config(tmp_path
     script = tmp_path / "forked.py"
     script.write_text(FORKED, encoding="utf-8")
     done = subprocess.run(["python", str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0"
+
+
+def test_workers_start_under_a_tmpdir_too_long_for_the_servers_socket(tmp_path: Path) -> None:
+    """multiprocessing puts the fork server's socket under TMPDIR: under a long one (a test's
+    or a user's) the path passes AF_UNIX's 107 bytes, and no worker could start."""
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED, encoding="utf-8")
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    env = {**os.environ, "TMPDIR": str(deep)}
+    done = subprocess.run(["python", str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0"

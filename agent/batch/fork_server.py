@@ -19,9 +19,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from multiprocessing import forkserver
+from multiprocessing import forkserver, util
 from typing import Any
 
 # What the fork server imports for every worker: the script run (multiprocessing's default),
@@ -30,11 +31,16 @@ from typing import Any
 # first, `agent.batch.undumpable`: the server, and so every worker it forks, is non-dumpable.
 PRELOAD = ("agent.batch.undumpable", "__main__", "agent.batch.worker_entry", "agent.batch.worker", "uvloop")
 
+# The socket's path is the base + "/pymp-XXXXXXXX/listener-XXXXXXXX" (33 bytes) + a NUL.
+SOCKET_BASE_MAX = 72
+SHORT_BASES = ("/tmp", "/var/tmp", "/dev/shm")
+
 
 def worker_context() -> Any:
     """The multiprocessing context workers are started with: the fork server, preloading."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))
+    _short_socket_directory()
     return context
 
 
@@ -48,6 +54,23 @@ def warm_workers() -> Iterator[None]:
         yield
     finally:
         _stop_server()
+
+
+def _short_socket_directory() -> None:
+    """multiprocessing puts the server's socket in a `pymp-` directory it makes under TMPDIR
+    (`multiprocessing.util.get_temp_dir`, made once per process); under a long TMPDIR the
+    socket's path is longer than AF_UNIX allows (107 bytes) and no worker can start. Then that
+    directory is made under the first short writable one of `SHORT_BASES` instead."""
+    if len(os.fsencode(tempfile.gettempdir())) <= SOCKET_BASE_MAX:
+        return
+    short = next((base for base in SHORT_BASES if os.access(base, os.W_OK | os.X_OK)), None)
+    if short is None:
+        return  # multiprocessing says why it cannot listen
+    saved, tempfile.tempdir = tempfile.tempdir, short
+    try:
+        util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
 
 
 def server_pid() -> int | None:
