@@ -91,8 +91,7 @@ class WorkerActor:
         from agent.batch.worker import Worker, forward_logs  # the SDKs: here, never in the driver
         from agent.toolbox.extensions import install_extensions
 
-        for name in reap_stale(self.config.sandbox):
-            log.warning("removed a sandbox left by a dead process on this node: %s", name)
+        await self.reap()
         raise_fd_limit(self.config.inflight_per_worker)
         self.inbox, self.outbox = Inbox(), Outbox()
         forward_logs(self.outbox, self.config.verbose)
@@ -101,6 +100,11 @@ class WorkerActor:
         self.task = asyncio.get_running_loop().create_task(self.worker.serve())
         node: str = ray.get_runtime_context().get_node_id()
         return node
+
+    async def reap(self) -> None:
+        """Remove the sandboxes dead processes left on this node (a lost actor's, a killed one's)."""
+        for name in await asyncio.to_thread(reap_stale, self.config.sandbox):
+            log.warning("removed a sandbox left by a dead process on this node: %s", name)
 
     async def submit(self, jobs: list[Job | None]) -> None:
         for job in jobs:

@@ -179,12 +179,22 @@ class RayScheduler:
             self.ray.kill(member.actor)
 
     def _end(self, live: list[Member]) -> None:
+        started = [m for m in live if m.starting is None and not m.ending]
         for member in live:
             if member.starting is not None:
                 self._drop_unstarted(member)
-            elif not member.ending:
-                member.ending = True
-                member.actor.submit.remote([None])
+        if self.book.losses:
+            self._reap_after_losses(started)
+        for member in started:
+            member.ending = True
+            member.actor.submit.remote([None])
+
+    def _reap_after_losses(self, started: list[Member]) -> None:
+        """A lost actor's sandboxes stay where it died; a replacement's start reaps those of its
+        node, but one dropped unstarted never does. So each live actor reaps its node's now."""
+        refs = [member.actor.reap.remote() for member in started]
+        with contextlib.suppress(self.ray.exceptions.RayError):  # an actor lost now: its next poll says so
+            self.ray.get(refs, timeout=STOP_GRACE)
 
     def _recall(self, line: JobLine) -> None:
         """Stop feeding: jobs not started come back from every inbox (not started, no failure)."""
