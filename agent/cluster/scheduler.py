@@ -175,7 +175,7 @@ class RayScheduler:
     def _drop_unstarted(self, member: Member) -> None:
         """A replacement still starting holds no job: at the end it is not waited for."""
         member.ending = member.exited = True
-        with contextlib.suppress(Exception):  # it may be gone already; nothing to clean here
+        with contextlib.suppress(Exception):  # it may be gone already; the live actors reap what it made
             self.ray.kill(member.actor)
 
     def _end(self, live: list[Member]) -> None:
