@@ -237,7 +237,9 @@ async def test_wrong_calls_are_results_the_model_reads(context: SandboxContext) 
     assert unknown["error"].startswith("no background process 'proc_nope'; known: none")
     bad_dir = await terminal(context, command="true", background=True, workdir="no/such/dir")
     assert bad_dir["error"].startswith("Invalid workdir 'no/such/dir'")
-    sid = (await terminal(context, command="cat", background=True))["session_id"]
+    # it outlives its stdin by a few seconds: a write after `close` meets a closed stdin, not an
+    # exited process (a bare `cat` exits at once on end of input, and then it says so instead)
+    sid = (await terminal(context, command="cat; sleep 3", background=True))["session_id"]
     assert (await process(context, "write", sid))["error"] == "'data' (a string) is required for 'write'"
     assert (await process(context, "log", sid, limit=0))["error"].startswith("'limit' must be a positive")
     too_big = await process(context, "write", sid, data="x" * (MAX_STDIN_BYTES + 1))
@@ -245,6 +247,7 @@ async def test_wrong_calls_are_results_the_model_reads(context: SandboxContext) 
     await process(context, "close", sid)
     assert (await process(context, "submit", sid, data="x"))["error"].endswith("was closed")
     assert (await process(context, "wait", sid, timeout=30))["exit_code"] == 0  # cat saw end of input
+    assert (await process(context, "submit", sid, data="x"))["error"].endswith("its stdin is gone")
 
 
 async def test_at_most_max_running_processes_at_once(context: SandboxContext) -> None:
