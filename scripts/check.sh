@@ -17,9 +17,10 @@ status=0
 # and timing-bound tests (a node lost on Ray, kills racing commands) failed that pass alone.
 # --dist loadgroup keeps the tests sharing a module-scoped fixture on one worker (tests/conftest.py
 # marks them). PYTEST_WORKERS=0 runs them in this process, one after another.
+# The 25 slowest tests are listed at the end: where the suite's time goes.
 # Tests that talk to a real remote endpoint (marker `live`) are opt-in: LIVE_ENDPOINT_TESTS=1.
 live=(-m "not live")
 [ "${LIVE_ENDPOINT_TESTS:-}" = 1 ] && live=()
-python -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadgroup "${live[@]}" "$@" || status=$?
+python -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadgroup --durations=25 "${live[@]}" "$@" || status=$?
 # pytest exits 5 when no test was collected: that is a failure for us too.
 exit "$status"
