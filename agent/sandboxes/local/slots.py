@@ -55,6 +55,9 @@ class SlotPool:
         self._free: list[str] = []
         self._made = 0
         self._lock = threading.Lock()
+        # Each slot's groups, made (and limited) on its first use: a reused slot keeps them, as it
+        # keeps its directories (making them again cost ~0.1 ms of system calls per prompt).
+        self._slot_groups: dict[str, tuple[ProcessCgroup | None, ProcessCgroup | None]] = {}
 
     def __enter__(self) -> SlotPool:
         self.path, self._marker = claim_dir(self._run_dir, self._prefix)
@@ -83,13 +86,15 @@ class SlotPool:
             os.mkdir(os.path.join(slot, name), 0o700)
         return slot
 
-    def group(self, slot: str) -> ProcessCgroup | None:
-        """The cgroup holding the slot's processes (None when untracked)."""
-        return None if self._groups is None else self._groups.slot(slot)
-
-    def memory(self, slot: str) -> ProcessCgroup | None:
-        """The memory cgroup holding the slot's processes to the pool's limit (None without one)."""
-        return None if self._groups is None else self._groups.memory(slot)
+    def groups(self, slot: str) -> tuple[ProcessCgroup | None, ProcessCgroup | None]:
+        """(the cgroup holding the slot's processes, None when untracked; the memory cgroup
+        holding them to the pool's limit, None without one), made on the slot's first use."""
+        found = self._slot_groups.get(slot)
+        if found is None:
+            groups = self._groups
+            found = (None, None) if groups is None else (groups.slot(slot), groups.memory(slot))
+            self._slot_groups[slot] = found
+        return found
 
     @property
     def memory_mb(self) -> int:
