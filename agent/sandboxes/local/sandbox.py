@@ -161,9 +161,12 @@ class LocalSandbox:
         on timeout or cancellation kill the whole group."""
         directory = self._workdir if cwd is None else self._existing_dir(cwd)
         argv = [*self._bash, "-c", self._view.on_host(command)]
-        kills = memory_limits.oom_kills(self._memory)
+        oom = self._pool.oom_counter(self.root)
+        kills = 0 if oom is None else oom.kills()
         result = await self._processes.arun(argv, cwd=directory, env=self._env, timeout=timeout)
         result = dataclasses.replace(result, output=self._view.shown(result.output))
+        if oom is None or oom.kills() <= kills:
+            return result
         return memory_limits.noted(result, self._memory, kills, self._pool.memory_mb)
 
     # ------------------------------------------------------------ files

@@ -26,10 +26,11 @@ from contextlib import suppress
 from types import TracebackType
 
 from agent.errors import SandboxError
-from agent.sandboxes.host import orphans
+from agent.sandboxes.host import memory_limits, orphans
 from agent.sandboxes.host.cgroups import ProcessCgroup
 from agent.sandboxes.host.mounts import detach_under, mounts_under
 from agent.sandboxes.host.sandbox_dirs import remove_tree
+from agent.sandboxes.local.oom_counter import OomCounter
 from agent.sandboxes.local.pool_dirs import claim_dir, reap_stale, remove_pool, safe_name
 from agent.sandboxes.local.tracking import PoolGroups
 
@@ -58,6 +59,7 @@ class SlotPool:
         # Each slot's groups, made (and limited) on its first use: a reused slot keeps them, as it
         # keeps its directories (making them again cost ~0.1 ms of system calls per prompt).
         self._slot_groups: dict[str, tuple[ProcessCgroup | None, ProcessCgroup | None]] = {}
+        self._oom: dict[str, OomCounter] = {}  # each slot's, its descriptor kept (see oom_counter)
 
     def __enter__(self) -> SlotPool:
         self.path, self._marker = claim_dir(self._run_dir, self._prefix)
@@ -95,6 +97,16 @@ class SlotPool:
             found = (None, None) if groups is None else (groups.slot(slot), groups.memory(slot))
             self._slot_groups[slot] = found
         return found
+
+    def oom_counter(self, slot: str) -> OomCounter | None:
+        """The OOM kills of the slot's memory cgroup (None without one)."""
+        counter = self._oom.get(slot)
+        if counter is None:
+            memory = self.groups(slot)[1]
+            if memory is None:
+                return None
+            counter = self._oom[slot] = OomCounter(memory_limits.oom_file(memory))
+        return counter
 
     @property
     def memory_mb(self) -> int:
@@ -153,6 +165,8 @@ class SlotPool:
         path, self.path = self.path, ""  # closed once: leaving the `with` block after `close` is a no-op
         if not path:
             return
+        for counter in self._oom.values():  # before the groups go: nothing of theirs held open
+            counter.close()
         if self._groups is not None and not self._groups.close():
             log.warning("some processes of sandbox pool %s could not be killed", path)
         if orphans.adopting():  # every orphan we adopted is some sandbox's: none outlives the pool
