@@ -194,9 +194,15 @@ class OpenAIChatModel:
             wire = _encode(body)[:-1] + ',"tools":' + _encoded_tools(request.tools) + "}"
         else:
             wire = _encode(body)
-        return await self._client.post(
-            self._url("/chat/completions"), content=wire.encode(), cast_to=bytes, options=self._options
+        return await self._post("/chat/completions", wire.encode())
+
+    async def _post(self, path: str, wire: bytes) -> bytes:
+        # Cast to the HTTP response itself, which the SDK hands back as it is (its status
+        # already checked): a cast to bytes wraps it in an API response first, to read the same body.
+        response = await self._client.post(
+            self._url(path), content=wire, cast_to=httpx2.Response, options=self._options
         )
+        return response.content
 
     def _url(self, path: str) -> str:
         """`path` under the client's base URL, as the SDK joins them: given whole, the SDK parses
@@ -220,10 +226,7 @@ class OpenAIChatModel:
         path, body = request_body(request, api)
 
         async def send() -> bytes:
-            wire = _encode(body).encode()
-            return await self._client.post(
-                self._url(path), content=wire, cast_to=bytes, options=self._options
-            )
+            return await self._post(path, _encode(body).encode())
 
         return await self._retrying(send, lambda raw: parse_image_reply(raw, api))
 
