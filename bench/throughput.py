@@ -14,6 +14,7 @@ reported separately).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -149,6 +150,20 @@ def _dataset(path: Path, n: int) -> None:
             fh.write(json.dumps({"prompt": f"Benchmark task number {i}: list the files."}) + "\n")
 
 
+def _open_files(case: Case) -> Any:
+    """Where we may (root), the hard open-file limit raised to what each worker's share of the
+    conversations needs (`agent.batch.capacity`; the runner raises its soft limit itself)."""
+    need = 256 + 6 * -(-case.max_inflight // case.num_workers)
+
+    def raise_hard() -> None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and hard < need and os.geteuid() == 0:
+            with contextlib.suppress(ValueError, OSError):  # root without CAP_SYS_RESOURCE
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, need))
+
+    return raise_hard
+
+
 def run_case(case: Case, workdir: Path) -> dict[str, Any]:
     dataset = workdir / f"{case.name}.jsonl"
     _dataset(dataset, case.prompts)
@@ -165,7 +180,9 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
     ]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=workdir)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=workdir, preexec_fn=_open_files(case)
+    )
     sampler = Sampler(proc.pid)
     sampler.start()
     _, err = proc.communicate()
@@ -209,6 +226,8 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
         "peak_pss_mb": round(sampler.peak_kib / 1024, 1),
         "peak_runner_pss_mb": round(sampler.peak_runner_kib / 1024, 1),
         "peak_rss_sum_mb": round(sampler.peak_rss_kib / 1024, 1),
+        # What one open conversation costs: the tree's peak over the most in flight at once.
+        "pss_kib_per_conversation": round(sampler.peak_kib / max(stats["peak_inflight"], 1), 1),
         "completed": inv["completed"],
         "failed": inv["failed"],
         "failures": run_stats["failures"],
@@ -229,13 +248,21 @@ def cases(quick: bool) -> list[Case]:
     ]
 
 
+# Only when named (--only): every conversation of a run this size in flight at once, each
+# waiting 30 s on the model, to see it works here and what an open conversation costs in memory.
+# Five workers: 3,277 conversations each need 19,918 open files (`agent.batch.capacity`), under
+# a hard limit of 20,000, as on the machines here where it cannot be raised.
+ON_REQUEST = [Case("inflight_16384", 16384, 30.0, 16384, 5)]
+
+
 def main() -> None:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", help="comma-separated case names")
     args = parser.parse_args()
-    selected = [c for c in cases(args.quick) if not args.only or c.name in args.only.split(",")]
+    named = [c for c in ON_REQUEST if args.only and c.name in args.only.split(",")]
+    selected = [c for c in cases(args.quick) if not args.only or c.name in args.only.split(",")] + named
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
         for case in selected:

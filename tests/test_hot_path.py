@@ -16,7 +16,7 @@ import pytest
 from agent.batch.collection import OLDER_THRESHOLD, YOUNG_THRESHOLD, space_collections
 from agent.llm.client import OpenAIChatModel
 from agent.protocols import ChatRequest
-from agent.sandboxes.local.sandbox import _scrubbed_env
+from agent.sandboxes.local.environment import passed_env, scrubbed_env
 from agent.sandboxes.local.view import SandboxView, view_of
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 
@@ -74,7 +74,7 @@ def test_a_command_environment_is_the_allowlist_only(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("LANG", "C")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("HOTPATH_OTHER", "x")
-    env = _scrubbed_env("/slot", "/bin/bash")
+    env = scrubbed_env("/slot", "/bin/bash", passed_env())
     assert env["LC_ALL"] == "C.UTF-8" and env["LANG"] == "C" and "PATH" in env
     assert "OPENAI_API_KEY" not in env and "HOTPATH_OTHER" not in env
     assert env["HOME"] == "/slot/home" and env["TMPDIR"] == "/slot/tmp" and env["SHELL"] == "/bin/bash"

@@ -24,6 +24,7 @@ from openai._types import RequestOptions
 from agent.common.identity_memo import IdentityMemo
 from agent.config.agent_config import DEFAULT_MAX_REPLY_BYTES
 from agent.errors import FailureClass, ModelAPIError
+from agent.llm.http_client import LeanAsyncClient
 from agent.llm.images import DEFAULT_MODELS, parse_image_reply, request_body
 from agent.llm.rate_limit import AdaptiveLimiter
 from agent.llm.reply import parse_reply
@@ -162,9 +163,11 @@ class OpenAIChatModel:
             api_key=api_key,
             timeout=timeout,
             max_retries=0,
-            http_client=openai.DefaultAsyncHttpxClient(transport=transport, timeout=timeout),
+            # The SDK's default client's settings (it follows redirects), building less per call.
+            http_client=LeanAsyncClient(transport=transport, timeout=timeout, follow_redirects=True),
         )
         self._options = _request_options(self._client, timeout)
+        self._urls: dict[str, str] = {}
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -191,9 +194,24 @@ class OpenAIChatModel:
             wire = _encode(body)[:-1] + ',"tools":' + _encoded_tools(request.tools) + "}"
         else:
             wire = _encode(body)
-        return await self._client.post(
-            "/chat/completions", content=wire.encode(), cast_to=bytes, options=self._options
+        return await self._post("/chat/completions", wire.encode())
+
+    async def _post(self, path: str, wire: bytes) -> bytes:
+        # Cast to the HTTP response itself, which the SDK hands back as it is (its status
+        # already checked): a cast to bytes wraps it in an API response first, to read the same body.
+        response = await self._client.post(
+            self._url(path), content=wire, cast_to=httpx2.Response, options=self._options
         )
+        return response.content
+
+    def _url(self, path: str) -> str:
+        """`path` under the client's base URL, as the SDK joins them: given whole, the SDK parses
+        it once instead of parsing the path and then joining it to the base (~0.1 ms per call)."""
+        found = self._urls.get(path)
+        if found is None:
+            base = self._client.base_url
+            found = self._urls[path] = str(base.copy_with(raw_path=base.raw_path + path.lstrip("/").encode()))
+        return found
 
     async def complete(self, request: ChatRequest) -> ModelReply:
         api = request.token_api
@@ -208,8 +226,7 @@ class OpenAIChatModel:
         path, body = request_body(request, api)
 
         async def send() -> bytes:
-            wire = _encode(body).encode()
-            return await self._client.post(path, content=wire, cast_to=bytes, options=self._options)
+            return await self._post(path, _encode(body).encode())
 
         return await self._retrying(send, lambda raw: parse_image_reply(raw, api))
 

@@ -119,13 +119,22 @@ def oom_kills(group: ProcessCgroup | None) -> int:
     """How many processes the OOM killer took from `group` (and the groups below it) so far."""
     if group is None:
         return 0
-    name = "memory.events" if group.hierarchy.kind == "cgroup2" else "memory.oom_control"
     try:
-        with open(os.path.join(group.path, name)) as handle:
-            lines = handle.read().splitlines()
+        with open(oom_file(group)) as handle:
+            return count_oom_kills(handle.read())
     except OSError:
         return 0
-    for line in lines:
+
+
+def oom_file(group: ProcessCgroup) -> str:
+    """The file of `group` that counts its OOM kills."""
+    name = "memory.events" if group.hierarchy.kind == "cgroup2" else "memory.oom_control"
+    return os.path.join(group.path, name)
+
+
+def count_oom_kills(text: str) -> int:
+    """The OOM kills counted in the text of an `oom_file`."""
+    for line in text.splitlines():
         key, _, value = line.partition(" ")
         if key == "oom_kill":
             return int(value)

@@ -42,15 +42,14 @@ from agent.sandboxes.host.cgroups import ProcessCgroup
 from agent.sandboxes.host.pipe_process import PipeProcess
 from agent.sandboxes.host.process_groups import ProcessGroups, kill_groups
 from agent.sandboxes.host.safe_paths import DIR_PATH, escapes, open_beneath
+from agent.sandboxes.local.environment import passed_env, scrubbed_env
 from agent.sandboxes.local.file_io import check_readable, write_beneath
 from agent.sandboxes.local.slots import SlotPool
 from agent.sandboxes.local.view import view_of
 from agent.sandboxes.shell_scripts import SPAWN, spawn_args
 
 LOOP_IO_BYTES = 1 << 20  # files up to this size are read and written on the event loop
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NO_BASH = "bash was not found on PATH; install bash to use the local backend"
-PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "USER")  # plus LC_*; everything else is dropped
 SHOWN_PLACES = "/workspace, /tmp or /home"
 
 
@@ -71,7 +70,7 @@ async def open_sandbox(spec: SandboxSpec, options: SandboxOptions) -> AsyncItera
     pool = SlotPool(options.root or default_root(), spec.run_name, spec.prompt_key, options.memory_mb)
     with pool:  # made on the loop (a marker and a directory); deleted in a thread
         try:
-            async with Session(spec, pool, shutil.which("bash"), options.memory_mb) as sandbox:
+            async with Session(spec, pool, shutil.which("bash"), options.memory_mb, passed_env()) as sandbox:
                 yield sandbox
         except BaseException:
             await in_thread(pool.close, strict=False)  # never mask what is propagating
@@ -84,10 +83,11 @@ async def open_pool(options: SandboxOptions, run_name: str) -> AsyncIterator[San
     """A factory for all of a run's sandboxes in this process: each is a slot of one pool,
     emptied and reused after its prompt. Leaving the block deletes the pool."""
     bash = shutil.which("bash")
+    passed = passed_env()  # once per pool: scanning os.environ per prompt cost ~2 % of a worker's CPU
     with SlotPool(options.root or default_root(), run_name, f"w{os.getpid()}", options.memory_mb) as pool:
 
         def factory(spec: SandboxSpec) -> AbstractAsyncContextManager[Sandbox]:
-            return Session(spec, pool, bash, options.memory_mb)
+            return Session(spec, pool, bash, options.memory_mb, passed)
 
         yield factory
 
@@ -96,15 +96,17 @@ class Session(AbstractAsyncContextManager[Sandbox]):
     """One prompt's sandbox on a slot of `pool`. Opening (taking a free slot) is quick and
     stays on the loop; so does closing unless it has processes to kill or a big tree to delete."""
 
-    def __init__(self, spec: SandboxSpec, pool: SlotPool, bash: str | None, memory_mb: int = 0) -> None:
-        self._spec, self._pool, self._bash = spec, pool, bash
+    def __init__(
+        self, spec: SandboxSpec, pool: SlotPool, bash: str | None, memory_mb: int, passed: Mapping[str, str]
+    ) -> None:
+        self._spec, self._pool, self._bash, self._passed = spec, pool, bash, passed
         self._memory_mb = memory_mb  # asked for; the pool's memory cgroup holds it where one works
         self._sandbox: LocalSandbox | None = None
 
     async def __aenter__(self) -> LocalSandbox:
         if self._bash is None:
             raise SandboxUnavailable(NO_BASH)
-        sandbox = LocalSandbox(self._pool, self._pool.acquire(), self._bash, self._memory_mb)
+        sandbox = LocalSandbox(self._pool, self._pool.acquire(), self._bash, self._memory_mb, self._passed)
         try:
             sandbox._workdir = sandbox._make_workdir(self._spec.cwd)
         except BaseException:
@@ -123,16 +125,24 @@ class Session(AbstractAsyncContextManager[Sandbox]):
 class LocalSandbox:
     """A prompt's private directory on the host. Create it with `open_sandbox` or `open_pool`."""
 
-    def __init__(self, pool: SlotPool, slot: str, bash: str, memory_mb: int = 0):
+    def __init__(
+        self,
+        pool: SlotPool,
+        slot: str,
+        bash: str,
+        memory_mb: int = 0,
+        passed: Mapping[str, str] | None = None,
+    ) -> None:
         self.root = slot  # realpath of the sandbox dir; every file path must stay under it
         self._pool = pool
         self._workdir = os.path.join(slot, "workspace")
-        self._group = group = pool.group(slot)
-        self._memory = pool.memory(slot)
+        group, self._memory = pool.groups(slot)
+        self._group = group
         # no memory cgroup here: each process is held to the limit by RLIMIT_AS instead
         rlimit = memory_mb > 0 and self._memory is None and shutil.which("prlimit") is not None
         self._bash = [*(["prlimit", f"--as={memory_mb << 20}", "--"] if rlimit else []), bash]
-        self._env = {**_scrubbed_env(slot, bash), **pool.join_env(group, self._memory)}
+        passed = passed_env() if passed is None else passed
+        self._env = {**scrubbed_env(slot, bash, passed), **pool.join_env(group, self._memory)}
         self._processes = ProcessGroups(slot, group)
         self._closed = False
         self._view = view_of(slot)
@@ -151,9 +161,12 @@ class LocalSandbox:
         on timeout or cancellation kill the whole group."""
         directory = self._workdir if cwd is None else self._existing_dir(cwd)
         argv = [*self._bash, "-c", self._view.on_host(command)]
-        kills = memory_limits.oom_kills(self._memory)
+        oom = self._pool.oom_counter(self.root)
+        kills = 0 if oom is None else oom.kills()
         result = await self._processes.arun(argv, cwd=directory, env=self._env, timeout=timeout)
         result = dataclasses.replace(result, output=self._view.shown(result.output))
+        if oom is None or oom.kills() <= kills:
+            return result
         return memory_limits.noted(result, self._memory, kills, self._pool.memory_mb)
 
     # ------------------------------------------------------------ files
@@ -285,14 +298,3 @@ class LocalSandbox:
         if not os.path.isdir(real):
             raise FileNotFoundError(errno.ENOENT, "No such directory", cwd)
         return real
-
-
-def _scrubbed_env(root: str, bash: str) -> dict[str, str]:
-    """An allowlisted environment: no API keys or other host secrets reach commands."""
-    # Names first, then only the passed values: os.environ decodes each value it yields, and
-    # reading every one for each sandbox cost ~4 % of a worker's CPU.
-    environ = os.environ
-    env = {k: environ[k] for k in [k for k in environ if k in PASSED_ENV or k.startswith("LC_")]}
-    env.setdefault("PATH", DEFAULT_PATH)
-    env.update(TERM="dumb", HOME=os.path.join(root, "home"), TMPDIR=os.path.join(root, "tmp"), SHELL=bash)
-    return env

@@ -26,10 +26,11 @@ from contextlib import suppress
 from types import TracebackType
 
 from agent.errors import SandboxError
-from agent.sandboxes.host import orphans
+from agent.sandboxes.host import memory_limits, orphans
 from agent.sandboxes.host.cgroups import ProcessCgroup
 from agent.sandboxes.host.mounts import detach_under, mounts_under
 from agent.sandboxes.host.sandbox_dirs import remove_tree
+from agent.sandboxes.local.oom_counter import OomCounter
 from agent.sandboxes.local.pool_dirs import claim_dir, reap_stale, remove_pool, safe_name
 from agent.sandboxes.local.tracking import PoolGroups
 
@@ -55,6 +56,10 @@ class SlotPool:
         self._free: list[str] = []
         self._made = 0
         self._lock = threading.Lock()
+        # Each slot's groups, made (and limited) on its first use: a reused slot keeps them, as it
+        # keeps its directories (making them again cost ~0.1 ms of system calls per prompt).
+        self._slot_groups: dict[str, tuple[ProcessCgroup | None, ProcessCgroup | None]] = {}
+        self._oom: dict[str, OomCounter] = {}  # each slot's, its descriptor kept (see oom_counter)
 
     def __enter__(self) -> SlotPool:
         self.path, self._marker = claim_dir(self._run_dir, self._prefix)
@@ -83,13 +88,25 @@ class SlotPool:
             os.mkdir(os.path.join(slot, name), 0o700)
         return slot
 
-    def group(self, slot: str) -> ProcessCgroup | None:
-        """The cgroup holding the slot's processes (None when untracked)."""
-        return None if self._groups is None else self._groups.slot(slot)
+    def groups(self, slot: str) -> tuple[ProcessCgroup | None, ProcessCgroup | None]:
+        """(the cgroup holding the slot's processes, None when untracked; the memory cgroup
+        holding them to the pool's limit, None without one), made on the slot's first use."""
+        found = self._slot_groups.get(slot)
+        if found is None:
+            groups = self._groups
+            found = (None, None) if groups is None else (groups.slot(slot), groups.memory(slot))
+            self._slot_groups[slot] = found
+        return found
 
-    def memory(self, slot: str) -> ProcessCgroup | None:
-        """The memory cgroup holding the slot's processes to the pool's limit (None without one)."""
-        return None if self._groups is None else self._groups.memory(slot)
+    def oom_counter(self, slot: str) -> OomCounter | None:
+        """The OOM kills of the slot's memory cgroup (None without one)."""
+        counter = self._oom.get(slot)
+        if counter is None:
+            memory = self.groups(slot)[1]
+            if memory is None:
+                return None
+            counter = self._oom[slot] = OomCounter(memory_limits.oom_file(memory))
+        return counter
 
     @property
     def memory_mb(self) -> int:
@@ -148,6 +165,8 @@ class SlotPool:
         path, self.path = self.path, ""  # closed once: leaving the `with` block after `close` is a no-op
         if not path:
             return
+        for counter in self._oom.values():  # before the groups go: nothing of theirs held open
+            counter.close()
         if self._groups is not None and not self._groups.close():
             log.warning("some processes of sandbox pool %s could not be killed", path)
         if orphans.adopting():  # every orphan we adopted is some sandbox's: none outlives the pool
