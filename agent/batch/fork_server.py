@@ -46,14 +46,19 @@ def worker_context() -> Any:
 
 @contextmanager
 def warm_workers() -> Iterator[None]:
-    """Start the fork server now, so that its imports run beside the caller's work; stop it on
-    the way out (every worker has been reaped by then)."""
-    worker_context()
-    forkserver.ensure_running()
+    """Start the fork server now (unless `start_server` did), so that its imports run beside
+    the caller's work; stop it on the way out (every worker has been reaped by then)."""
+    start_server()
     try:
         yield
     finally:
-        _stop_server()
+        stop_server()
+
+
+def start_server() -> None:
+    """Start the fork server (it starts importing at once); nothing when it runs already."""
+    worker_context()
+    forkserver.ensure_running()
 
 
 def _short_socket_directory() -> None:
@@ -79,10 +84,10 @@ def server_pid() -> int | None:
     return pid if isinstance(pid, int) else None
 
 
-def _stop_server() -> None:
+def stop_server() -> None:
     """Kill the fork server, then let multiprocessing close its end and reap it. Only closing
     its end (multiprocessing's own way) would leave it running until its imports are done: a
-    second or more holding our stdout and stderr after an early error."""
+    second or more holding our stdout and stderr after an early error. Nothing once stopped."""
     pid = server_pid()
     if pid is None:
         return
