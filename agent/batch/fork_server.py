@@ -3,9 +3,11 @@
 It imports the worker's modules once (`PRELOAD`): a worker then starts in milliseconds instead
 of importing the SDK itself (~1.5 s of CPU each, all of them at once on the same cores). It
 holds no secret: it is started after `conceal()` and is handed none; each worker gets its
-config, key included, over its own pipe (`agent.batch.crew`). `warm_workers` starts it as soon
-as a run is asked for, so that its imports run beside the parent's checks and dataset scan,
-and stops it at the end: at once, even in the middle of its imports when the run stops on an
+config, key included, over its own pipe (`agent.batch.crew`). `start_server` starts it before
+the parent reads its command line when the arguments plainly ask for a run
+(`agent.backends.warm_up_early`), else `warm_workers` as soon as a run is asked for, so that
+its imports run beside the parent's own, its checks and dataset scan; `warm_workers` stops it
+at the end: at once, even in the middle of its imports when the run stops on an
 error before any worker started. This module imports nothing of ours: the parent imports it
 before the rest of the run.
 
