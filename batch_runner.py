@@ -29,4 +29,9 @@ def run_cli() -> None:
 
 if __name__ == "__main__":
     conceal()  # may re-execute this script: first, so the heavy imports are paid once
+    import sys
+
+    from agent.backends import warm_up_early
+
+    warm_up_early(sys.argv[1:])  # a run's workers start importing now, beside our own imports
     run_cli()

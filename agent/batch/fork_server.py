@@ -3,9 +3,11 @@
 It imports the worker's modules once (`PRELOAD`): a worker then starts in milliseconds instead
 of importing the SDK itself (~1.5 s of CPU each, all of them at once on the same cores). It
 holds no secret: it is started after `conceal()` and is handed none; each worker gets its
-config, key included, over its own pipe (`agent.batch.crew`). `warm_workers` starts it as soon
-as a run is asked for, so that its imports run beside the parent's checks and dataset scan,
-and stops it at the end: at once, even in the middle of its imports when the run stops on an
+config, key included, over its own pipe (`agent.batch.crew`). `start_server` starts it before
+the parent reads its command line when the arguments plainly ask for a run
+(`agent.backends.warm_up_early`), else `warm_workers` as soon as a run is asked for, so that
+its imports run beside the parent's own, its checks and dataset scan; `warm_workers` stops it
+at the end: at once, even in the middle of its imports when the run stops on an
 error before any worker started. This module imports nothing of ours: the parent imports it
 before the rest of the run.
 
@@ -46,14 +48,19 @@ def worker_context() -> Any:
 
 @contextmanager
 def warm_workers() -> Iterator[None]:
-    """Start the fork server now, so that its imports run beside the caller's work; stop it on
-    the way out (every worker has been reaped by then)."""
-    worker_context()
-    forkserver.ensure_running()
+    """Start the fork server now (unless `start_server` did), so that its imports run beside
+    the caller's work; stop it on the way out (every worker has been reaped by then)."""
+    start_server()
     try:
         yield
     finally:
-        _stop_server()
+        stop_server()
+
+
+def start_server() -> None:
+    """Start the fork server (it starts importing at once); nothing when it runs already."""
+    worker_context()
+    forkserver.ensure_running()
 
 
 def _short_socket_directory() -> None:
@@ -79,10 +86,10 @@ def server_pid() -> int | None:
     return pid if isinstance(pid, int) else None
 
 
-def _stop_server() -> None:
+def stop_server() -> None:
     """Kill the fork server, then let multiprocessing close its end and reap it. Only closing
     its end (multiprocessing's own way) would leave it running until its imports are done: a
-    second or more holding our stdout and stderr after an early error."""
+    second or more holding our stdout and stderr after an early error. Nothing once stopped."""
     pid = server_pid()
     if pid is None:
         return

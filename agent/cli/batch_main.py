@@ -3,8 +3,9 @@
 Only the flag table and the command line are imported with this module: `--help` and a flag
 error are answered before the rest is imported (seconds of it, with the SDK). What a command
 needs is imported by the function that runs it. For a run on local worker processes, those
-start importing theirs (`agent.backends.warm_up`) as soon as the flags say a run is asked for,
-beside the checks and the dataset scan here.
+start importing theirs before this module is imported when the arguments plainly ask for a run
+(`agent.backends.warm_up_early`, from batch_runner.py), else as soon as the flags say a run is
+asked for (`agent.backends.warm_up`), beside the checks and the dataset scan here.
 """
 
 from __future__ import annotations

@@ -12,9 +12,11 @@ table's types (agent.cli.flag_values) instead of Fire's literal guessing, which 
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -103,7 +105,29 @@ def run_command(
     except BrokenPipeError:
         _quiet_stdout()
         sys.exit(PIPE_CLOSED)
-    sys.exit(code)
+    exit_now(code)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Exit with `code` once what the process wrote is out, without the interpreter's teardown.
+
+    The teardown only frees memory: it collects and deallocates every object of the run (the
+    tally, the fold's records, the planned rows: 0.3-0.8 s at 20,000 prompts, growing with the
+    run: issue 26), with no effect outside the process. What has one is done first: the atexit
+    handlers (logging's flush and close, multiprocessing's finalizers and temporary directory,
+    a user module's own), then the standard streams are flushed. The run has closed (fsynced)
+    its files and reaped its workers and fork server by now. A thread that is not a daemon
+    still running would be waited for by a normal exit: then the normal exit, as before."""
+    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+    if any(not thread.daemon for thread in others):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed stream: the interpreter's own exit reports it, as it always did
+        sys.exit(code)
+    os._exit(code)
 
 
 PIPE_CLOSED = 128 + signal.SIGPIPE  # what a shell reports for a tool ended by SIGPIPE

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.backends import BACKENDS, unavailable_reason
+from agent.backends import BACKENDS, DEFAULT_BACKEND, unavailable_reason
 from agent.backends import RUN_BACKENDS as RUN_BACKENDS  # the flag table's choices
 from agent.config.agent_config import AgentConfig
 from agent.config.dataset_config import DatasetOptions
@@ -91,7 +91,7 @@ class RunConfig:
     max_cost: float | None = None  # USD this invocation may spend before it stops scheduling
     allow_missing_toolsets: bool = False  # run although a sampled toolset is unavailable here
     export: ExportOptions = field(default_factory=ExportOptions)  # files made from the run at its end
-    backend: str = "local"  # "local": worker processes here; "ray": actors on a Ray cluster
+    backend: str = DEFAULT_BACKEND  # "local": worker processes here; "ray": actors on a Ray cluster
     ray_address: str = "auto"  # the Ray cluster to join: "auto" (this machine's) or host:port
     samples_per_prompt: int = 1  # attempts at each prompt, each its own unit of work and entry
     verify: VerifyOptions = field(default_factory=VerifyOptions)  # checks of each attempt; --keep
