@@ -7,7 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from agent.batch.tally import IndexSet, RunTally
 from agent.store.directory import RunDirectory
+from agent.store.figures import EntryFigures, FiguresTable
 from agent.store.jsonl import read_lines
 from agent.store.shard_index import line_of
 
@@ -65,3 +69,42 @@ def test_the_scan_and_merge_of_packed_records_match_a_fresh_read(tmp_path: Path)
     assert (tmp_path / "packed.jsonl").read_bytes() == (tmp_path / "read.jsonl").read_bytes()
     merged = [e["metadata"]["prompt_key"] for _, e in read_lines(tmp_path / "read.jsonl") if e]
     assert merged == ["k:0", "ключ:0", "k:2#1", "k:1"]  # by prompt_index per shard, first line wins
+
+
+def test_the_done_indices_are_one_byte_a_prompt_and_answer_as_a_set() -> None:
+    done, reference = IndexSet(), set()
+    for index in [5, 0, 5, 1_000, 3, 999_999, 17]:
+        done.add(index)
+        reference.add(index)
+    assert done.sorted() == sorted(reference) and len(done) == len(reference)
+    assert all((n in done) == (n in reference) for n in [-1, 0, 1, 4, 5, 1_000, 999_998, 999_999, 10**7])
+    assert len(done._marks) < 2 * 1_000_000  # bytes, not objects
+    with pytest.raises(ValueError, match="never negative"):
+        done.add(-1)
+
+
+def test_checkpoint_lists_done_prompts_from_the_packed_set() -> None:
+    tally = RunTally(batch_size=10)
+    for index, done in [(12, True), (3, False), (0, True), (7, True)]:
+        tally.plan(index, done=done)
+    assert tally.checkpoint("r")["completed_prompts"] == [0, 7, 12]
+    assert isinstance(tally.done_indices, IndexSet)
+
+
+def test_the_packed_figures_table_answers_as_the_dict_it_replaced() -> None:
+    table, reference = FiguresTable(), {}
+    rows = [
+        ("a:0", 0, EntryFigures(True, False, 1, "completed", {"prompt_tokens": 10, "cost_usd": 0.25})),
+        ("b:0", 7, EntryFigures(False, True, 3, "max_turns", None)),
+        ("ключ:0#2", 3, EntryFigures(True, False, 0, "completed", {"details": {"cached": 2}})),
+        ("a:0", 0, EntryFigures(False, False, 2, "error", {})),  # written again: the last counts
+    ]
+    for key, index, figures in rows:
+        table.put(key, index, figures)
+        reference[key] = figures
+    assert len(table) == len(reference) == 3
+    assert sorted(table) == sorted(reference)
+    for key, index, _ in rows:
+        assert table.get(key, index) == reference[key]
+    assert table.get("a:0", 7) is None and table.get("a:0", 99) is None and table.get("a:0", None) is None
+    assert table.get("a:0", True) is None  # a bool is not a prompt_index

@@ -17,11 +17,12 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import compress
 from typing import Any, Literal
 
 from agent.batch.events import Cancelled, Discarded, Failed, Finished, LimiterReport, WorkerEvent
 from agent.loop.conversation import PARTIAL
-from agent.store.figures import EntryFigures
+from agent.store.figures import EntryFigures, FiguresTable
 from agent.store.jsonl import json_int
 from agent.store.statistics import RunStatistics
 
@@ -36,7 +37,7 @@ _PARTIAL = frozenset(str(outcome) for outcome in PARTIAL)  # an entry's `partial
 class MergeCheck:
     """This invocation's entries as the merge reads them, against what the run counted."""
 
-    counted: dict[str, EntryFigures]
+    counted: FiguresTable
     checked: int = 0
     differences: dict[str, int] = field(default_factory=dict)  # figure -> entries it differs in
     keys: list[str] = field(default_factory=list)  # the first entries that differ
@@ -46,7 +47,7 @@ class MergeCheck:
         an entry of an earlier invocation (its figures are the entry's)."""
         metadata = entry.get("metadata")
         key = metadata.get("prompt_key") if isinstance(metadata, dict) else None
-        counted = self.counted.get(key) if isinstance(key, str) else None
+        counted = self.counted.get(key, entry.get("prompt_index")) if isinstance(key, str) else None
         if not isinstance(key, str) or counted is None:
             return None
         self.checked += 1
@@ -80,6 +81,30 @@ class MergeCheck:
         return section
 
 
+class IndexSet:
+    """A set of prompt indices (>= 0) as one byte per index up to the largest: a million-prompt
+    run's done prompts in 1 MB, where a `set[int]` held ~60 MB of int objects."""
+
+    def __init__(self) -> None:
+        self._marks = bytearray()
+
+    def add(self, index: int) -> None:
+        if index < 0:
+            raise ValueError(f"a prompt index is never negative: {index}")
+        if index >= len(self._marks):
+            self._marks.extend(bytes(max(index + 1 - len(self._marks), len(self._marks) // 2)))
+        self._marks[index] = 1
+
+    def __contains__(self, index: object) -> bool:
+        return isinstance(index, int) and 0 <= index < len(self._marks) and self._marks[index] == 1
+
+    def __len__(self) -> int:
+        return self._marks.count(1)
+
+    def sorted(self) -> list[int]:
+        return list(compress(range(len(self._marks)), self._marks))
+
+
 class RunTally:
     """Every counter of one invocation, fed by `count` (each event) and `plan` (the prompts
     found done when it started)."""
@@ -87,12 +112,12 @@ class RunTally:
     def __init__(self, batch_size: int, failures: Mapping[str, int] | None = None) -> None:
         self.batch_size = batch_size
         self.stats = RunStatistics()
-        self.done_indices: set[int] = set()
+        self.done_indices = IndexSet()  # one byte per prompt_index, not a set's ~60
         self.batches: dict[int, dict[str, int]] = {}
         self.attempts = dict(failures or {})  # key -> failed attempts before this invocation
         self.failed_keys: set[str] = set()
         self.cancelled_keys: set[str] = set()  # in flight when the run was stopped
-        self.written: dict[str, EntryFigures] = {}  # key -> what was counted of the entry written
+        self.written = FiguresTable()  # key -> what was counted of the entry written
         # entries the re-applied filters moved, per reason (`agent.batch.recovery`)
         self.recovered, self.withdrawn = Counter[str](), Counter[str]()
 
@@ -116,7 +141,7 @@ class RunTally:
                 self.stats.add_processed(event.outcome, event.usage, event.api_calls)
                 partial = event.outcome in _PARTIAL
                 figures = EntryFigures(event.completed, partial, event.api_calls, event.outcome, event.usage)
-                self.written[event.key] = figures
+                self.written.put(event.key, event.prompt_index, figures)
                 return "done" if event.completed else "partial"
             case Discarded():
                 self._done(event.prompt_index, discarded=True)
@@ -142,7 +167,7 @@ class RunTally:
         """The `checkpoint.json` document (derived from the logs, for the reference's readers)."""
         return {
             "run_name": run_name,
-            "completed_prompts": sorted(self.done_indices),
+            "completed_prompts": self.done_indices.sorted(),
             "batch_stats": {str(k): v for k, v in sorted(self.batches.items())},
             "last_updated": datetime.now().isoformat(),
         }
