@@ -8,12 +8,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from agent.batch.dataset import scan_dataset
+from agent.batch.run import BatchRun
 from agent.batch.tally import IndexSet, RunTally
+from agent.config.agent_config import AgentConfig
+from agent.config.run_config import RunConfig
+from agent.protocols import SandboxOptions
+from agent.store import line_head
 from agent.store.directory import RunDirectory
 from agent.store.figures import EntryFigures, FiguresTable
+from agent.store.index import scan_run
 from agent.store.jsonl import read_lines
+from agent.store.line_head import head, index_prefix
 from agent.store.shard_index import line_of
+from tests.support.scripted_backend import scripted
 
 
 def entry(key: str, index: int | None, **fields: Any) -> dict[str, Any]:
@@ -108,3 +118,54 @@ def test_the_packed_figures_table_answers_as_the_dict_it_replaced() -> None:
         assert table.get(key, index) == reference[key]
     assert table.get("a:0", 7) is None and table.get("a:0", 99) is None and table.get("a:0", None) is None
     assert table.get("a:0", True) is None  # a bool is not a prompt_index
+
+
+def scripted_run_dir(tmp_path: Path, prompts: int = 6) -> Path:
+    """A run's directory as the runner writes it (the scripted backend: real entries, no model)."""
+    dataset = tmp_path / "prompts.jsonl"
+    rows = [{"prompt": f'prompt {i} "quoted" ü {{"metadata": {{}}}}'} for i in range(prompts)]
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = RunConfig(
+        dataset_file=str(dataset),
+        batch_size=2,
+        run_name="heads",
+        agent=AgentConfig(),
+        output_dir=str(tmp_path / "data"),
+        distribution="terminal_only",
+        sandbox=SandboxOptions(backend="local", root=str(tmp_path / "sandboxes")),
+    )
+    run = BatchRun(config, Console(quiet=True), backend=scripted(lambda: None))
+    run.run(scan_dataset(dataset, backend="local"))
+    return config.run_dir
+
+
+def test_the_scan_reads_the_runners_lines_by_their_head_and_finds_what_a_full_parse_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = scripted_run_dir(tmp_path)
+    lines = [line for path in sorted(run_dir.glob("batch_*.jsonl")) for line, _ in read_lines(path)]
+    assert len(lines) == 6
+    for line in lines:  # every line the runner wrote is read by its head, as a full parse reads it
+        full, read = json.loads(line), head(line)
+        assert read is not None and read["metadata"] == full["metadata"]
+        assert read["prompt_index"] == full["prompt_index"] == index_prefix(line)
+    with (run_dir / "batch_9.jsonl").open("ab") as handle:  # lines the head must not read
+        for made in TRICKY:
+            handle.write(made + b"\n")
+    fast = scan_run(run_dir)
+    monkeypatch.setattr(line_head, "head", lambda line: None)
+    assert scan_run(run_dir) == fast and fast.invalid_lines == 1
+    assert fast.indices["k:9"] == 9 and "k:9" in fast.done and "nested:0" not in fast.done
+
+
+TRICKY = [
+    # no prompt_key in metadata: its key comes from the turns' text
+    b'{"prompt_index": 7, "conversations": [{"from": "human", "value": "hi"}], "metadata": {"x": 1}}',
+    # a second "metadata" (nested, after the turns): parsed whole, the top level's key wins
+    b'{"prompt_index": 8, "conversations": [{"from": "human", "value": "a"}], "metadata": {"prompt_key":'
+    b' "k:8"}, "extra": {"metadata": {"prompt_key": "nested:0"}}}',
+    # the turns end on a non-string: not the runner's layout
+    b'{"prompt_index": 9, "conversations": [{"from": "human", "value": "b", "n": 1}], "metadata":'
+    b' {"prompt_key": "k:9", "discard_reasons": ["too_short"]}}',
+    b'{"prompt_index": 10, "conversations": [{"from": "human", "value": "c"}], "metadata": {"prompt_key":',
+]
