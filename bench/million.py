@@ -4,8 +4,10 @@ Called by `run_size.py --kill_at=FRACTION`: the real runner over the dataset, ki
 SIGKILL (its whole process group: the parent, the fork server, the workers, as an OOM kill or
 a lost machine would) once FRACTION of the prompts have a line in its batch files; then the
 same command with `--resume`, run to its end. Printed: `killed_at` (lines on disk when killed),
-`resume_s` (the resume's start to its first model request: the run directory scanned, the
-rest planned, a worker started), `resume_wall_s`, both runs' parent RSS, and `exactly_once`
+`first_request_s` (the fresh run's start to its first model request: the start-up alone),
+`resume_s` (the resume's start to its first model request: start-up, the run directory
+scanned, the rest planned; `resume_s - first_request_s` is what finding its place cost),
+`resume_wall_s`, both runs' parent RSS, and `exactly_once`
 (trajectories.jsonl holds each prompt index once and every one of them).
 """
 
@@ -58,6 +60,7 @@ def kill_and_resume(
     sampler.stop.set()
     sampler.join()
     stats = server.stop()["stats"]
+    (workdir / f"{label}.resume.stderr").write_bytes(err)  # its log: where the resume's time went
     if proc.returncode != 0:
         raise SystemExit(f"{label}: the resume exited {proc.returncode}:\n{err.decode()[-3000:]}")
     begun = stats["first_request_at"]
@@ -94,9 +97,14 @@ def _killed_run(
     proc.wait()
     sampler.stop.set()
     sampler.join()
-    server.stop()
+    begun = server.stop()["stats"]["first_request_at"]
     _reap_group(proc.pid)
-    return {"killed_at_lines": counter.poll(), "first": _rss(sampler, started, killed_at, args.curve)}
+    return {
+        "killed_at_lines": counter.poll(),
+        # a fresh run's start to its first model request: what the resume's `resume_s` has to beat
+        "first_request_s": round(begun - started, 2) if begun is not None else None,
+        "first": _rss(sampler, started, killed_at, args.curve),
+    }
 
 
 def _reap_group(pgid: int) -> None:
