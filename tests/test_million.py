@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from agent.batch.dataset import scan_dataset
+from agent.batch.dataset_copies import CopyCounter
 from agent.batch.run import BatchRun
 from agent.batch.tally import IndexSet, RunTally
 from agent.config.agent_config import AgentConfig
@@ -21,6 +22,7 @@ from agent.store.directory import RunDirectory
 from agent.store.figures import EntryFigures, FiguresTable
 from agent.store.index import scan_run
 from agent.store.jsonl import read_lines
+from agent.store.keys import prompt_hash
 from agent.store.line_head import head, index_prefix
 from agent.store.shard_index import line_of
 from tests.support.scripted_backend import scripted
@@ -169,3 +171,15 @@ TRICKY = [
     b' {"prompt_key": "k:9", "discard_reasons": ["too_short"]}}',
     b'{"prompt_index": 10, "conversations": [{"from": "human", "value": "c"}], "metadata": {"prompt_key":',
 ]
+
+
+def test_the_packed_copy_counter_numbers_repeats_as_the_dict_it_replaced() -> None:
+    digests = [prompt_hash(f"prompt {n % 700}") for n in range(3000)] + ["00" * 10, "00" * 10]
+    counter, reference = CopyCounter(slots=8), dict[str, int]()  # 8 slots: it grows many times
+    for digest in digests:
+        expected = reference.get(digest, 0)
+        reference[digest] = expected + 1
+        assert counter.see(digest) == expected
+    assert len(counter._table) <= 4 * 10 * 700 * 2  # ten bytes a distinct prompt, half full at least
+    with pytest.raises(ValueError, match="not a prompt hash"):
+        counter.see("abc1")
