@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from agent.batch.completion import PlannedUnits, Unit
 from agent.batch.dataset import scan_dataset
 from agent.batch.dataset_copies import CopyCounter
 from agent.batch.run import BatchRun
@@ -183,3 +184,12 @@ def test_the_packed_copy_counter_numbers_repeats_as_the_dict_it_replaced() -> No
     assert len(counter._table) <= 4 * 10 * 700 * 2  # ten bytes a distinct prompt, half full at least
     with pytest.raises(ValueError, match="not a prompt hash"):
         counter.see("abc1")
+
+
+def test_the_planned_units_give_back_what_was_appended() -> None:
+    units = [Unit("a:0", 0, 0), Unit("ключ:0#1", 1, 1), Unit("", 2**40, 0), Unit("b:3", 7, 2)]
+    planned = PlannedUnits()
+    for unit in units:
+        planned.append(unit)
+    assert list(planned) == units and len(planned) == 4
+    assert list(planned) == units  # iterated again

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from agent.batch.backend import Backend, BackendFactory, Tally, drive
 from agent.batch.capacity import raise_fd_limit
-from agent.batch.completion import Completion, Unit, note_extra_samples
+from agent.batch.completion import Completion, PlannedUnits, Unit, note_extra_samples
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units
 from agent.batch.end_fold import EndFold
 from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent
@@ -75,7 +75,7 @@ class BatchRun:
         self.kept = KeepPass()  # what --keep moved at the end (before the merge)
         self.captured: dict[str, Any] | None = None  # --capture_tokens: tokens.jsonl's counts, merged
         self.fold: EndFold | None = None  # the merged output's figures, counted as lines are written
-        self.units: list[Unit] | None = None  # the dataset's rows as planned, for the completion split
+        self.units: PlannedUnits | None = None  # the dataset's rows as planned, for the completion split
 
     def run(self, scan: DatasetScan) -> int:
         started = time.monotonic()
@@ -137,7 +137,7 @@ class BatchRun:
         """How many prompts remain; numbers them (`number_prompts`) and records which indices
         are already done."""
         pending: list[tuple[str, int]] = []
-        self.units = []
+        self.units = PlannedUnits()
         for row in self._rows():
             self.units.append(Unit(row.key, row.index, row.sample_index))
             if row.key in index.done or row.key in index.discarded:
