@@ -14,7 +14,7 @@ from agent.batch.completion import PlannedUnits, Unit
 from agent.batch.dataset import scan_dataset
 from agent.batch.dataset_copies import CopyCounter
 from agent.batch.run import BatchRun
-from agent.batch.tally import IndexSet, RunTally
+from agent.batch.tally import IndexSet, Paced, RunTally
 from agent.config.agent_config import AgentConfig
 from agent.config.run_config import RunConfig
 from agent.protocols import SandboxOptions
@@ -193,3 +193,19 @@ def test_the_planned_units_give_back_what_was_appended() -> None:
         planned.append(unit)
     assert list(planned) == units and len(planned) == 4
     assert list(planned) == units  # iterated again
+
+
+def test_a_paced_write_takes_at_most_its_share_of_the_time() -> None:
+    now = [0.0]
+    writes: list[float] = []
+
+    def write() -> None:  # a checkpoint that takes 0.5 s (a million prompts' list)
+        writes.append(now[0])
+        now[0] += 0.5
+
+    paced, synced = Paced(share=0.05, clock=lambda: now[0]), []
+    for _ in range(60):  # a tick a second
+        paced.tick(write, lambda: synced.append(now[0]))
+        now[0] += 1.0
+    assert writes[:2] == [0.0, 10.5]  # the next write 0.5 / 0.05 = 10 s after the last ended
+    assert len(writes) == 6 and len(synced) == 54  # every other tick still commits

@@ -33,7 +33,7 @@ from agent.batch.recovery import current_discards, withdraw_unkept, write_answer
 from agent.batch.rescore import rescore_step
 from agent.batch.row_verify import job_checks
 from agent.batch.run_summary import filters_and_budget, run_summary, sample_counts, worker_losses
-from agent.batch.tally import RunTally
+from agent.batch.tally import Paced, RunTally
 from agent.config.run_config import RunConfig
 from agent.errors import FailureClass
 from agent.protocols import RunStore, StoredKeys
@@ -75,6 +75,7 @@ class BatchRun:
         self.kept = KeepPass()  # what --keep moved at the end (before the merge)
         self.captured: dict[str, Any] | None = None  # --capture_tokens: tokens.jsonl's counts, merged
         self.fold: EndFold | None = None  # the merged output's figures, counted as lines are written
+        self.checkpoints = Paced()  # when checkpoint.json is next rewritten during the run
         self.units: PlannedUnits | None = None  # the dataset's rows as planned, for the completion split
 
     def run(self, scan: DatasetScan) -> int:
@@ -197,7 +198,7 @@ class BatchRun:
             return ended
 
     def _tick(self) -> None:
-        self._checkpoint()
+        self.checkpoints.tick(self._checkpoint, self.store.sync)  # the group commit every tick
         if self.monitor is not None and self.workers is not None:
             self.monitor.tick(len(self.workers.tally.running))
 
