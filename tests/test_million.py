@@ -209,3 +209,19 @@ def test_a_paced_write_takes_at_most_its_share_of_the_time() -> None:
         now[0] += 1.0
     assert writes[:2] == [0.0, 10.5]  # the next write 0.5 / 0.05 = 10 s after the last ended
     assert len(writes) == 6 and len(synced) == 54  # every other tick still commits
+
+
+def test_an_index_far_past_the_others_costs_no_bytes_of_its_value() -> None:
+    done = IndexSet()
+    for index in [3, 10**12, 2**21, 5]:  # a hand-edited line's index, then one the table reaches
+        done.add(index)
+    assert len(done._marks) < 2**23 and done.sorted() == [3, 5, 2**21, 10**12] and len(done) == 4
+    assert 10**12 in done and 10**12 - 1 not in done
+
+
+def test_the_figures_table_keeps_a_far_index_without_its_value_in_bytes() -> None:
+    table, figures = FiguresTable(), EntryFigures(True, False, 1, "completed", None)
+    for key, index in [("a:0", 2), ("far:0", 10**12), ("b:0", 2**21), ("far:0", 10**12)]:
+        table.put(key, index, figures)
+    assert len(table._at) < 2**23 and len(table) == 3 and sorted(table) == ["a:0", "b:0", "far:0"]
+    assert table.get("far:0", 10**12) == figures and table.get("b:0", 2**21) == figures

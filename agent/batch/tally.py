@@ -31,6 +31,7 @@ log = logging.getLogger("agent.batch.run")
 
 Advance = Literal["done", "partial", "discarded", "failed"]  # a prompt answered, for the progress
 NAMED = 10  # prompt keys named in the check, the rest counted
+DENSE = 1 << 20  # how far past the indices held a packed table grows for a new one
 _PARTIAL = frozenset(str(outcome) for outcome in PARTIAL)  # an entry's `partial`, by its outcome
 
 
@@ -103,27 +104,38 @@ class Paced:
 
 
 class IndexSet:
-    """A set of prompt indices (>= 0) as one byte per index up to the largest: a million-prompt
-    run's done prompts in 1 MB, where a `set[int]` held ~60 MB of int objects."""
+    """A set of prompt indices (>= 0): one byte per index up to the largest of a dense run (a
+    million-prompt run's done prompts in 1 MB, where a `set[int]` held ~70 MB); an index far
+    past them (a hand-edited line's) in a plain set, so one never costs its value in bytes."""
 
     def __init__(self) -> None:
         self._marks = bytearray()
+        self._far: set[int] = set()
 
     def add(self, index: int) -> None:
         if index < 0:
             raise ValueError(f"a prompt index is never negative: {index}")
         if index >= len(self._marks):
+            if index >= 2 * len(self._marks) + DENSE:
+                self._far.add(index)
+                return
             self._marks.extend(bytes(max(index + 1 - len(self._marks), len(self._marks) // 2)))
+            for near in [n for n in self._far if n < len(self._marks)]:  # every far one stays past
+                self._far.discard(near)
+                self._marks[near] = 1
         self._marks[index] = 1
 
     def __contains__(self, index: object) -> bool:
-        return isinstance(index, int) and 0 <= index < len(self._marks) and self._marks[index] == 1
+        if not isinstance(index, int) or index < 0:
+            return False
+        return index in self._far if index >= len(self._marks) else self._marks[index] == 1
 
     def __len__(self) -> int:
-        return self._marks.count(1)
+        return self._marks.count(1) + len(self._far)
 
     def sorted(self) -> list[int]:
-        return list(compress(range(len(self._marks)), self._marks))
+        dense = compress(range(len(self._marks)), self._marks)
+        return [*dense, *sorted(self._far)] if self._far else list(dense)
 
 
 class RunTally:

@@ -48,6 +48,7 @@ class EntryFigures:
 # A table row's head: key length, outcome length, usage length, api_calls, flags (completed,
 # partial, usage present); the key, the outcome and the usage's JSON follow.
 _HEAD = struct.Struct("<IIIqB")
+DENSE = 1 << 20  # how far past the indices held the table grows for a new one
 
 
 class FiguresTable:
@@ -59,16 +60,21 @@ class FiguresTable:
     def __init__(self) -> None:
         self._rows = bytearray()
         self._at = array("q")  # prompt_index -> its row's offset in `_rows`, -1 for none
+        self._far: dict[int, int] = {}  # the same, for an index far past the others (hand-edited)
         self._count = 0
 
     def put(self, key: str, index: int, figures: EntryFigures) -> None:
         """The figures of `key`'s entry (at `prompt_index` `index`), replacing earlier ones."""
         if index < 0:
             raise ValueError(f"a prompt index is never negative: {index}")
-        if index >= len(self._at):
-            self._at.extend([-1] * max(index + 1 - len(self._at), len(self._at) // 2))
-        self._count += self._at[index] < 0
-        self._at[index] = len(self._rows)
+        if index in self._far or index >= 2 * len(self._at) + DENSE:
+            self._count += index not in self._far
+            self._far[index] = len(self._rows)
+        else:
+            if index >= len(self._at):
+                self._at.extend([-1] * max(index + 1 - len(self._at), len(self._at) // 2))
+            self._count += self._at[index] < 0
+            self._at[index] = len(self._rows)
         key_bytes, outcome = key.encode("utf-8"), figures.outcome.encode("utf-8")
         usage = b"" if figures.usage is None else json.dumps(figures.usage).encode("utf-8")
         flags = figures.completed | figures.partial << 1 | (figures.usage is not None) << 2
@@ -77,9 +83,10 @@ class FiguresTable:
 
     def get(self, key: str, index: object) -> EntryFigures | None:
         """The figures counted of `key`'s entry at `index`; None when there are none."""
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self._at):
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             return None
-        at = self._at[index]
+        at = self._at[index] if index < len(self._at) else -1
+        at = self._far.get(index, -1) if at < 0 else at
         if at < 0 or self._key(at) != key:
             return None
         key_size, outcome_size, usage_size, api_calls, flags = _HEAD.unpack_from(self._rows, at)
@@ -91,7 +98,7 @@ class FiguresTable:
 
     def __iter__(self) -> Iterator[str]:
         """The keys, in prompt_index order."""
-        for at in self._at:
+        for at in [*self._at, *self._far.values()]:
             if at >= 0:
                 yield self._key(at)
 
