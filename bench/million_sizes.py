@@ -49,7 +49,6 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=100_000)
     n = parser.parse_args().prompts
     keys = [f"{prompt_hash(f'p{i}')}:0" for i in range(n)]
-    fresh = [k[:-1] + "0" for k in keys]  # new strings, as each event or parse makes them
 
     def figures() -> EntryFigures:
         return EntryFigures(True, False, 1, "completed", json.loads(json.dumps(USAGE)))
@@ -85,12 +84,13 @@ def main() -> None:
     measure("units planned: PlannedUnits", n, units)
     measure("  was list[Unit]", n, lambda: [Unit(k[:-1] + "0", i + 1000, 0) for i, k in enumerate(keys)])
     measure("copies per prompt hash: CopyCounter", n, copies)
-    measure("  was dict[str, int]", n, lambda: {k[:20] + "": 1 for k in fresh})
+    measure("  was dict[str, int]", n, lambda: {k[:20]: 1 for k in keys})
     measure("shard records: packed", n, lambda: records(keys))
 
     def lines() -> list[Line]:
         return [
-            Line(i * 9000 + 10**6, 8999, i + 1000, k, False, (), (), 10**9 + i) for i, k in enumerate(fresh)
+            Line(i * 9000 + 10**6, 8999, i + 1000, k[:-1] + "0", False, (), (), 10**9 + i)
+            for i, k in enumerate(keys)
         ]
 
     measure("  was list[Line]", n, lines)
