@@ -15,7 +15,13 @@ the runner's (parent process's) RSS sampled every 0.1 s: its peak, at the last r
 its peak after it, and the curve (`--curve`); `process_gone`, when the sampler found the
 runner's process exited (before its pipes closed: `exit` waits for both). `--profile=FILE`
 runs the parent under cProfile (only the parent: the workers are other processes), for where
-the tail goes.
+the tail goes; `--trace=FILE` under tracemalloc (`million_trace.py`): what holds its memory.
+
+`--kill_at=0.5` (issue 26: exactly once under kill -9): the run is killed (SIGKILL, the runner
+and its workers) once that fraction of the prompts is in its batch files, then run again with
+`--resume`; printed: `resume_s`, from the resume's start to its first model request (it has
+found its place: scanned the run directory, planned the rest), both runs' RSS, and
+`exactly_once`: trajectories.jsonl holds every prompt index once.
 """
 
 from __future__ import annotations
@@ -79,19 +85,30 @@ def write_dataset(path: Path, prompts: int) -> None:
             handle.write(json.dumps({"prompt": f"Benchmark task number {i}: say hello."}) + "\n")
 
 
-def run_once(
-    tree: Path, dataset: Path, workdir: Path, label: str, args: argparse.Namespace
-) -> dict[str, Any]:
-    """One run of `tree`'s runner over `dataset`; its figures."""
-    server = start_endpoint(0.0, 0.0, policy="answer")
+def runner_cmd(
+    tree: Path, dataset: Path, workdir: Path, label: str, base_url: str, args: argparse.Namespace
+) -> list[str]:
     profile = ["-m", "cProfile", "-o", str(args.profile)] if args.profile else []
-    cmd = [
-        sys.executable, *profile, str(tree / "batch_runner.py"), f"--dataset_file={dataset}",
+    trace = [str(ROOT / "bench" / "million_trace.py"), str(args.trace)] if args.trace else []
+    return [
+        sys.executable, *profile, *trace, str(tree / "batch_runner.py"), f"--dataset_file={dataset}",
         f"--batch_size={args.batch_size}", f"--run_name={label}", f"--output_dir={workdir / 'runs'}",
-        f"--base_url={server.base_url}", "--api_key=bench", "--model=sim-model",
+        f"--base_url={base_url}", "--api_key=bench", "--model=sim-model",
         f"--num_workers={args.workers}", f"--max_inflight={args.inflight}",
         "--distribution=terminal_only", "--sandbox=local",
     ]  # fmt: skip
+
+
+def run_once(
+    tree: Path, dataset: Path, workdir: Path, label: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """One run of `tree`'s runner over `dataset`; its figures (with `--kill_at`: killed, resumed)."""
+    if args.kill_at is not None:
+        from million import kill_and_resume  # it uses this module's sampler
+
+        return kill_and_resume(tree, dataset, workdir, label, args)
+    server = start_endpoint(0.0, 0.0, policy="answer")
+    cmd = runner_cmd(tree, dataset, workdir, label, server.base_url, args)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tree)
     sampler = RssSampler(proc.pid, args.period)
@@ -114,10 +131,16 @@ def run_once(
         "tail_s": round(ended - last, 3),
         "wall_s": round(ended - started, 2),
         "phases_s": phases,
+        **_rss(sampler, started, last, args.curve),
+    }
+
+
+def _rss(sampler: RssSampler, started: float, last: float, curve: bool) -> dict[str, Any]:
+    return {
         "rss_peak_mib": round(sampler.peak() / 1024, 1),
         "rss_at_last_reply_mib": round(sampler.at(last) / 1024, 1),
         "rss_peak_after_last_reply_mib": round(sampler.peak(after=last) / 1024, 1),
-        **({"rss_curve": _curve(sampler.series, started, last)} if args.curve else {}),
+        **({"rss_curve": _curve(sampler.series, started, last)} if curve else {}),
     }
 
 
@@ -158,6 +181,8 @@ def main() -> None:
     parser.add_argument("--period", type=float, default=0.1, help="RSS sampling period, seconds")
     parser.add_argument("--curve", action="store_true", help="print the sampled RSS curve too")
     parser.add_argument("--profile", type=Path, default=None, help="cProfile the parent into this file")
+    parser.add_argument("--trace", type=Path, default=None, help="tracemalloc the parent: top sites to FILE")
+    parser.add_argument("--kill_at", type=float, default=None, help="kill -9 at this fraction, then --resume")
     parser.add_argument("--workdir", type=Path, default=None, help="keep the runs here (default: a temp dir)")
     args = parser.parse_args()
     trees = [ROOT] if args.against is None else [args.against.resolve(), ROOT]
@@ -173,6 +198,10 @@ def main() -> None:
                 results[str(tree)].append(result)
                 print(json.dumps(result), flush=True)
     for tree, runs in results.items():
+        if args.kill_at is not None:
+            resumes = [r["resume_s"] for r in runs]
+            print(f"{tree}: resume_s median {statistics.median(resumes):.2f} over {len(runs)} run(s)")
+            continue
         tails = [r["tail_s"] for r in runs]
         peaks = [r["rss_peak_mib"] for r in runs]
         spread = f"(min {min(tails):.3f}, max {max(tails):.3f})"

@@ -10,7 +10,8 @@ step, follow from that split alone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable
+from array import array
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,32 @@ class Unit:
     key: str
     index: int
     sample_index: int
+
+
+class PlannedUnits:
+    """The `Unit`s planned at the run's start, in order, packed (issue 26: a list of them held
+    ~130 bytes a prompt for the whole run; this, a key's bytes and 20 more)."""
+
+    def __init__(self) -> None:
+        self._keys = bytearray()
+        self._ends = array("q")  # where each key ends in `_keys`
+        self._indices = array("q")
+        self._samples = array("l")
+
+    def append(self, unit: Unit) -> None:
+        self._keys += unit.key.encode("utf-8")
+        self._ends.append(len(self._keys))
+        self._indices.append(unit.index)
+        self._samples.append(unit.sample_index)
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __iter__(self) -> Iterator[Unit]:
+        start = 0
+        for end, index, sample in zip(self._ends, self._indices, self._samples, strict=True):
+            yield Unit(self._keys[start:end].decode("utf-8"), index, sample)
+            start = end
 
 
 @dataclass

@@ -5,8 +5,9 @@ which columns are the row fields (`agent.batch.row_columns`).
 
 Two passes over the dataset, both streamed: `scan_dataset` validates every line up front (so a
 bad dataset is reported before a token is spent), `iter_rows` then yields the valid rows in
-file order. Neither holds the file in memory; `iter_rows` keeps only a dict from prompt hash
-to the number of copies seen, which gives each copy of a repeated prompt its own key.
+file order. Neither holds the file in memory; `iter_rows` keeps only the number of copies seen of
+each prompt hash (`agent.batch.dataset_copies`), which gives each copy of a repeated prompt its
+own key.
 
 Blank lines are skipped silently; every other line is a row or an error (reported with its
 line number, then skipped) by the rules of `agent.batch.row_fields`; a Parquet or `datasets`
@@ -20,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from agent.batch.dataset_copies import CopyCounter
 from agent.batch.dataset_hub import HUB_PREFIX, DiskSource, HubSource, is_datasets_directory, split_directory
 from agent.batch.dataset_source import LineError as LineError  # where it always was, for callers
 from agent.batch.dataset_source import Record, Source, where
@@ -232,7 +234,7 @@ def iter_rows(
     """Stream the valid rows in order (second pass); invalid ones are skipped. `backend` and
     `options` must be those `scan_dataset` was given, or the rows would not match its count."""
     _check_max_samples(max_samples)
-    seen: dict[str, int] = {}  # prompt hash -> copies seen so far
+    seen = CopyCounter()  # prompt hash -> copies seen so far, packed
     index = 0
     for line_no, record in open_source(path, options).records(backend):
         if not isinstance(record, LineFields):
@@ -240,8 +242,7 @@ def iter_rows(
         if max_samples is not None and index >= max_samples:
             return
         digest = prompt_hash(record.prompt)
-        occurrence = seen.get(digest, 0)
-        seen[digest] = occurrence + 1
+        occurrence = seen.see(digest)
         yield DatasetRow(
             index=index,
             line_no=line_no,
@@ -262,6 +263,9 @@ def iter_units(rows: Iterator[DatasetRow], samples_per_prompt: int) -> Iterator[
     next. A unit is the row with its sample's key (`sample_key`), `sample_index` and position
     among the units (`index`: row index * N + sample); sample 0 is the row itself, so a run of
     one sample per prompt is the run it was before samples existed."""
+    if samples_per_prompt == 1:  # each row is its sample 0 (a copy per row cost ~1/4 of the read)
+        yield from rows
+        return
     for row in rows:
         for sample in range(samples_per_prompt):
             yield replace(

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from agent.batch.backend import Backend, BackendFactory, Tally, drive
 from agent.batch.capacity import raise_fd_limit
-from agent.batch.completion import Completion, Unit, note_extra_samples
+from agent.batch.completion import Completion, PlannedUnits, Unit, note_extra_samples
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units
 from agent.batch.end_fold import EndFold
 from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent
@@ -33,7 +33,7 @@ from agent.batch.recovery import current_discards, withdraw_unkept, write_answer
 from agent.batch.rescore import rescore_step
 from agent.batch.row_verify import job_checks
 from agent.batch.run_summary import filters_and_budget, run_summary, sample_counts, worker_losses
-from agent.batch.tally import RunTally
+from agent.batch.tally import Paced, RunTally
 from agent.config.run_config import RunConfig
 from agent.errors import FailureClass
 from agent.protocols import RunStore, StoredKeys
@@ -75,7 +75,8 @@ class BatchRun:
         self.kept = KeepPass()  # what --keep moved at the end (before the merge)
         self.captured: dict[str, Any] | None = None  # --capture_tokens: tokens.jsonl's counts, merged
         self.fold: EndFold | None = None  # the merged output's figures, counted as lines are written
-        self.units: list[Unit] | None = None  # the dataset's rows as planned, for the completion split
+        self.checkpoints = Paced()  # when checkpoint.json is next rewritten during the run
+        self.units: PlannedUnits | None = None  # the dataset's rows as planned, for the completion split
 
     def run(self, scan: DatasetScan) -> int:
         started = time.monotonic()
@@ -137,7 +138,7 @@ class BatchRun:
         """How many prompts remain; numbers them (`number_prompts`) and records which indices
         are already done."""
         pending: list[tuple[str, int]] = []
-        self.units = []
+        self.units = PlannedUnits()
         for row in self._rows():
             self.units.append(Unit(row.key, row.index, row.sample_index))
             if row.key in index.done or row.key in index.discarded:
@@ -197,7 +198,7 @@ class BatchRun:
             return ended
 
     def _tick(self) -> None:
-        self._checkpoint()
+        self.checkpoints.tick(self._checkpoint, self.store.sync)  # the group commit every tick
         if self.monitor is not None and self.workers is not None:
             self.monitor.tick(len(self.workers.tally.running))
 

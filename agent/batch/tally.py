@@ -13,15 +13,17 @@ merge, a bug) is one warning line and the `merge_check` section of statistics.js
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import compress
 from typing import Any, Literal
 
 from agent.batch.events import Cancelled, Discarded, Failed, Finished, LimiterReport, WorkerEvent
 from agent.loop.conversation import PARTIAL
-from agent.store.figures import EntryFigures
+from agent.store.figures import EntryFigures, FiguresTable
 from agent.store.jsonl import json_int
 from agent.store.statistics import RunStatistics
 
@@ -29,6 +31,7 @@ log = logging.getLogger("agent.batch.run")
 
 Advance = Literal["done", "partial", "discarded", "failed"]  # a prompt answered, for the progress
 NAMED = 10  # prompt keys named in the check, the rest counted
+DENSE = 1 << 20  # how far past the indices held a packed table grows for a new one
 _PARTIAL = frozenset(str(outcome) for outcome in PARTIAL)  # an entry's `partial`, by its outcome
 
 
@@ -36,7 +39,7 @@ _PARTIAL = frozenset(str(outcome) for outcome in PARTIAL)  # an entry's `partial
 class MergeCheck:
     """This invocation's entries as the merge reads them, against what the run counted."""
 
-    counted: dict[str, EntryFigures]
+    counted: FiguresTable
     checked: int = 0
     differences: dict[str, int] = field(default_factory=dict)  # figure -> entries it differs in
     keys: list[str] = field(default_factory=list)  # the first entries that differ
@@ -46,7 +49,7 @@ class MergeCheck:
         an entry of an earlier invocation (its figures are the entry's)."""
         metadata = entry.get("metadata")
         key = metadata.get("prompt_key") if isinstance(metadata, dict) else None
-        counted = self.counted.get(key) if isinstance(key, str) else None
+        counted = self.counted.get(key, entry.get("prompt_index")) if isinstance(key, str) else None
         if not isinstance(key, str) or counted is None:
             return None
         self.checked += 1
@@ -80,6 +83,61 @@ class MergeCheck:
         return section
 
 
+class Paced:
+    """When a periodic write whose cost grows with the run is next due: at most `share` of the
+    time goes to it (issue 26: checkpoint.json lists every done prompt; at a million prompts
+    it is ~13 MB and ~0.7 s of the parent's CPU to write, which every second would be most of
+    the parent's time)."""
+
+    def __init__(self, share: float = 0.05, clock: Callable[[], float] = time.monotonic) -> None:
+        self.share, self.clock, self.next_at = share, clock, 0.0
+
+    def tick(self, write: Callable[[], None], otherwise: Callable[[], None]) -> None:
+        """`write` when it is due, else `otherwise` (the part of a tick that is cheap)."""
+        started = self.clock()
+        if started < self.next_at:
+            otherwise()
+            return
+        write()
+        ended = self.clock()
+        self.next_at = ended + (ended - started) / self.share
+
+
+class IndexSet:
+    """A set of prompt indices (>= 0): one byte per index up to the largest of a dense run (a
+    million-prompt run's done prompts in 1 MB, where a `set[int]` held ~70 MB); an index far
+    past them (a hand-edited line's) in a plain set, so one never costs its value in bytes."""
+
+    def __init__(self) -> None:
+        self._marks = bytearray()
+        self._far: set[int] = set()
+
+    def add(self, index: int) -> None:
+        if index < 0:
+            raise ValueError(f"a prompt index is never negative: {index}")
+        if index >= len(self._marks):
+            if index >= 2 * len(self._marks) + DENSE:
+                self._far.add(index)
+                return
+            self._marks.extend(bytes(max(index + 1 - len(self._marks), len(self._marks) // 2)))
+            for near in [n for n in self._far if n < len(self._marks)]:  # every far one stays past
+                self._far.discard(near)
+                self._marks[near] = 1
+        self._marks[index] = 1
+
+    def __contains__(self, index: object) -> bool:
+        if not isinstance(index, int) or index < 0:
+            return False
+        return index in self._far if index >= len(self._marks) else self._marks[index] == 1
+
+    def __len__(self) -> int:
+        return self._marks.count(1) + len(self._far)
+
+    def sorted(self) -> list[int]:
+        dense = compress(range(len(self._marks)), self._marks)
+        return [*dense, *sorted(self._far)] if self._far else list(dense)
+
+
 class RunTally:
     """Every counter of one invocation, fed by `count` (each event) and `plan` (the prompts
     found done when it started)."""
@@ -87,12 +145,12 @@ class RunTally:
     def __init__(self, batch_size: int, failures: Mapping[str, int] | None = None) -> None:
         self.batch_size = batch_size
         self.stats = RunStatistics()
-        self.done_indices: set[int] = set()
+        self.done_indices = IndexSet()  # one byte per prompt_index, not a set's ~60
         self.batches: dict[int, dict[str, int]] = {}
         self.attempts = dict(failures or {})  # key -> failed attempts before this invocation
         self.failed_keys: set[str] = set()
         self.cancelled_keys: set[str] = set()  # in flight when the run was stopped
-        self.written: dict[str, EntryFigures] = {}  # key -> what was counted of the entry written
+        self.written = FiguresTable()  # key -> what was counted of the entry written
         # entries the re-applied filters moved, per reason (`agent.batch.recovery`)
         self.recovered, self.withdrawn = Counter[str](), Counter[str]()
 
@@ -116,7 +174,7 @@ class RunTally:
                 self.stats.add_processed(event.outcome, event.usage, event.api_calls)
                 partial = event.outcome in _PARTIAL
                 figures = EntryFigures(event.completed, partial, event.api_calls, event.outcome, event.usage)
-                self.written[event.key] = figures
+                self.written.put(event.key, event.prompt_index, figures)
                 return "done" if event.completed else "partial"
             case Discarded():
                 self._done(event.prompt_index, discarded=True)
@@ -142,7 +200,7 @@ class RunTally:
         """The `checkpoint.json` document (derived from the logs, for the reference's readers)."""
         return {
             "run_name": run_name,
-            "completed_prompts": sorted(self.done_indices),
+            "completed_prompts": self.done_indices.sorted(),
             "batch_stats": {str(k): v for k, v in sorted(self.batches.items())},
             "last_updated": datetime.now().isoformat(),
         }

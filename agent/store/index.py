@@ -18,6 +18,7 @@ from typing import Any
 from agent.store.jsonl import read_lines
 from agent.store.keys import KeyResolver, is_tombstone, record_key
 from agent.store.layout import DISCARDED_FILE, FAILURES_FILE, batch_files
+from agent.store.line_head import read_heads
 from agent.store.shard_index import ShardRecords
 
 
@@ -57,7 +58,7 @@ def _scan_results(directory: Path, index: RunIndex, records: ShardRecords | None
     resolver = KeyResolver()
     for path in batch_files(directory):
         shard = records.of(path) if records is not None else None
-        for _line, entry in read_lines(path, None if shard is None else shard.start):
+        for _line, entry in read_heads(path, None if shard is None else shard.start):
             key = resolver.result_key(entry) if entry is not None else None
             if entry is None or key is None:
                 index.invalid_lines += 1

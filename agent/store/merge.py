@@ -34,6 +34,7 @@ from agent.store.durable import atomic_write, fsync_directory
 from agent.store.jsonl import encode_line, parse_object
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import TRAJECTORIES_FILE, batch_files
+from agent.store.line_head import index_prefix
 from agent.store.shard_index import Line, Shard, ShardChanged, ShardRecords
 from agent.store.token_merge import TokenMerge, captured, tokens_output
 from agent.store.tool_counts import TOOL_ROWS, cut_name
@@ -262,7 +263,7 @@ def _in_index_order(
             if end is not None and offset >= end:
                 break
             if raw.strip():
-                order.append((_index_of(parse_object(raw.rstrip(b"\r\n"))), offset, len(raw), None))
+                order.append((_index_of(raw), offset, len(raw), None))
             offset += len(raw)
         order += [(line.number, line.offset, line.length, line) for line in shard.lines] if shard else []
         order.sort(key=lambda item: item[0])  # stable: file order among equal indices
@@ -276,6 +277,12 @@ def _in_index_order(
                 raise ShardChanged(f"{path.name}: a line this run wrote changed before the merge")
 
 
-def _index_of(entry: dict[str, Any] | None) -> int:
+def _index_of(raw: bytes) -> int:
+    """A line's `prompt_index` for the sort: read from its first bytes when it has the runner's
+    layout (`index_prefix`: the line is parsed once, when copied, not twice), else parsed."""
+    prefixed = index_prefix(raw)
+    if prefixed is not None:
+        return prefixed
+    entry = parse_object(raw.rstrip(b"\r\n"))
     number = entry.get("prompt_index") if entry is not None else None
     return number if isinstance(number, int) and not isinstance(number, bool) else -1

@@ -5,9 +5,11 @@ user's wait).
 `RunDirectory` parses each result line once, as it appends it, and keeps here what the scan
 (`agent.store.index`) and the merge (`agent.store.merge`) read of a line: its offset and
 length, `prompt_index`, key, whether it is a tombstone, its labels and tool names, and a CRC
-of its bytes. A shard's part written before this process (an earlier invocation's) is not
-here: it is read from the file as before. Kept lines are trusted only while the shard is as
-this process left it (`ShardRecords.unchanged`: size, inode and mtime after our last append);
+of its bytes, packed in a shard's two bytearrays (`Shard`: nothing per line is a Python object,
+so the parent's memory stays flat over a million prompts). A shard's part written before this
+process (an earlier invocation's) is not here: it is read from the file as before. Kept lines
+are trusted only while the shard is as this process left it (`ShardRecords.unchanged`: size,
+inode and mtime after our last append);
 the merge checks each line's CRC as it copies it (`ShardChanged` on a difference). A line
 without a `metadata.prompt_key` is never recorded: its key depends on every line before it
 (`KeyResolver`), so the records are dropped and the files read as before.
@@ -16,7 +18,9 @@ without a `metadata.prompt_key` is never recorded: its key depends on every line
 from __future__ import annotations
 
 import os
+import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -39,12 +43,42 @@ class Line(NamedTuple):
     crc: int
 
 
+# One recorded line, packed: offset, length, number, crc, key length, tombstone, labels' and
+# tools' ids in `ShardRecords`' tables of name tuples. The key's UTF-8 bytes follow in `keys`.
+_ROW = struct.Struct("<qIqIIBII")
+
+
 @dataclass
 class Shard:
+    """A shard's recorded lines, packed (issue 26: ~60 bytes a line, no object per line: a
+    million-prompt run's records are ~60 MB, not ~300 MB of tuples). Iterating makes each
+    `Line` again, in append order."""
+
     start: int  # the file's size before this process's first append: lines from here are ours
+    names: list[tuple[str, ...]]  # the records' table of name tuples (shared by every shard)
     end: int = 0  # its size after our last append
     stamp: tuple[int, int] = (0, 0)  # (inode, mtime_ns) after our last append
-    lines: list[Line] = field(default_factory=list)
+    rows: bytearray = field(default_factory=bytearray)  # one `_ROW` per line
+    keys: bytearray = field(default_factory=bytearray)  # the lines' keys, UTF-8, back to back
+    count: int = 0
+
+    def append(self, line: Line, labels: int, tools: int) -> None:
+        key = line.key.encode("utf-8")
+        self.rows += _ROW.pack(
+            line.offset, line.length, line.number, line.crc, len(key), line.tombstone, labels, tools
+        )
+        self.keys += key
+        self.count += 1
+
+    @property
+    def lines(self) -> Iterator[Line]:
+        at = 0
+        for offset, length, number, crc, size, tombstone, labels, tools in _ROW.iter_unpack(self.rows):
+            key = self.keys[at : at + size].decode("utf-8")
+            at += size
+            yield Line(
+                offset, length, number, key, bool(tombstone), self.names[labels], self.names[tools], crc
+            )
 
 
 def line_of(offset: int, data: bytes, entry: dict[str, Any]) -> Line | None:
@@ -71,28 +105,32 @@ class ShardRecords:
     def __init__(self) -> None:
         self.shards: dict[str, Shard] = {}
         self.usable = True
-        # one copy of each tuple of names: an entry lists every tool it was offered, the same
-        # few tuples for a whole run (a copy per line would cost ~1 KiB of the parent's memory)
-        self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
+        # each tuple of names once, a line holding its number: an entry lists every tool it was
+        # offered, the same few tuples for a whole run (a copy per line would cost ~1 KiB)
+        self._ids: dict[tuple[str, ...], int] = {}
+        self._names: list[tuple[str, ...]] = []
 
     def add(self, path: Path, offset: int, data: bytes, entry: dict[str, Any] | None) -> Line | None:
         """Record one appended line (`entry` None: it did not parse, so nothing is trusted)."""
         if not self.usable:
             return None
-        shard = self.shards.setdefault(path.name, Shard(start=offset))
+        shard = self.shards.get(path.name) or self.shards.setdefault(path.name, Shard(offset, self._names))
         line = line_of(offset, data, entry) if entry is not None else None
         if line is None or offset != (shard.end or shard.start):
             self.forget()
             return None
-        line = line._replace(tools=self._shared(line.tools), labels=self._shared(line.labels))
-        shard.lines.append(line)
+        shard.append(line, self._id(line.labels), self._id(line.tools))
         shard.end = offset + len(data)
         status = os.stat(path)
         shard.stamp = (status.st_ino, status.st_mtime_ns)
         return line
 
-    def _shared(self, names: tuple[str, ...]) -> tuple[str, ...]:
-        return self._names.setdefault(names, names)
+    def _id(self, names: tuple[str, ...]) -> int:
+        found = self._ids.get(names)
+        if found is None:
+            found = self._ids[names] = len(self._names)
+            self._names.append(names)
+        return found
 
     def forget(self) -> None:
         self.shards.clear()

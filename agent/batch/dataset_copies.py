@@ -1,0 +1,61 @@
+"""How many copies of each prompt the dataset has shown so far (`iter_rows` numbers repeated
+prompts with it), in a packed table (issue 26: a million-prompt run reads its dataset while it
+runs; a dict from prompt hash to count held ~110 bytes a prompt for the whole run, this ~20-40).
+
+A prompt's hash (`agent.store.keys.prompt_hash`, 20 hex digits) is stored as its 10 bytes in an
+open-addressing table (linear probing, at most half full); a prompt seen more than once has its
+count in a dict (repeats are few). Exact: two hashes are equal only when all 10 bytes are.
+"""
+
+from __future__ import annotations
+
+_WIDTH = 10  # bytes of a prompt hash
+_EMPTY = bytes(_WIDTH)  # no hash is all zeros in practice; one that is is counted in `_zero`
+
+
+class CopyCounter:
+    def __init__(self, slots: int = 1 << 16) -> None:
+        self._table = bytearray(slots * _WIDTH)
+        self._slots, self._used = slots, 0
+        self._repeats: dict[bytes, int] = {}  # hash -> copies, for hashes seen twice or more
+        self._zero = 0
+
+    def see(self, digest: str) -> int:
+        """How many copies of `digest` came before this one (0 for the first); counts this one."""
+        packed = bytes.fromhex(digest)
+        if len(packed) != _WIDTH:
+            raise ValueError(f"not a prompt hash: {digest!r}")
+        if packed == _EMPTY:
+            self._zero += 1
+            return self._zero - 1
+        if self._insert(packed):
+            return 0
+        copies = self._repeats.get(packed, 1)
+        self._repeats[packed] = copies + 1
+        return copies
+
+    def _insert(self, packed: bytes) -> bool:
+        """Add `packed`; False when it was already there."""
+        table, slots = self._table, self._slots
+        slot = int.from_bytes(packed[:8], "little") % slots
+        while True:
+            at = slot * _WIDTH
+            held = table[at : at + _WIDTH]
+            if held == packed:
+                return False
+            if held == _EMPTY:
+                table[at : at + _WIDTH] = packed
+                self._used += 1
+                if 2 * self._used > slots:
+                    self._grow()
+                return True
+            slot = (slot + 1) % slots
+
+    def _grow(self) -> None:
+        old, width = self._table, _WIDTH
+        self._slots *= 2
+        self._table, self._used = bytearray(self._slots * width), 0
+        for at in range(0, len(old), width):
+            held = bytes(old[at : at + width])
+            if held != _EMPTY:
+                self._insert(held)

@@ -1,0 +1,227 @@
+"""A million prompts with the parent's memory flat (issue 26): each per-prompt structure the
+parent keeps is packed, and gives the same answers as the objects it replaced."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from agent.batch.completion import PlannedUnits, Unit
+from agent.batch.dataset import scan_dataset
+from agent.batch.dataset_copies import CopyCounter
+from agent.batch.run import BatchRun
+from agent.batch.tally import IndexSet, Paced, RunTally
+from agent.config.agent_config import AgentConfig
+from agent.config.run_config import RunConfig
+from agent.protocols import SandboxOptions
+from agent.store import line_head
+from agent.store.directory import RunDirectory
+from agent.store.figures import EntryFigures, FiguresTable
+from agent.store.index import scan_run
+from agent.store.jsonl import read_lines
+from agent.store.keys import prompt_hash
+from agent.store.line_head import head, index_prefix
+from agent.store.shard_index import line_of
+from tests.support.scripted_backend import scripted
+
+
+def entry(key: str, index: int | None, **fields: Any) -> dict[str, Any]:
+    made: dict[str, Any] = {
+        "conversations": [{"from": "human", "value": key}],
+        "metadata": {"prompt_key": key},
+    }
+    if index is not None:
+        made["prompt_index"] = index
+    return {**made, **fields}
+
+
+ENTRIES = [
+    entry("k:0", 3, tool_stats={"terminal": {"count": 1}, "web_search": {"count": 0}}),
+    entry("k:1", None),  # no prompt_index: the merge sorts it first
+    entry("ключ:0", 7, metadata={"prompt_key": "ключ:0", "discard_reasons": ["too_short"]}),
+    {"prompt_key": "k:0", "discarded": True, "prompt": "k", "metadata": {"prompt_key": "k:0"}},  # tombstone
+    entry("k:2#1", 2**40, tool_stats={"terminal": {"count": 2}, "web_search": {"count": 1}}),
+]
+
+
+def test_packed_shard_records_give_back_the_lines_as_line_of_makes_them(tmp_path: Path) -> None:
+    with RunDirectory(tmp_path) as store:
+        store.lock()
+        store.repair()
+        for number, made in enumerate(ENTRIES):
+            store.append_result(number % 2, json.dumps(made).encode() + b"\n")
+        for name in ("batch_0.jsonl", "batch_1.jsonl"):
+            expected, offset = [], 0
+            for raw in (tmp_path / name).read_bytes().splitlines(keepends=True):
+                expected.append(line_of(offset, raw, json.loads(raw)))
+                offset += len(raw)
+            shard = store.records.of(tmp_path / name)
+            assert shard is not None and list(shard.lines) == expected
+            # packed: a few dozen bytes a line, no object per line (a NamedTuple was ~300 B)
+            assert len(shard.rows) + len(shard.keys) < 64 * len(expected)
+        assert [line.tombstone for _, line in store.take_appended()] == [False, False, False, True, False]
+
+
+def test_the_scan_and_merge_of_packed_records_match_a_fresh_read(tmp_path: Path) -> None:
+    """What the scan and the merge make of this process's records is what they make of the files."""
+    with RunDirectory(tmp_path) as store:
+        store.lock()
+        store.repair()
+        for number, made in enumerate([*ENTRIES, entry("k:0", 3)]):
+            store.append_result(number % 2, json.dumps(made).encode() + b"\n")
+        packed = store.scan()
+        store.merge({"terminal"}, output="packed.jsonl")
+        store.forget_records()
+        read = store.scan()
+        store.merge({"terminal"}, output="read.jsonl")
+    assert packed == read
+    assert (tmp_path / "packed.jsonl").read_bytes() == (tmp_path / "read.jsonl").read_bytes()
+    merged = [e["metadata"]["prompt_key"] for _, e in read_lines(tmp_path / "read.jsonl") if e]
+    assert merged == ["k:0", "ключ:0", "k:2#1", "k:1"]  # by prompt_index per shard, first line wins
+
+
+def test_the_done_indices_are_one_byte_a_prompt_and_answer_as_a_set() -> None:
+    done, reference = IndexSet(), set()
+    for index in [5, 0, 5, 1_000, 3, 999_999, 17]:
+        done.add(index)
+        reference.add(index)
+    assert done.sorted() == sorted(reference) and len(done) == len(reference)
+    assert all((n in done) == (n in reference) for n in [-1, 0, 1, 4, 5, 1_000, 999_998, 999_999, 10**7])
+    assert len(done._marks) < 2 * 1_000_000  # bytes, not objects
+    with pytest.raises(ValueError, match="never negative"):
+        done.add(-1)
+
+
+def test_checkpoint_lists_done_prompts_from_the_packed_set() -> None:
+    tally = RunTally(batch_size=10)
+    for index, done in [(12, True), (3, False), (0, True), (7, True)]:
+        tally.plan(index, done=done)
+    assert tally.checkpoint("r")["completed_prompts"] == [0, 7, 12]
+    assert isinstance(tally.done_indices, IndexSet)
+
+
+def test_the_packed_figures_table_answers_as_the_dict_it_replaced() -> None:
+    table, reference = FiguresTable(), {}
+    rows = [
+        ("a:0", 0, EntryFigures(True, False, 1, "completed", {"prompt_tokens": 10, "cost_usd": 0.25})),
+        ("b:0", 7, EntryFigures(False, True, 3, "max_turns", None)),
+        ("ключ:0#2", 3, EntryFigures(True, False, 0, "completed", {"details": {"cached": 2}})),
+        ("a:0", 0, EntryFigures(False, False, 2, "error", {})),  # written again: the last counts
+    ]
+    for key, index, figures in rows:
+        table.put(key, index, figures)
+        reference[key] = figures
+    assert len(table) == len(reference) == 3
+    assert sorted(table) == sorted(reference)
+    for key, index, _ in rows:
+        assert table.get(key, index) == reference[key]
+    assert table.get("a:0", 7) is None and table.get("a:0", 99) is None and table.get("a:0", None) is None
+    assert table.get("a:0", True) is None  # a bool is not a prompt_index
+
+
+def scripted_run_dir(tmp_path: Path, prompts: int = 6) -> Path:
+    """A run's directory as the runner writes it (the scripted backend: real entries, no model)."""
+    dataset = tmp_path / "prompts.jsonl"
+    rows = [{"prompt": f'prompt {i} "quoted" ü {{"metadata": {{}}}}'} for i in range(prompts)]
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = RunConfig(
+        dataset_file=str(dataset),
+        batch_size=2,
+        run_name="heads",
+        agent=AgentConfig(),
+        output_dir=str(tmp_path / "data"),
+        distribution="terminal_only",
+        sandbox=SandboxOptions(backend="local", root=str(tmp_path / "sandboxes")),
+    )
+    run = BatchRun(config, Console(quiet=True), backend=scripted(lambda: None))
+    run.run(scan_dataset(dataset, backend="local"))
+    return config.run_dir
+
+
+def test_the_scan_reads_the_runners_lines_by_their_head_and_finds_what_a_full_parse_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = scripted_run_dir(tmp_path)
+    lines = [line for path in sorted(run_dir.glob("batch_*.jsonl")) for line, _ in read_lines(path)]
+    assert len(lines) == 6
+    for line in lines:  # every line the runner wrote is read by its head, as a full parse reads it
+        full, read = json.loads(line), head(line)
+        assert read is not None and read["metadata"] == full["metadata"]
+        assert read["prompt_index"] == full["prompt_index"] == index_prefix(line)
+    with (run_dir / "batch_9.jsonl").open("ab") as handle:  # lines the head must not read
+        for made in TRICKY:
+            handle.write(made + b"\n")
+    fast = scan_run(run_dir)
+    monkeypatch.setattr(line_head, "head", lambda line: None)
+    assert scan_run(run_dir) == fast and fast.invalid_lines == 1
+    assert fast.indices["k:9"] == 9 and "k:9" in fast.done and "nested:0" not in fast.done
+
+
+TRICKY = [
+    # no prompt_key in metadata: its key comes from the turns' text
+    b'{"prompt_index": 7, "conversations": [{"from": "human", "value": "hi"}], "metadata": {"x": 1}}',
+    # a second "metadata" (nested, after the turns): parsed whole, the top level's key wins
+    b'{"prompt_index": 8, "conversations": [{"from": "human", "value": "a"}], "metadata": {"prompt_key":'
+    b' "k:8"}, "extra": {"metadata": {"prompt_key": "nested:0"}}}',
+    # the turns end on a non-string: not the runner's layout
+    b'{"prompt_index": 9, "conversations": [{"from": "human", "value": "b", "n": 1}], "metadata":'
+    b' {"prompt_key": "k:9", "discard_reasons": ["too_short"]}}',
+    b'{"prompt_index": 10, "conversations": [{"from": "human", "value": "c"}], "metadata": {"prompt_key":',
+]
+
+
+def test_the_packed_copy_counter_numbers_repeats_as_the_dict_it_replaced() -> None:
+    digests = [prompt_hash(f"prompt {n % 700}") for n in range(3000)] + ["00" * 10, "00" * 10]
+    counter, reference = CopyCounter(slots=8), dict[str, int]()  # 8 slots: it grows many times
+    for digest in digests:
+        expected = reference.get(digest, 0)
+        reference[digest] = expected + 1
+        assert counter.see(digest) == expected
+    assert len(counter._table) <= 4 * 10 * 700 * 2  # ten bytes a distinct prompt, half full at least
+    with pytest.raises(ValueError, match="not a prompt hash"):
+        counter.see("abc1")
+
+
+def test_the_planned_units_give_back_what_was_appended() -> None:
+    units = [Unit("a:0", 0, 0), Unit("ключ:0#1", 1, 1), Unit("", 2**40, 0), Unit("b:3", 7, 2)]
+    planned = PlannedUnits()
+    for unit in units:
+        planned.append(unit)
+    assert list(planned) == units and len(planned) == 4
+    assert list(planned) == units  # iterated again
+
+
+def test_a_paced_write_takes_at_most_its_share_of_the_time() -> None:
+    now = [0.0]
+    writes: list[float] = []
+
+    def write() -> None:  # a checkpoint that takes 0.5 s (a million prompts' list)
+        writes.append(now[0])
+        now[0] += 0.5
+
+    paced, synced = Paced(share=0.05, clock=lambda: now[0]), []
+    for _ in range(60):  # a tick a second
+        paced.tick(write, lambda: synced.append(now[0]))
+        now[0] += 1.0
+    assert writes[:2] == [0.0, 10.5]  # the next write 0.5 / 0.05 = 10 s after the last ended
+    assert len(writes) == 6 and len(synced) == 54  # every other tick still commits
+
+
+def test_an_index_far_past_the_others_costs_no_bytes_of_its_value() -> None:
+    done = IndexSet()
+    for index in [3, 10**12, 2**21, 5]:  # a hand-edited line's index, then one the table reaches
+        done.add(index)
+    assert len(done._marks) < 2**23 and done.sorted() == [3, 5, 2**21, 10**12] and len(done) == 4
+    assert 10**12 in done and 10**12 - 1 not in done
+
+
+def test_the_figures_table_keeps_a_far_index_without_its_value_in_bytes() -> None:
+    table, figures = FiguresTable(), EntryFigures(True, False, 1, "completed", None)
+    for key, index in [("a:0", 2), ("far:0", 10**12), ("b:0", 2**21), ("far:0", 10**12)]:
+        table.put(key, index, figures)
+    assert len(table._at) < 2**23 and len(table) == 3 and sorted(table) == ["a:0", "b:0", "far:0"]
+    assert table.get("far:0", 10**12) == figures and table.get("b:0", 2**21) == figures
