@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from endpoint_process import start_endpoint
-from run_size import RssSampler, _rss, runner_cmd
+from run_size import RssSampler, _rss, runner_cmd, sampled_run
 
 
 class LineCounter:
@@ -49,17 +49,10 @@ def kill_and_resume(
 ) -> dict[str, Any]:
     run_dir = workdir / "runs" / label
     first = _killed_run(tree, dataset, workdir, label, args, run_dir)
-    server = start_endpoint(0.0, 0.0, policy="answer")
-    cmd = [*runner_cmd(tree, dataset, workdir, label, server.base_url, args), "--resume"]
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tree)
-    sampler = RssSampler(proc.pid, args.period)
-    sampler.start()
-    _, err = proc.communicate()
-    ended = time.monotonic()
-    sampler.stop.set()
-    sampler.join()
-    stats = server.stop()["stats"]
+    resumed = sampled_run(
+        tree, args.period, lambda url: [*runner_cmd(tree, dataset, workdir, label, url, args), "--resume"]
+    )
+    proc, err, started, ended, sampler, stats = resumed
     (workdir / f"{label}.resume.stderr").write_bytes(err)  # its log: where the resume's time went
     if proc.returncode != 0:
         raise SystemExit(f"{label}: the resume exited {proc.returncode}:\n{err.decode()[-3000:]}")

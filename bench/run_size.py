@@ -34,12 +34,22 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from endpoint_process import start_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+class SampledRun(NamedTuple):
+    proc: subprocess.Popen[bytes]
+    err: bytes  # its stderr
+    started: float  # time.monotonic() at its spawn
+    ended: float  # … once its pipes closed
+    sampler: RssSampler
+    stats: dict[str, Any]  # the endpoint's
 
 
 class RssSampler(threading.Thread):
@@ -107,17 +117,8 @@ def run_once(
         from million import kill_and_resume  # it uses this module's sampler
 
         return kill_and_resume(tree, dataset, workdir, label, args)
-    server = start_endpoint(0.0, 0.0, policy="answer")
-    cmd = runner_cmd(tree, dataset, workdir, label, server.base_url, args)
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tree)
-    sampler = RssSampler(proc.pid, args.period)
-    sampler.start()
-    _, err = proc.communicate()
-    ended = time.monotonic()
-    sampler.stop.set()
-    sampler.join()
-    stats = server.stop()["stats"]
+    sampled = sampled_run(tree, args.period, lambda url: runner_cmd(tree, dataset, workdir, label, url, args))
+    proc, err, started, ended, sampler, stats = sampled
     if proc.returncode != 0:
         raise SystemExit(f"{label}: runner exited {proc.returncode}:\n{err.decode()[-3000:]}")
     last = stats["last_reply_at"]
@@ -145,6 +146,23 @@ def _rss(sampler: RssSampler, started: float, last: float, curve: bool) -> dict[
 
 
 PHASES = ("checkpoint.json", "trajectories.jsonl", "statistics.json", "report.html")
+
+
+def sampled_run(tree: Path, period: float, command: Callable[[str], list[str]]) -> SampledRun:
+    """`command(base_url)` run in `tree` against a fresh endpoint (latency 0, one call per prompt)
+    with its RSS sampled; the endpoint's statistics once it has exited."""
+    server = start_endpoint(0.0, 0.0, policy="answer")
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        command(server.base_url), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tree
+    )
+    sampler = RssSampler(proc.pid, period)
+    sampler.start()
+    _, err = proc.communicate()
+    ended = time.monotonic()
+    sampler.stop.set()
+    sampler.join()
+    return SampledRun(proc, err, started, ended, sampler, server.stop()["stats"])
 
 
 def _phases(run_dir: Path, last: float, ended: float) -> dict[str, float]:
@@ -199,8 +217,10 @@ def main() -> None:
                 print(json.dumps(result), flush=True)
     for tree, runs in results.items():
         if args.kill_at is not None:
-            resumes = [r["resume_s"] for r in runs]
-            print(f"{tree}: resume_s median {statistics.median(resumes):.2f} over {len(runs)} run(s)")
+            # none when a resume made no request (the run had ended before the kill)
+            resumes = [r["resume_s"] for r in runs if r["resume_s"] is not None]
+            median = f"{statistics.median(resumes):.2f}" if resumes else "-"
+            print(f"{tree}: resume_s median {median} over {len(resumes)} of {len(runs)} run(s)")
             continue
         tails = [r["tail_s"] for r in runs]
         peaks = [r["rss_peak_mib"] for r in runs]
