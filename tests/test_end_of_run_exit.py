@@ -8,6 +8,7 @@ are flushed; a thread that is not a daemon still running is waited for by a norm
 
 from __future__ import annotations
 
+import pstats
 from pathlib import Path
 
 from agent.servers.simulated.server import SimulatedEndpoint
@@ -89,3 +90,21 @@ def test_a_thread_still_running_is_waited_for_by_a_normal_exit(
     assert (marks / "thread").read_text() == "x"
     assert (marks / "atexit").read_text() == "x"
     assert (marks / "teardown").read_text() == "x"  # the interpreter's own exit, teardown included
+
+
+def test_a_profiled_runner_exits_normally_so_its_profile_is_written(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint
+) -> None:
+    cli = BatchCLI(tmp_path, sim_endpoint)
+    profile = tmp_path / "parent.prof"
+    main = tmp_path / "main.py"  # as `python -m cProfile -o parent.prof batch_runner.py …` does
+    main.write_text(
+        "import cProfile\nimport batch_runner\n"
+        f"if __name__ == '__main__':\n    cProfile.run('batch_runner.run_cli()', {str(profile)!r})\n"
+    )
+    dataset = tmp_path / "prompts.jsonl"
+    prompts_dataset(dataset, ["task 0: list the files"])
+    args = (f"--dataset_file={dataset}", "--batch_size=1", "--run_name=profiled", "--num_workers=1")
+    done = cli.run(*args, runner=str(main))
+    assert done.returncode == 0, done
+    assert pstats.Stats(str(profile)).total_calls > 0  # written after the script returned

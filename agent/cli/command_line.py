@@ -117,9 +117,12 @@ def exit_now(code: int) -> NoReturn:
     handlers (logging's flush and close, multiprocessing's finalizers and temporary directory,
     a user module's own), then the standard streams are flushed. The run has closed (fsynced)
     its files and reaped its workers and fork server by now. A thread that is not a daemon
-    still running would be waited for by a normal exit: then the normal exit, as before."""
+    still running would be waited for by a normal exit: then the normal exit, as before; so
+    too under a profiler or tracer (`python -m cProfile -o …`), which writes what it gathered
+    only once the script returns."""
     others = [t for t in threading.enumerate() if t is not threading.main_thread()]
-    if any(not thread.daemon for thread in others):
+    watched = sys.getprofile() is not None or sys.gettrace() is not None
+    if watched or any(not thread.daemon for thread in others):
         sys.exit(code)
     atexit._run_exitfuncs()
     try:
