@@ -23,6 +23,7 @@ from agent.export.tool_stats import tool_stats
 from agent.protocols import Sandbox, SandboxSpec, ToolConfig, ToolSpec, on_sandbox
 from agent.protocols.turns import from_openai_messages
 from agent.sandboxes.blocking import blocking_tool
+from agent.sandboxes.local.environment import passed_env
 from agent.sandboxes.local.sandbox import Session
 from agent.sandboxes.local.slots import SlotPool
 from agent.toolbox import registry
@@ -328,7 +329,7 @@ def sandbox_of_a_script(root: Path) -> Iterator[Sandbox]:
     it: each call runs on an event loop of its own."""
     bash = shutil.which("bash")
     with SlotPool(str(root), "facade", "script") as pool:
-        session = Session(SandboxSpec("facade", "script"), pool, bash)
+        session = Session(SandboxSpec("facade", "script"), pool, bash, 0, passed_env())  # no memory limit
         sandbox = asyncio.run(session.__aenter__())
         try:
             yield sandbox
