@@ -16,15 +16,9 @@ from typing import Any
 
 import pytest
 from openai import OpenAI
-from rich.console import Console
 
-from agent.batch.dataset import scan_dataset
 from agent.batch.recovery import current_discards
-from agent.batch.run import BatchRun
-from agent.config.agent_config import AgentConfig
-from agent.config.run_config import RunConfig
 from agent.config.verify_config import VerifyOptions
-from agent.protocols import SandboxOptions
 from agent.report.build import RunReport
 from agent.report.digest import sample_rank
 from agent.report.sample import StratifiedSample
@@ -34,7 +28,7 @@ from agent.store.jsonl import read_lines
 from agent.store.shard_index import ShardChanged
 from agent.store.statistics import RunStatistics
 from tests.support.batch import BatchCLI, prompts_dataset, read_json
-from tests.support.scripted_backend import scripted
+from tests.support.scripted_backend import run_scripted, scripted_config
 
 OUTPUT_SECTIONS = (
     "tool_statistics",
@@ -113,21 +107,10 @@ def test_a_run_and_its_resume_report_the_numbers_of_a_full_recount(
 
 def scripted_run(tmp_path: Path, keep: str) -> Path:
     """Four prompts on the scripted backend (no entry verified) under `--keep=keep`."""
-    dataset = tmp_path / "prompts.jsonl"
-    dataset.write_text("".join(json.dumps({"prompt": f"prompt {i}"}) + "\n" for i in range(4)))
-    config = RunConfig(
-        dataset_file=str(dataset),
-        batch_size=2,
-        run_name="kept",
-        agent=AgentConfig(),
-        output_dir=str(tmp_path / "data"),
-        distribution="terminal_only",
-        sandbox=SandboxOptions(backend="local", root=str(tmp_path / "sandboxes")),
-        verify=VerifyOptions(keep=keep),
+    config = scripted_config(
+        tmp_path, [f"prompt {i}" for i in range(4)], "kept", verify=VerifyOptions(keep=keep)
     )
-    BatchRun(config, Console(quiet=True), backend=scripted(lambda: None)).run(
-        scan_dataset(dataset, backend="local")
-    )
+    run_scripted(config)
     return config.run_dir
 
 

@@ -17,34 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
-from agent.batch.dataset import scan_dataset
-from agent.batch.run import BatchRun
-from agent.config.agent_config import AgentConfig
-from agent.config.run_config import RunConfig
-from agent.protocols import SandboxOptions
-from tests.support.scripted_backend import API_CALLS, scripted
+from tests.support.scripted_backend import API_CALLS, run_scripted, scripted_config
 
 
 def run(
     tmp_path: Path, after: Callable[[Path], None] = lambda run_dir: None, exit_code: int = 0
 ) -> dict[str, Any]:
     """A run of three prompts on the scripted backend, exiting `exit_code`; its statistics.json."""
-    dataset = tmp_path / "prompts.jsonl"
-    dataset.write_text("".join(json.dumps({"prompt": f"prompt {i}"}) + "\n" for i in range(3)))
-    sandbox = SandboxOptions(backend="local", root=str(tmp_path / "sandboxes"))
-    config = RunConfig(
-        dataset_file=str(dataset),
-        batch_size=2,
-        run_name="checked",
-        agent=AgentConfig(),
-        output_dir=str(tmp_path / "data"),
-        distribution="terminal_only",
-        sandbox=sandbox,
-    )
-    scan = scan_dataset(dataset, backend="local")
-    code = BatchRun(config, Console(quiet=True), backend=scripted(lambda: after(config.run_dir))).run(scan)
+    config = scripted_config(tmp_path, [f"prompt {i}" for i in range(3)], "checked")
+    code = run_scripted(config, after=lambda: after(config.run_dir))
     assert code == exit_code
     stats: dict[str, Any] = json.loads((config.run_dir / "statistics.json").read_text())
     return stats

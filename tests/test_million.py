@@ -8,16 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 from agent.batch.completion import PlannedUnits, Unit
-from agent.batch.dataset import scan_dataset
 from agent.batch.dataset_copies import CopyCounter
-from agent.batch.run import BatchRun
 from agent.batch.tally import IndexSet, Paced, RunTally
-from agent.config.agent_config import AgentConfig
-from agent.config.run_config import RunConfig
-from agent.protocols import SandboxOptions
 from agent.store import line_head
 from agent.store.directory import RunDirectory
 from agent.store.figures import EntryFigures, FiguresTable
@@ -26,7 +20,7 @@ from agent.store.jsonl import raw_lines, read_lines
 from agent.store.keys import prompt_hash
 from agent.store.line_head import head, index_prefix
 from agent.store.shard_index import line_of
-from tests.support.scripted_backend import scripted
+from tests.support.scripted_backend import run_scripted, scripted_config
 
 
 def entry(key: str, index: int | None, **fields: Any) -> dict[str, Any]:
@@ -125,20 +119,9 @@ def test_the_packed_figures_table_answers_as_the_dict_it_replaced() -> None:
 
 def scripted_run_dir(tmp_path: Path, prompts: int = 6) -> Path:
     """A run's directory as the runner writes it (the scripted backend: real entries, no model)."""
-    dataset = tmp_path / "prompts.jsonl"
-    rows = [{"prompt": f'prompt {i} "quoted" ü {{"metadata": {{}}}}'} for i in range(prompts)]
-    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    config = RunConfig(
-        dataset_file=str(dataset),
-        batch_size=2,
-        run_name="heads",
-        agent=AgentConfig(),
-        output_dir=str(tmp_path / "data"),
-        distribution="terminal_only",
-        sandbox=SandboxOptions(backend="local", root=str(tmp_path / "sandboxes")),
-    )
-    run = BatchRun(config, Console(quiet=True), backend=scripted(lambda: None))
-    run.run(scan_dataset(dataset, backend="local"))
+    texts = [f'prompt {i} "quoted" ü {{"metadata": {{}}}}' for i in range(prompts)]
+    config = scripted_config(tmp_path, texts, "heads")
+    run_scripted(config)
     return config.run_dir
 
 

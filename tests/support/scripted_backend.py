@@ -4,13 +4,21 @@ at shutdown (the workers gone, before the merge)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from agent.batch.backend import Backend, BackendFactory, Tally
+from agent.batch.dataset import scan_dataset
 from agent.batch.events import Finished, WorkerEvent
 from agent.batch.jobs import Job
+from agent.batch.run import BatchRun
+from agent.config.agent_config import AgentConfig
 from agent.config.run_config import RunConfig
+from agent.protocols import SandboxOptions
 from agent.store.jsonl import encode_line
 
 USAGE = {"prompt_tokens": 10.0, "completion_tokens": 5.0, "total_tokens": 15.0}
@@ -78,3 +86,26 @@ def scripted(after: Callable[[], None]) -> BackendFactory:
         return ScriptedBackend(on_event, after)
 
     return make
+
+
+def scripted_config(tmp_path: Path, prompts: Iterable[str], run_name: str, **fields: Any) -> RunConfig:
+    """A run of `prompts` (written to tmp_path/prompts.jsonl) in batches of 2 on the local
+    sandbox, output under tmp_path/data; `fields` set any other RunConfig field."""
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text("".join(json.dumps({"prompt": prompt}) + "\n" for prompt in prompts))
+    return RunConfig(
+        dataset_file=str(dataset),
+        batch_size=2,
+        run_name=run_name,
+        agent=AgentConfig(),
+        output_dir=str(tmp_path / "data"),
+        distribution="terminal_only",
+        sandbox=SandboxOptions(backend="local", root=str(tmp_path / "sandboxes")),
+        **fields,
+    )
+
+
+def run_scripted(config: RunConfig, after: Callable[[], None] = lambda: None) -> int:
+    """`config`'s run on the scripted backend (`after` runs once every job is done); its exit code."""
+    scan = scan_dataset(Path(config.dataset_file), backend="local")
+    return BatchRun(config, Console(quiet=True), backend=scripted(after)).run(scan)
