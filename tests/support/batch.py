@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +23,7 @@ from typing import Any, ClassVar
 
 from agent.batch.jobs import Job
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
+from tests.support import zygote
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER = str(REPO / "batch_runner.py")
@@ -44,7 +44,7 @@ class Finished:
 class BatchCLI:
     """Runs `batch_runner.py` in `workdir` against `endpoint`, output under `workdir/data`."""
 
-    started: ClassVar[list[subprocess.Popen[bytes]]] = []  # for `kill_started` at teardown
+    started: ClassVar[list[zygote.Process]] = []  # for `kill_started` at teardown
 
     def __init__(self, workdir: Path, endpoint: SimulatedEndpoint | None = None) -> None:
         self.workdir = workdir
@@ -77,29 +77,17 @@ class BatchCLI:
     def run(
         self, *args: str, output: bool = True, timeout: float = RUN_TIMEOUT, runner: str = RUNNER
     ) -> Finished:
-        done = subprocess.run(
-            self.argv(*args, output=output, runner=runner),
-            cwd=self.workdir,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        argv = self.argv(*args, output=output, runner=runner)
+        done = zygote.run(argv[1:], cwd=self.workdir, env=self.env(), timeout=timeout)
         return Finished(done.returncode, done.stdout, done.stderr)
 
-    def start(self, *args: str, log_name: str = "runner") -> subprocess.Popen[bytes]:
+    def start(self, *args: str, log_name: str = "runner") -> zygote.Process:
         """The runner in its own session (as a terminal would start it), output to files."""
         out = (self.workdir / f"{log_name}.out").open("wb")
         err = (self.workdir / f"{log_name}.err").open("wb")
         with out, err:
-            proc = subprocess.Popen(
-                self.argv(*args),
-                cwd=self.workdir,
-                env=self.env(),
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
+            proc = zygote.start(
+                self.argv(*args)[1:], cwd=self.workdir, env=self.env(), stdout=out, stderr=err
             )
         BatchCLI.started.append(proc)
         return proc

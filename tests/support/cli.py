@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from agent.cli.flags import flags_of
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
+from tests.support import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,15 +26,7 @@ def run_cli(cwd: Path, *flags: str, env: dict[str, str] | None = None) -> subpro
         # all toolsets (the default) need some that are unavailable here, which stops the
         # command: tests that are not about toolsets offer the ones every machine has
         flags = (*flags, "--enabled_toolsets=terminal,file")
-    return subprocess.run(
-        [sys.executable, str(ROOT / "run_agent.py"), *flags],
-        cwd=cwd,
-        env=base,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return zygote.run([str(ROOT / "run_agent.py"), *flags], cwd=cwd, env=base, timeout=120)
 
 
 def assert_lists_every_flag(page: str, cli: str, defaults: Mapping[str, str]) -> None:
