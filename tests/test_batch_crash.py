@@ -120,7 +120,9 @@ def kill_rounds(cli: BatchCLI, flags: tuple[str, ...], rng: random.Random) -> tu
     assert cli.endpoint is not None
     killed_with_workers, torn_into = 0, None
     for round_no in range(KILL_ROUNDS):
-        proc = cli.start(*flags, *(("--resume",) if round_no else ()), log_name=f"round{round_no}")
+        resume = ("--resume",) if round_no else ()
+        # round 0 strikes during start-up: a fresh interpreter's, imports included
+        proc = cli.start(*flags, *resume, log_name=f"round{round_no}", fresh=round_no == 0)
         strike(proc, cli.endpoint, round_no, rng)
         if proc.poll() is not None:
             break  # it finished before the blow fell

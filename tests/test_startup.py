@@ -19,6 +19,14 @@ from agent.servers.simulated.server import SimulatedEndpoint
 from tests.support.batch import BatchCLI, prompts_dataset, session_pids, write_dataset
 from tests.test_lazy_imports import HEAVY
 
+
+@pytest.fixture(autouse=True)
+def fresh_runners(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start itself is what these tests look at: every runner is a fresh interpreter, not
+    forked from a zygote that imported its modules already (tests/support/zygote.py)."""
+    monkeypatch.setenv("RUNNER_ZYGOTE", "0")
+
+
 HOOK = """
 import os, sys
 _fd = os.open(os.environ["IMPORTS_SEEN"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -32,6 +32,8 @@ facts = {
     "tmp": tempfile.gettempdir(),
     "probe_var": os.environ.get("PROBE_VAR"),
     "cmdline": Path("/proc/self/cmdline").read_bytes().rstrip(b"\\0").split(b"\\0")[1:],
+    "dumpable": __import__("ctypes").CDLL(None).prctl(3, 0, 0, 0, 0),
+    "umask": os.umask(0o022),
     "environ_has_var": b"PROBE_VAR=here" in Path("/proc/self/environ").read_bytes(),
     "stdout_write_through": sys.stdout.write_through,
     "stderr_line_buffering": sys.stderr.line_buffering,
@@ -101,6 +103,73 @@ def test_a_fresh_interpreter_is_used_where_the_start_would_differ(tmp_path: Path
     env = _env(tmp_path, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=f"{shim}:{REPO}")
     assert not zygote.fits(env)
     assert zygote.run([str(script)], cwd=tmp_path, env=env, timeout=60).stdout.split() == ["1", str(shim)]
+
+
+def test_proc_shows_the_forked_command_line_then_nul_bytes(tmp_path: Path) -> None:
+    """The one difference a reader of /proc sees: the forked process's argv is written into the
+    zygote's larger area, which the kernel shows whole (without CAP_SYS_RESOURCE it cannot be
+    shortened), so its command line and environment end in NUL bytes."""
+    script = tmp_path / "raw.py"
+    script.write_text("import sys; sys.stdout.buffer.write(open('/proc/self/cmdline', 'rb').read())\n")
+    fresh, forked = (
+        subprocess.run(
+            [sys.executable, str(script), "a b"], cwd=tmp_path, env=_env(tmp_path), capture_output=True
+        ),
+        zygote.run([str(script), "a b"], cwd=tmp_path, env=_env(tmp_path), timeout=60),
+    )
+    expected = b"\0".join(arg.encode() for arg in (sys.executable, str(script), "a b")) + b"\0"
+    assert fresh.stdout == expected
+    raw = forked.stdout.encode()
+    assert raw.startswith(expected) and raw[len(expected) :].strip(b"\0") == b""
+
+
+def test_consecutive_runs_draw_different_hash_seeds(tmp_path: Path) -> None:
+    """Fresh interpreters each draw a hash seed; forked runners alternate between two zygotes
+    started with different ones, so a run and the next one (a resume) never share one."""
+    script = tmp_path / "seed.py"
+    script.write_text("print(hash('the same string'))\n")
+    first, second = (zygote.run([str(script)], cwd=tmp_path, env=_env(tmp_path), timeout=60) for _ in "ab")
+    assert first.returncode == second.returncode == 0
+    assert first.stdout != second.stdout
+
+
+def test_what_a_forked_run_cannot_hide_from_its_test(tmp_path: Path) -> None:
+    """As `subprocess.run`: a process still holding the output after the script exited keeps
+    the run from ending (a timeout here), undecodable output is an error, a directory that
+    does not exist is the start's own error."""
+    straggler = tmp_path / "straggler.py"
+    straggler.write_text(
+        "import subprocess, sys\n"
+        "sleeper = subprocess.Popen(['sleep', '30'])\n"
+        "open(sys.argv[1], 'w').write(str(sleeper.pid))\n"
+    )
+    for number, run in enumerate((_fresh, _forked)):
+        pid_file = tmp_path / f"sleeper{number}"
+        with pytest.raises(subprocess.TimeoutExpired):
+            run(tmp_path, [str(straggler), str(pid_file)], 3)
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    garbled = tmp_path / "garbled.py"
+    garbled.write_text("import sys; sys.stdout.buffer.write(b'cut \\xe2\\x82')\n")
+    for run in (_fresh, _forked):
+        with pytest.raises(UnicodeDecodeError):
+            run(tmp_path, [str(garbled)], 60)
+    with pytest.raises(OSError):
+        zygote.run([str(garbled)], cwd=tmp_path / "missing", env=_env(tmp_path), timeout=60)
+
+
+def _fresh(tmp_path: Path, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *argv],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _forked(tmp_path: Path, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return zygote.run(argv, cwd=tmp_path, env=_env(tmp_path), timeout=timeout)
 
 
 def test_the_secret_re_execution_runs_as_written_and_proc_shows_no_key(tmp_path: Path) -> None:

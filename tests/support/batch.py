@@ -75,14 +75,21 @@ class BatchCLI:
         return [sys.executable, runner, *args, *extra]
 
     def run(
-        self, *args: str, output: bool = True, timeout: float = RUN_TIMEOUT, runner: str = RUNNER
+        self,
+        *args: str,
+        output: bool = True,
+        timeout: float = RUN_TIMEOUT,
+        runner: str = RUNNER,
+        fresh: bool = False,
     ) -> Finished:
+        """Run to its end; `fresh`: as a fresh interpreter, not forked (`tests.support.zygote`)."""
         argv = self.argv(*args, output=output, runner=runner)
-        done = zygote.run(argv[1:], cwd=self.workdir, env=self.env(), timeout=timeout)
+        done = zygote.run(argv[1:], cwd=self.workdir, env=self.env(), timeout=timeout, fresh=fresh)
         return Finished(done.returncode, done.stdout, done.stderr)
 
-    def start(self, *args: str, log_name: str = "runner") -> zygote.Process:
-        """The runner in its own session (as a terminal would start it), output to files."""
+    def start(self, *args: str, log_name: str = "runner", fresh: bool = False) -> zygote.Process:
+        """The runner in its own session (as a terminal would start it), output to files;
+        `fresh`: as a fresh interpreter, not forked (`tests.support.zygote`)."""
         out = (self.workdir / f"{log_name}.out").open("wb")
         err = (self.workdir / f"{log_name}.err").open("wb")
         with out, err:

@@ -2,14 +2,15 @@
 `python <script> <arguments>` would have started, and, at the runner's early start, its fork
 server.
 
-A fresh interpreter differs from a fork of the zygote in what the zygote already holds; each is
-set here as the fresh one has it: the argv, `sys.orig_argv` and `sys.path[0]`, the environment
-(and TMPDIR read again), the standard streams (made as the interpreter makes them, with
-PYTHONUNBUFFERED), multiprocessing's key, and what /proc shows of the process's command line and
-environment (written into the zygote's own, large, argv and environment strings, which the
-kernel shows; the rest of each area is NUL bytes). The exit is the interpreter's: an exception
+Set as a fresh interpreter has it: no descriptor but the streams, default signal handlers,
+dumpable (execve sets it; the script's `conceal` clears it), the umask of the test, the session
+(when asked), the argv, `sys.orig_argv` and `sys.path`, the environment (TMPDIR read again), the
+standard streams (made as the interpreter makes them, with PYTHONUNBUFFERED), multiprocessing's
+key and directory, and what /proc shows of the command line and environment (written into the
+zygote's own larger argv and environment area, which the kernel shows whole: NUL bytes follow).
+The exit is the interpreter's own (the script's end leaves the zygote's loop): an exception
 printed and 1, `SystemExit`'s code, an uncaught Ctrl-C ended by SIGINT; threads waited for,
-atexit handlers run, streams flushed.
+atexit handlers run, streams flushed, teardown.
 
 The script's own `execve` of itself (`agent.common.secrets.conceal`) starts it again from its
 first line with the new argv and environment, as the exec would.
@@ -17,11 +18,13 @@ first line with the new argv and environment, as the exec would.
 The runner's fork server (multiprocessing's "forkserver") is started by `python -c 'from
 multiprocessing.forkserver import main; ...'`, a fresh interpreter that imports the worker's
 modules (the SDK). When the runner starts it at its very start (`agent.backends.warm_up_early`:
-no thread yet, only the secrets taken by `conceal` in memory), it is forked here instead, from
-this process that already imported them, and given what that exec would have given it: only the
-descriptors multiprocessing passes, default signal handlers, multiprocessing's state as a new
-process has it, no secret taken (`conceal`'s record and the redactor reset), and that command
-line shown in /proc. Any later start (the server died mid-run, threads running) is the real one.
+no thread yet), it is forked here instead, from this process that already imported them, and
+given what that exec would give it: only the descriptors multiprocessing passes, default signal
+handlers, dumpable until its preload's `agent.batch.undumpable` runs again, a `__main__` of its
+own (the script imported as `__mp_main__`, as multiprocessing does), multiprocessing's state as
+a new process has it, `conceal`'s record and the redactor reset, that command line in /proc. Its
+memory still holds what the runner held (non-dumpable: nothing reads it). Any later start (the
+server died mid-run, threads running) is the real one.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Mapping, Sequence
+import types
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
@@ -62,21 +66,19 @@ class Closable(Protocol):
     def close(self) -> None: ...
 
 
-def run_forked(request: Mapping[str, Any], fds: Sequence[int], closing: Sequence[Closable | int]) -> NoReturn:
+def run_forked(
+    request: Mapping[str, Any], fds: Sequence[int], closing: Sequence[Closable | int], said_so: int
+) -> NoReturn:
     """In the forked process: become `python <argv>` as started from the test and run it; its
     end (SystemExit, an exception) leaves the zygote's loop and ends this interpreter as it
-    would have ended the fresh one: threads waited for, atexit handlers, flushes, teardown."""
-    signal.set_wakeup_fd(-1)
-    for thing in closing:
-        os.close(thing) if isinstance(thing, int) else thing.close()
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    if request["session"]:
-        os.setsid()
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    os.chdir(request["cwd"])
+    would have ended the fresh one: threads waited for, atexit handlers, flushes, teardown.
+    `said_so` is closed once the process is set up, or carries why it could not be."""
+    try:
+        _set_up(request, fds, closing)
+    except BaseException as error:  # noqa: BLE001 - the zygote raises it in the test, as Popen
+        os.write(said_so, f"{type(error).__name__}: {error}".encode() or b"?")
+        os._exit(1)
+    os.close(said_so)
     argv, env = list(request["argv"]), dict(request["env"])
     real_execve = os.execve
 
@@ -86,19 +88,46 @@ def run_forked(request: Mapping[str, Any], fds: Sequence[int], closing: Sequence
         real_execve(path, args, environ)
 
     os.execve = execve  # type: ignore[assignment]
-    _fork_the_early_fork_server()
+    _fork_the_early_fork_server(real_execve)
     while True:
         _become(argv, env)
         try:
             runpy.run_path(argv[0], run_name="__main__")
         except _Exec as again:
             argv, env = again.argv, again.env
+            os.execve = real_execve  # the one re-execution done: any other is a real one
             continue
         raise SystemExit(0)
 
 
-class _Exec(Exception):
-    """The script called execve on itself (the secret's re-execution): start it again."""
+def _set_up(request: Mapping[str, Any], fds: Sequence[int], closing: Sequence[Closable | int]) -> None:
+    """What the process has from its start: no descriptor of the zygote's, default signal
+    handlers, its session, streams, directory and umask, dumpable until it says otherwise
+    (execve sets it again)."""
+    signal.set_wakeup_fd(-1)
+    for thing in closing:
+        os.close(thing) if isinstance(thing, int) else thing.close()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _set_dumpable(1)
+    os.umask(int(request["umask"]))
+    if request["session"]:
+        os.setsid()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+
+
+def _set_dumpable(flag: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, flag, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
+
+
+class _Exec(BaseException):
+    """The script called execve on itself (the secret's re-execution): start it again. Not
+    an Exception: no `except Exception` of the script may take it for an error."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         super().__init__()
@@ -128,6 +157,7 @@ def _become(argv: list[str], env: Mapping[str, str]) -> None:
 def _stream(fd: int, mode: str, unbuffered: bool) -> io.TextIOWrapper:
     """The standard stream on `fd` as the interpreter makes it at its start (create_stdio)."""
     raw = io.FileIO(fd, mode, closefd=False)
+    raw.name = ("<stdin>", "<stdout>", "<stderr>")[fd]
     buffered: Any = raw
     if mode == "r":
         buffered = io.BufferedReader(raw)
@@ -185,7 +215,7 @@ def show_in_proc(argv: Sequence[str], env: Mapping[str, str]) -> None:
 # ---------------------------------------------------------------------------- the fork server
 
 
-def _fork_the_early_fork_server() -> None:
+def _fork_the_early_fork_server(real_execve: Callable[..., NoReturn]) -> None:
     """While the script's `warm_up_early` runs, its fork server is forked from this process."""
     early = agent.backends.warm_up_early
     real_spawn = multiprocessing.util.spawnv_passfds
@@ -196,6 +226,7 @@ def _fork_the_early_fork_server() -> None:
         _flush()
         pid = os.fork()
         if pid == 0:
+            os.execve = real_execve
             _be_fork_server(list(args), passfds)
         return pid
 
@@ -226,10 +257,16 @@ def _be_fork_server(args: list[str], passfds: Sequence[int]) -> NoReturn:
         process._config.pop("tempdir", None)  # type: ignore[attr-defined]
         process.authkey = os.urandom(32)
         multiprocessing.process._children.clear()  # type: ignore[attr-defined]
+        # the `-c` command's own __main__, so that multiprocessing imports the script as
+        # __mp_main__ as it does in a fresh server; what imports set the process up run again
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        sys.modules.pop("agent.batch.undumpable", None)
+        _set_dumpable(1)
         agent.common.secrets._started = None
         agent.common.redaction.install(())
         show_in_proc(args, os.environ)
         sys.argv = ["-c"]
+        sys.orig_argv = list(args)
         exec(args[-1], {"__name__": "__main__"})  # multiprocessing's own command
         code = 0
     except SystemExit as stop:
