@@ -18,6 +18,7 @@ from aiohttp import web
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.support.batch import (
     BatchCLI,
+    cmdline,
     kill_started,
     read_json,
     read_jsonl,
@@ -199,14 +200,6 @@ def test_prompt_timeout_ends_a_run_whose_page_is_still_being_converted(
     print(f"served to run end: {ended - served[0]:.1f} s")
     assert len(served) == 1 and ended - served[0] < 30, ended - served[0]  # unbounded: ~100 s
     assert not any(cli.sandbox_root("slow").glob("*"))
-
-
-def cmdline(pid: int) -> bytes:
-    """A process's command line (empty once it ended)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def test_sigterm_during_a_conversion_exits_130_at_once_and_leaves_no_sandbox(

@@ -15,9 +15,18 @@ import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint
 from tests.support import zygote
-from tests.support.batch import API_KEY, BatchCLI, children_of, kill_started, sleepy_run, wait_until
+from tests.support.batch import (
+    API_KEY,
+    BatchCLI,
+    children_of,
+    fork_server_pids,
+    kill_started,
+    sleepy_run,
+    wait_until,
+)
 
 REPO = Path(__file__).resolve().parents[1]
+Done = subprocess.CompletedProcess[str]
 
 PROBE = """
 import json, multiprocessing, os, sys, tempfile
@@ -51,12 +60,8 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _both(
-    tmp_path: Path, argv: list[str], env: dict[str, str]
-) -> tuple[subprocess.CompletedProcess[str], ...]:
-    fresh = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True)
-    forked = zygote.run(argv, cwd=tmp_path, env=env, timeout=60)
-    return fresh, forked
+def _both(tmp_path: Path, argv: list[str], env: dict[str, str]) -> tuple[Done, Done]:
+    return _fresh(tmp_path, argv, 60, env), _forked(tmp_path, argv, 60, env)
 
 
 def test_a_forked_script_sees_what_a_fresh_one_sees(tmp_path: Path) -> None:
@@ -157,19 +162,14 @@ def test_what_a_forked_run_cannot_hide_from_its_test(tmp_path: Path) -> None:
         zygote.run([str(garbled)], cwd=tmp_path / "missing", env=_env(tmp_path), timeout=60)
 
 
-def _fresh(tmp_path: Path, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *argv],
-        cwd=tmp_path,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def _fresh(tmp_path: Path, argv: list[str], timeout: float, env: dict[str, str] | None = None) -> Done:
+    command = [sys.executable, *argv]
+    env = _env(tmp_path) if env is None else env
+    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _forked(tmp_path: Path, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return zygote.run(argv, cwd=tmp_path, env=_env(tmp_path), timeout=timeout)
+def _forked(tmp_path: Path, argv: list[str], timeout: float, env: dict[str, str] | None = None) -> Done:
+    return zygote.run(argv, cwd=tmp_path, env=_env(tmp_path) if env is None else env, timeout=timeout)
 
 
 def test_the_secret_re_execution_runs_as_written_and_proc_shows_no_key(tmp_path: Path) -> None:
@@ -201,15 +201,12 @@ def test_a_runs_fork_server_is_its_child_shown_as_multiprocessing_starts_it(
         try:
             assert isinstance(proc, zygote.ZygoteProcess)
 
-            def server() -> int | None:
-                for pid in children_of(proc.pid):
-                    if b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                        return pid
-                return None
+            def two_workers() -> bool:
+                servers = fork_server_pids(proc.pid)
+                return len(servers) == 1 and len(children_of(servers[0])) == 2
 
-            wait_until(lambda: server() is not None and len(children_of(server() or 0)) == 2, "two workers")
-            pid = server()
-            assert pid is not None
+            wait_until(two_workers, "two workers")
+            [pid] = fork_server_pids(proc.pid)
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
             assert cmdline[:2] == [sys.executable.encode(), b"-c"]
             assert cmdline[2].startswith(b"from multiprocessing.forkserver import main; main(")
@@ -219,4 +216,4 @@ def test_a_runs_fork_server_is_its_child_shown_as_multiprocessing_starts_it(
             assert proc.wait(timeout=60) != 0
         finally:
             kill_started()
-    assert isinstance(BatchCLI.started, list) and not BatchCLI.started
+    assert BatchCLI.started == []

@@ -268,17 +268,23 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
     }
 
 
+def cmdline(pid: int) -> bytes:
+    """A process's command line, NUL-separated (empty once it ended)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone since it was listed
+        return b""
+
+
+def fork_server_pids(runner: int) -> list[int]:
+    """The runner's fork servers (agent.batch.fork_server; one but while a dead one is replaced)."""
+    return [pid for pid in children_of(runner) if b"multiprocessing.forkserver" in cmdline(pid)]
+
+
 def worker_pids(runner: int) -> list[int]:
-    """The runner's worker processes: the children of its fork server (agent.batch.fork_server), not
-    the server itself nor the resource tracker."""
-    found = []
-    for pid in children_of(runner):
-        try:
-            if b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found += children_of(pid)
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return found
+    """The runner's worker processes: the children of its fork server, not the server itself
+    nor the resource tracker."""
+    return [worker for server in fork_server_pids(runner) for worker in children_of(server)]
 
 
 def commands_of(worker: int) -> list[int]:

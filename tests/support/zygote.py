@@ -45,6 +45,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, ClassVar, NoReturn, Protocol
 
+from tests.support import zygote_child
+
 REPO = Path(__file__).resolve().parents[2]
 # What the runners' own processes import: a batch run's parent (its workers are forked by its
 # fork server, a fresh interpreter), and the query CLI, which runs its agent in its process (the
@@ -66,8 +68,8 @@ PRELOAD = (
     "agent.loop.agent_loop",
     "agent.llm.factory",
     "openai",
-    # and what a runner's fork server imports (agent.batch.fork_server.PRELOAD but the script)
-    "agent.batch.undumpable",
+    # and what a runner's fork server imports (agent.batch.fork_server.PRELOAD but the script and
+    # agent.batch.undumpable, imported for what it does: in the fork server, once it is forked)
     "agent.batch.worker_entry",
     "agent.batch.worker",
 )
@@ -305,7 +307,7 @@ def run(
     """As `subprocess.run([python, *argv], capture_output=True, text=True, timeout=timeout)`,
     forked when it fits: the output read from pipes to their end (every holder closed them),
     decoded strictly, newlines translated."""
-    zygote = None if fresh or not fits(env) else Zygote.get()
+    zygote = _zygote(env, fresh)
     command = [sys.executable, *argv]
     if zygote is None:
         return subprocess.run(
@@ -327,6 +329,11 @@ def run(
         proc.wait()
         raise subprocess.TimeoutExpired(command, timeout, output=stdout, stderr=stderr)
     return subprocess.CompletedProcess(command, code, stdout, stderr)
+
+
+def _zygote(env: Mapping[str, str], fresh: bool) -> Zygote | None:
+    """The zygote to fork a runner with environment `env` from (None: start it fresh)."""
+    return None if fresh or not fits(env) else Zygote.get()
 
 
 def _read_to_end(chunks: dict[int, list[bytes]], deadline: float) -> tuple[dict[int, list[bytes]], bool]:
@@ -371,7 +378,7 @@ def start(
     fresh: bool = False,
 ) -> Process:
     """As `subprocess.Popen([python, *argv], start_new_session=True)`, forked when it fits."""
-    zygote = None if fresh or not fits(env) else Zygote.get()
+    zygote = _zygote(env, fresh)
     if zygote is None:
         return subprocess.Popen(
             [sys.executable, *argv], cwd=cwd, env=env, stdout=stdout, stderr=stderr, start_new_session=True
@@ -394,8 +401,6 @@ def serve(fd: int) -> NoReturn:
         for module in OPTIONAL:
             with contextlib.suppress(ImportError):
                 __import__(module)
-    from tests.support import zygote_child
-
     zygote_child.BASE_PATH[:] = base_path
     sock.send(json.dumps({"ready": not shown}).encode())
     wake_read, wake_write = os.pipe()
@@ -431,8 +436,6 @@ def serve(fd: int) -> NoReturn:
 
 def _fork(request: dict[str, Any], fds: list[int], closing: list[Any]) -> int | str:
     """Fork the runner; once it is set up (or could not be: why), its pid."""
-    from tests.support import zygote_child
-
     sys.stdout.flush()
     sys.stderr.flush()
     set_up, said_so = os.pipe()

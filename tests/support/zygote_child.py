@@ -120,8 +120,9 @@ def _set_up(request: Mapping[str, Any], fds: Sequence[int], closing: Sequence[Cl
 
 
 def _set_dumpable(flag: int) -> None:
+    """As `agent.common.secrets.set_not_dumpable`, either way (execve sets the flag again)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(4, flag, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+    if libc.prctl(agent.common.secrets.PR_SET_DUMPABLE, flag, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
 
 
@@ -281,7 +282,7 @@ def _close_all_but(keep: Sequence[int]) -> None:
     """Close every descriptor but `keep`, as spawning with close_fds does."""
     low = 0
     for fd in sorted(set(keep)):
-        if fd > low:  # not closerange(n, n): Python 3.11 closes from n to the end then
+        if fd > low:  # never closerange(0, 0): Python 3.11 hands close_range an end of -1, all
             os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
