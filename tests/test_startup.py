@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.support.batch import BatchCLI, cmdline, prompts_dataset, session_pids, write_dataset
+from tests.support.batch import BatchCLI, prompts_dataset, session_leftovers, write_dataset
 from tests.test_lazy_imports import HEAVY
 
 
@@ -98,10 +98,7 @@ def test_a_run_stopped_by_its_dataset_leaves_no_process_behind(tmp_path: Path) -
     flags = ("--dataset_file=d.jsonl", "--batch_size=1", "--run_name=bad", "--base_url=http://127.0.0.1:9/v1")
     proc = cli.start(*flags, "--sandbox=local")
     assert proc.wait(timeout=120) == 2, (tmp_path / "runner.err").read_text()
-    # multiprocessing's resource tracker exits by itself once the runner is gone (it has no
-    # imports to finish); a process with no command line is one exiting (its memory released)
-    left = [pid for pid in session_pids(proc.pid) if cmdline(pid) and b"resource_tracker" not in cmdline(pid)]
-    assert left == [], [cmdline(pid) for pid in left]
+    assert session_leftovers(proc.pid) == []
 
 
 FORKED = """

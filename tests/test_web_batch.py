@@ -18,11 +18,10 @@ from aiohttp import web
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.support.batch import (
     BatchCLI,
-    cmdline,
     kill_started,
     read_json,
     read_jsonl,
-    session_pids,
+    session_leftovers,
     wait_until,
     write_dataset,
 )
@@ -223,6 +222,4 @@ def test_sigterm_during_a_conversion_exits_130_at_once_and_leaves_no_sandbox(
     assert code == 130, (tmp_path / "runner.err").read_text()[-3000:]
     assert took < 15, took  # the worker was killed at its 30 s grace, the sandbox left behind
     assert not any(cli.sandbox_root("stopped").glob("*"))
-    # nothing of the run lives on but multiprocessing's resource tracker, which ends by itself
-    # once the runner is gone (as tests/test_startup.py's check)
-    assert [pid for pid in session_pids(runner.pid) if b"resource_tracker" not in cmdline(pid)] == []
+    assert session_leftovers(runner.pid) == []  # nothing of the run lives on

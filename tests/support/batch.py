@@ -215,6 +215,14 @@ def session_pids(session: int) -> list[int]:
     return found
 
 
+def session_leftovers(session: int) -> list[bytes]:
+    """The command lines of a session's processes still running, but multiprocessing's resource
+    tracker (it exits by itself once the runner is gone, having no imports to finish) and any
+    process already exiting (its command line is empty once its memory is released)."""
+    lines = [cmdline(pid) for pid in session_pids(session)]
+    return [line for line in lines if line and b"resource_tracker" not in line]
+
+
 def children_of(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
