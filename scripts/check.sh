@@ -8,23 +8,23 @@ mypy
 python scripts/code_metrics.py --check  # sizes, import cycles, imports that climb a layer
 # Every runner and worker process the tests start imports ~250 modules of ours: with
 # PYTHONDONTWRITEBYTECODE set (as in some shells and CI images) each compiled them again
-# (~0.07 s of CPU a process, hundreds of processes). Their bytecode is cached here instead,
-# outside the source tree.
-export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-$PWD/.pytest_cache/pycache}"
+# (~0.07 s of CPU a process, hundreds of processes), so it is unset. Bytecode goes where Python
+# puts it by default (__pycache__, ignored by git): a PYTHONPYCACHEPREFIX would also leave unused
+# the bytecode pip compiled for the installed packages, compiling them again in each new clone.
 unset PYTHONDONTWRITEBYTECODE
 status=0
-# In parallel (pytest-xdist), one worker more than the machine has cores by default: a worker
-# often waits (a hung command's timeout, a rate limit's minute, a container engine), and on two
-# cores three workers kept both busy 74 % of the time where two left 40 % idle (7:03 against
-# 9:19 for the tests; four: 6:57 for 15 % more CPU). All passed with three on two cores and with
-# this process tree held to 1.25 cores (a cgroup CPU quota, standing in for a slower machine).
+# In parallel (pytest-xdist), by default one worker more than this process may use CPUs (at
+# most 8): a test often waits on something other than the CPU (a hung command's timeout, a rate
+# limit's minute window, a container engine); many more workers than CPUs overload the machine
+# and the tests bound in time (a node lost on Ray, kills racing commands) start failing.
 # --dist loadgroup keeps the tests sharing a module-scoped fixture on one worker (tests/conftest.py
 # marks them). PYTEST_WORKERS=0 runs them in this process, one after another.
 # The 25 slowest tests are listed at the end: where the suite's time goes.
 # Tests that talk to a real remote endpoint (marker `live`) are opt-in: LIVE_ENDPOINT_TESTS=1.
 live=(-m "not live")
 [ "${LIVE_ENDPOINT_TESTS:-}" = 1 ] && live=()
-workers=${PYTEST_WORKERS:-$(($(nproc) + 1))}
+cpus=$(python -c 'import os; print(len(os.sched_getaffinity(0)))')
+workers=${PYTEST_WORKERS:-$((cpus < 8 ? cpus + 1 : 8))}
 python -m pytest -q -n "$workers" --dist loadgroup --durations=25 "${live[@]}" "$@" || status=$?
 # pytest exits 5 when no test was collected: that is a failure for us too.
 exit "$status"

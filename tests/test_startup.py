@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint
-from tests.support.batch import BatchCLI, prompts_dataset, session_leftovers, write_dataset
+from tests.support.batch import BatchCLI, assert_nothing_left, prompts_dataset, write_dataset
 from tests.test_lazy_imports import HEAVY
 
 
@@ -98,7 +98,7 @@ def test_a_run_stopped_by_its_dataset_leaves_no_process_behind(tmp_path: Path) -
     flags = ("--dataset_file=d.jsonl", "--batch_size=1", "--run_name=bad", "--base_url=http://127.0.0.1:9/v1")
     proc = cli.start(*flags, "--sandbox=local")
     assert proc.wait(timeout=120) == 2, (tmp_path / "runner.err").read_text()
-    assert session_leftovers(proc.pid) == []
+    assert_nothing_left(proc.pid)
 
 
 FORKED = """

@@ -18,10 +18,10 @@ from aiohttp import web
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.support.batch import (
     BatchCLI,
+    assert_nothing_left,
     kill_started,
     read_json,
     read_jsonl,
-    session_leftovers,
     wait_until,
     write_dataset,
 )
@@ -216,10 +216,10 @@ def test_sigterm_during_a_conversion_exits_130_at_once_and_leaves_no_sandbox(
             runner.send_signal(signal.SIGTERM)
             code = runner.wait(timeout=120)
             took = time.monotonic() - signalled
+            assert_nothing_left(runner.pid)  # before the finally below kills the run's group
         finally:
             kill_started()
     print(f"SIGTERM to exit: {took:.1f} s")  # the figure for the issue
     assert code == 130, (tmp_path / "runner.err").read_text()[-3000:]
     assert took < 15, took  # the worker was killed at its 30 s grace, the sandbox left behind
     assert not any(cli.sandbox_root("stopped").glob("*"))
-    assert session_leftovers(runner.pid) == []  # nothing of the run lives on
