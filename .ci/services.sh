@@ -84,7 +84,9 @@ _svc_dockerd() {
 
 _svc_podman_conf() {
     # The three fixes from the feasibility notes (no CAP_SYS_RESOURCE, hybrid cgroups, conmon
-    # lingering 300 s), plus no systemd on this machine; nothing in /etc is changed.
+    # lingering 300 s), plus no systemd on this machine; nothing in /etc is changed. The events
+    # log is never rotated: past its default 1 MB podman deletes it, and a test reading the
+    # events of its own run (which containers it created) lost them when that fell in its run.
     cat >"$AGENT_CI_STATE/containers.conf" <<'EOF'
 [containers]
 default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
@@ -93,6 +95,7 @@ runtime = "runc"
 exit_command_delay = 5
 cgroup_manager = "cgroupfs"
 events_logger = "file"
+events_logfile_max_size = 0
 EOF
 }
 
