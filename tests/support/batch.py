@@ -215,30 +215,14 @@ def session_pids(session: int) -> list[int]:
     return found
 
 
-PF_EXITING = 0x4  # a /proc/PID/stat flag: the process is in exit()
-
-
-def session_leftovers(session: int) -> list[bytes]:
-    """The command lines of a session's processes still running, but multiprocessing's resource
-    tracker (it ends once no process of the run holds its pipe) and any process already exiting
-    (the kernel's flag: its command line reads empty once its memory is released)."""
-    left = []
-    for pid in session_pids(session):
-        line = cmdline(pid)
-        fields = _stat_fields(pid)  # after the command line: an empty one is explained here
-        if fields is None or int(fields[6]) & PF_EXITING or b"resource_tracker" in line:
-            continue
-        left.append(line or f"pid {pid}, its command line not yet set".encode())
-    return left
-
-
-def assert_nothing_left(session: int, within: float = 10.0) -> None:
-    """Fail, listing them, while processes of the session still run after `within` seconds
-    (the resource tracker and the run's last processes end just after the runner)."""
+def assert_nothing_left(session: int, within: float = 5.0) -> None:
+    """Fail, naming their command lines, while processes of the session still run (zombies
+    aside) after `within` seconds: the run's last processes (multiprocessing's resource tracker
+    ends once no process of the run holds its pipe) may still be ending as the runner exits."""
     deadline = time.monotonic() + within
-    while (left := session_leftovers(session)) and time.monotonic() < deadline:
+    while (left := session_pids(session)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert left == [], left
+    assert left == [], [cmdline(pid) or f"pid {pid}".encode() for pid in left]
 
 
 def children_of(pid: int) -> list[int]:
