@@ -44,7 +44,8 @@ def comparable(run_dir: Path) -> list[str]:
 def wait_for_lines(run_dir: Path, count: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        lines = sum(len(read_jsonl(path)) for path in run_dir.glob("batch_*.jsonl"))
+        # Whole lines only: a shard read while the runner appends to it may end in half a line.
+        lines = sum(path.read_bytes().count(b"\n") for path in run_dir.glob("batch_*.jsonl"))
         if lines >= count:
             return
         time.sleep(0.2)
