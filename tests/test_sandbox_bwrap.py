@@ -20,6 +20,7 @@ from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.sandboxes.blocking import ThreadedSandbox
 from agent.sandboxes.bwrap.sandbox import BwrapSandbox, open_sandbox, reap_stale, unavailable_reason
 from agent.sandboxes.host import memory_limits
+from agent.sandboxes.host.sandbox_process import ProcessOutcome
 from tests.fixtures.containers import exercise_tools
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.anyio]
@@ -274,3 +275,31 @@ def test_reap_stale_kills_a_sandbox_that_outlived_its_runner(bwrap_root: str) ->
     assert _host_processes("sleep 3602")
     assert reap_stale(bwrap_root) == [orphan]
     assert _host_processes("sleep 3602") == [] and os.listdir(bwrap_root) == []
+
+
+@pytest.mark.parametrize(
+    ("outcome", "said"),
+    [
+        (
+            ProcessOutcome(b"", b"bwrap: Creating new namespace failed\n", 1, False),
+            "namespace failed (exit 1)",
+        ),
+        (ProcessOutcome(b"", b"", 137, True), "(timed out, nothing printed)"),
+        (ProcessOutcome(b"", b"", 1, False), "(exit 1, nothing printed)"),
+    ],
+)
+async def test_a_sandbox_that_cannot_start_says_how_it_failed(
+    bwrap_options: SandboxOptions, monkeypatch: pytest.MonkeyPatch, outcome: ProcessOutcome, said: str
+) -> None:
+    """The first launch's failure, whatever its kind, reaches the operator's line (an empty
+    reason left a failure seen under load unexplained)."""
+
+    async def failing(self: BwrapSandbox, script: str, args: list[str], *, timeout: float) -> ProcessOutcome:
+        return outcome
+
+    monkeypatch.setattr(BwrapSandbox, "launch", failing)
+    with pytest.raises(SandboxError) as raised:
+        async with open_sandbox(SPEC, bwrap_options):
+            pass
+    assert str(raised.value).startswith("bwrap could not start the sandbox: ")
+    assert str(raised.value).endswith(said)
