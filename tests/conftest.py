@@ -16,18 +16,26 @@ pytest_plugins = [
     "tests.support.mcp_fixtures",
 ]
 
+# Session fixtures too costly to set up once per xdist worker: the tests using one are one group.
+GROUPED_SESSION_FIXTURES = {"_ray_nodes": "ray"}  # tests/fixtures/ray.py: a 3-node cluster
+
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Under `pytest -n N --dist loadgroup` (scripts/check.sh) the tests of a module that share a
-    module-scoped fixture (one Ray cluster, one Chromium, one batch run checked by several tests)
-    go to one xdist worker, so that fixture is set up once, not once per worker; every other test
-    is handed to whichever worker is free."""
+    module-scoped fixture (one Chromium, one batch run checked by several tests)
+    go to one xdist worker, so that fixture is set up once, not once per worker; so do the tests
+    of all modules that use one of GROUPED_SESSION_FIXTURES; every other test is handed to
+    whichever worker is free."""
     info = getattr(item, "_fixtureinfo", None)  # a test function's fixtures (other items have none)
     if info is None:
         return
     named = item.get_closest_marker("xdist_group")
+    shared = [group for name, group in GROUPED_SESSION_FIXTURES.items() if name in item.fixturenames]
     if named is not None:  # a module's own group (e.g. the runs that reap a shared engine)
         group = str(named.args[0] if named.args else named.kwargs["name"])
+    elif shared:  # the tests of every module that share one costly session fixture
+        group = shared[0]
+        item.add_marker(pytest.mark.xdist_group(group))
     else:
         scopes = {definitions[-1].scope for definitions in info.name2fixturedefs.values() if definitions}
         if "module" not in scopes:

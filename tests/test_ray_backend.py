@@ -150,7 +150,7 @@ def test_the_rate_limit_hub_lives_on_the_head_and_comes_back_if_its_process_dies
 
 
 def test_a_node_lost_mid_run_reruns_its_prompts_elsewhere(tmp_path: Path, ray_cluster: RayCluster) -> None:
-    """Last in this module: it takes a node away."""
+    """It takes a node away (the fixture puts one back for the next test)."""
     prompts = [f"lost {i}" for i in range(240)]
     with SimulatedEndpoint(latency=0.3) as endpoint:
         cli = BatchCLI(tmp_path, endpoint)
