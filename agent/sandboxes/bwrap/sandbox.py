@@ -65,19 +65,13 @@ def open_sandbox(spec: SandboxSpec, options: SandboxOptions) -> AbstractAsyncCon
     return _opened(BwrapSandbox(spec, options))
 
 
-def _failure(outcome: ProcessOutcome) -> str:
-    said = b" ".join(part.strip() for part in (outcome.stderr, outcome.stdout) if part.strip())
-    how = "timed out" if outcome.timed_out else f"exit {outcome.exit_code}"
-    return f"{said.decode(errors='replace')} ({how})" if said else f"({how}, nothing printed)"
-
-
 @asynccontextmanager
 async def _opened(sandbox: BwrapSandbox) -> AsyncIterator[BwrapThreaded]:
     try:
         sandbox.prepare()
         outcome = await sandbox.launch("exit 0", [], timeout=30)
         if outcome.exit_code != 0:
-            raise SandboxError(f"bwrap could not start the sandbox: {_failure(outcome)}")
+            raise SandboxError(f"bwrap could not start the sandbox: {outcome.failure()}")
         yield BwrapThreaded(sandbox)
     finally:
         await to_the_end(asyncio.ensure_future(sandbox.aclose()))

@@ -29,6 +29,12 @@ class ProcessOutcome:
     exit_code: int  # 128+N when killed by signal N
     timed_out: bool
 
+    def failure(self) -> str:
+        """What a failed process printed and how it ended, for an operator's line."""
+        said = b" ".join(part.strip() for part in (self.stderr, self.stdout) if part.strip())
+        how = "timed out" if self.timed_out else f"exit {self.exit_code}"
+        return f"{said.decode(errors='replace')} ({how})" if said else f"({how}, nothing printed)"
+
 
 class _Pipes:
     """Feeds stdin and drains stdout/stderr of one process with poll(2)."""
