@@ -7,6 +7,7 @@ used. Image verdicts are cached per process, so each distinct image is checked o
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 from typing import Any
@@ -23,6 +24,8 @@ _lock = threading.Lock()
 _clients: dict[tuple[int, str], Any] = {}
 _verdicts: dict[tuple[str, str], str | None] = {}  # (engine, image) -> error message or None
 _image_locks: dict[tuple[str, str], threading.Lock] = {}
+PROBE_TIMEOUT = 15.0  # seconds an engine has to answer its /_ping, as its API calls at start
+API_VERSION = re.compile(rb"^api-version:[ \t]*([0-9]+\.[0-9]+)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
 
 
 def engine_address() -> str:
@@ -35,30 +38,48 @@ def engine_client() -> Any:
     with _lock:
         client = _clients.get(key)
         if client is None:
-            problem = _unix_socket_problem()
+            problem, version = _probe()
             if problem is not None:
                 raise SandboxError(_no_engine(problem))
             try:
-                client = docker.from_env()
+                client = docker.from_env(version=version)
             except ENGINE_ERRORS as exc:
                 raise SandboxError(_no_engine(exc)) from exc
             _clients[key] = client
         return client
 
 
-def _unix_socket_problem() -> OSError | None:
-    """Why the engine's unix socket cannot be connected to (None: it can, or it is not a unix
-    socket). Checked before docker-py sees it: a failed connect in its client constructor
-    leaks the socket."""
+def _probe() -> tuple[OSError | None, str | None]:
+    """Why the engine's unix socket cannot be used (None: it can, or it is not a unix socket),
+    and its API version. The socket is tried before docker-py sees it (a failed connect in its
+    client constructor leaks the socket), and the version is read from the engine's /_ping
+    reply, as the docker CLI negotiates it: docker-py asks /version, which Podman answers by
+    gathering its whole system information (it forks dpkg-query for each package, ~0.1 s of
+    CPU for each client made). No version (None): docker-py asks as it would."""
     host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     if not host.startswith("unix://"):
-        return None
+        return None, None
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(PROBE_TIMEOUT)
         try:
             probe.connect(host[len("unix://") :])
-        except OSError as exc:
-            return exc
-    return None
+            probe.sendall(b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")
+            head = _response_head(probe)
+        except OSError as exc:  # refused, missing, or no answer within the time-out
+            return exc, None
+    found = API_VERSION.search(head)
+    return None, found.group(1).decode() if found else None
+
+
+def _response_head(probe: socket.socket) -> bytes:
+    """The status line and headers of the reply on `probe` (at most 16 KiB of them)."""
+    head = b""
+    while b"\r\n\r\n" not in head and len(head) < 16384:
+        chunk = probe.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    return head.partition(b"\r\n\r\n")[0]
 
 
 def close_clients() -> None:
@@ -111,11 +132,11 @@ def _check_image(client: Any, name: str) -> str | None:
 def engine_unavailable_reason(default_image: str | None) -> str | None:
     """Why the engine cannot run our sandboxes, with how to fix it; None when it can. The
     default image is checked when there is one (a run whose rows all name theirs has none)."""
-    problem = _unix_socket_problem()
+    problem, version = _probe()
     if problem is not None:
         return _no_engine(problem)
     try:
-        client = docker.from_env(timeout=15)
+        client = docker.from_env(version=version, timeout=PROBE_TIMEOUT)
     except ENGINE_ERRORS as exc:
         return _no_engine(exc)
     try:
