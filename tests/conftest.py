@@ -20,6 +20,14 @@ pytest_plugins = [
 GROUPED_SESSION_FIXTURES = {"_ray_nodes": "ray"}  # tests/fixtures/ray.py: a 3-node cluster
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `long` first (in their order): pytest-xdist hands out single tests in
+    collection order, so a minute-long test collected last ran alone at the end while the other
+    workers had nothing left to do; started first, it overlaps the rest. (xdist sends groups of
+    several tests before single ones by itself, largest first.)"""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Under `pytest -n N --dist loadgroup` (scripts/check.sh) the tests of a module that share a
     module-scoped fixture (one Chromium, one batch run checked by several tests)

@@ -133,6 +133,7 @@ def kill_rounds(cli: BatchCLI, flags: tuple[str, ...], rng: random.Random) -> tu
     return killed_with_workers, torn_into
 
 
+@pytest.mark.long
 def test_sigkill_at_random_moments_then_resume_is_exactly_once(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     with SimulatedEndpoint() as endpoint:

@@ -152,6 +152,7 @@ def test_a_worker_sent_sigterm_alone_hands_its_prompts_back_and_is_replaced(tmp_
     assert losses["exit_codes"] == {"0": 1}
 
 
+@pytest.mark.long
 def test_the_same_worker_killed_again_and_again_still_completes_every_prompt(tmp_path: Path) -> None:
     # Worker slot after slot: each time a fresh worker runs a command it is killed (3 times).
     # The commands last 5 s: one seen running must still run when the kill lands (with 2 s, a

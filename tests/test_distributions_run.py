@@ -106,6 +106,7 @@ def _run(workdir: Path, endpoint: SimulatedEndpoint, name: str) -> DistributionR
     return DistributionRun(workdir, cli, prompts, finished)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", sorted(DISTRIBUTIONS))
 def test_a_batch_run_of_the_distribution(name: str, tmp_path: Path, endpoint: SimulatedEndpoint) -> None:
     runs = {name: _run(tmp_path, endpoint, name)}

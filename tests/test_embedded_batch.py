@@ -32,6 +32,7 @@ def _require_embedded() -> None:
         pytest.skip(f"embedded model not installed: {exc}")
 
 
+@pytest.mark.long
 @pytest.mark.embedded
 def test_three_example_prompts_through_the_real_embedded_model(tmp_path: Path) -> None:
     _require_embedded()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from agent.export.exports import ROW_GROUP
 from bench.export import measure_in_child, write_run
@@ -18,6 +19,7 @@ SMALL, LARGE = 2_000, 20_000
 # times the file (Python objects cost 5-8x their JSON).
 
 
+@pytest.mark.long
 def test_a_ten_times_larger_parquet_export_takes_no_more_memory(tmp_path: Path) -> None:
     small, large = tmp_path / "small", tmp_path / "large"
     write_run(small, SMALL)

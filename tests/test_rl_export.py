@@ -180,6 +180,7 @@ def test_rows_are_written_a_row_group_at_a_time(tmp_path: Path, monkeypatch: pyt
     assert all(sum(group) >= 600 and sum(group[:-1]) < 600 for group in held[:-1])  # full at 600 ids
 
 
+@pytest.mark.long
 def test_a_ten_times_larger_rl_export_takes_no_more_memory(tmp_path: Path) -> None:
     few, many = 1_000, 10_000
     write_rl_run(tmp_path / "few", few, total=800)

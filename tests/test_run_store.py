@@ -427,6 +427,7 @@ def check_whole_lines(path: Path) -> list[int]:
     return numbers
 
 
+@pytest.mark.long
 def test_kill_9_at_random_moments_leaves_only_whole_lines_after_repair(tmp_path: Path) -> None:
     path = tmp_path / "run"
     rng = random.Random(1234)

@@ -55,6 +55,7 @@ async def test_the_bwrap_file_tools_do_not_follow_a_swapped_directory(
     _check(result, least=500)  # about half the calls start a sandbox (a symlink leads out of d)
 
 
+@pytest.mark.long
 @pytest.mark.docker
 async def test_the_docker_file_tools_do_not_follow_a_swapped_directory(
     container_engine: Engine, docker_options: SandboxOptions, tmp_path: Path

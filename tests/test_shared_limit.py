@@ -255,6 +255,7 @@ def _member(endpoint: SimulatedEndpoint, link: DirectLink, name: str, until: flo
     asyncio.run(go())
 
 
+@pytest.mark.long
 def test_tpm_holds_over_four_members_while_one_stalls_past_stale(sim_endpoint: SimulatedEndpoint) -> None:
     """Four members on their own event loops, `--tpm=140` (10 calls of 14 tokens), one member's
     loop blocked past STALE with its calls answered and unreported: the tokens the endpoint
@@ -278,6 +279,7 @@ def test_tpm_holds_over_four_members_while_one_stalls_past_stale(sim_endpoint: S
     assert sum(tokens) <= 140 + max(tokens), tokens
 
 
+@pytest.mark.long
 def test_tpm_holds_in_every_minute_across_four_workers(tmp_path: Path) -> None:
     """`--tpm` is one budget for four workers: the tokens of the calls started in any 60 s
     window stay within it, give or take one call (a call's tokens are known after it starts).
