@@ -5,12 +5,14 @@ cd "$(dirname "$0")/.."
 ruff check .
 ruff format --check .
 # Types and the code's metrics (sizes, import cycles, imports that climb a layer) are checked
-# beside the tests, in the CPU time the tests leave idle waiting on timeouts and engines (mypy
-# without a cache takes ~16 s of a core); their output is printed after the tests'.
+# beside the tests, at the lowest priority, in the CPU time the tests leave idle waiting on
+# timeouts and engines (mypy without a cache takes ~16 s of a core); their output is printed
+# after the tests'. Their own process group, so that an interrupted check stops them too.
 static=$(mktemp)
-(mypy && python scripts/code_metrics.py --check) >"$static" 2>&1 &
+setsid --wait nice -n 19 bash -c 'mypy && python scripts/code_metrics.py --check' >"$static" 2>&1 &
 static_pid=$!
-trap 'kill "$static_pid" 2>/dev/null || true; rm -f "$static"' EXIT
+trap 'if [ -n "$static_pid" ]; then kill -TERM -- -"$static_pid" 2>/dev/null || true; fi; rm -f "$static"' EXIT
+trap 'exit 130' INT TERM
 # Every runner and worker process the tests start imports ~250 modules of ours: with
 # PYTHONDONTWRITEBYTECODE set (as in some shells and CI images) each compiled them again
 # (~0.07 s of CPU a process, hundreds of processes), so it is unset. Bytecode goes where Python
@@ -22,8 +24,8 @@ status=0
 # most 8): a test often waits on something other than the CPU (a hung command's timeout, a rate
 # limit's minute window, a container engine); many more workers than CPUs overload the machine
 # and the tests bound in time (a node lost on Ray, kills racing commands) start failing.
-# --dist loadgroup keeps the tests sharing a module-scoped fixture on one worker (tests/conftest.py
-# marks them). PYTEST_WORKERS=0 runs them in this process, one after another.
+# --dist loadgroup keeps the tests sharing a module-scoped fixture, or the Ray cluster, on one
+# worker (tests/conftest.py marks them). PYTEST_WORKERS=0 runs them in this process, one after another.
 # The 25 slowest tests are listed at the end: where the suite's time goes.
 # Tests that talk to a real remote endpoint (marker `live`) are opt-in: LIVE_ENDPOINT_TESTS=1.
 live=(-m "not live")
@@ -32,7 +34,9 @@ cpus=$(python -c 'import os; print(len(os.sched_getaffinity(0)))')
 workers=${PYTEST_WORKERS:-$((cpus < 8 ? cpus + 1 : 8))}
 python -m pytest -q -n "$workers" --dist loadgroup --durations=25 "${live[@]}" "$@" || status=$?
 echo "--- types and metrics (mypy, scripts/code_metrics.py)"
-wait "$static_pid" || status=1
+static_status=0
+wait "$static_pid" || static_status=$?
+static_pid=
 cat "$static"
-# pytest exits 5 when no test was collected: that is a failure for us too.
-exit "$status"
+# pytest exits 5 when no test was collected: that is a failure for us too. Its status first.
+exit $((status ? status : static_status))

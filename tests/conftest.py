@@ -25,7 +25,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     collection order, so a minute-long test collected last ran alone at the end while the other
     workers had nothing left to do; started first, it overlaps the rest. (xdist sends groups of
     several tests before single ones by itself, largest first.)"""
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    items.sort(key=lambda item: not _long_alone(item))
+
+
+def _long_alone(item: pytest.Item) -> bool:
+    """Marked `long` and in no group (a group's tests keep their order; xdist sends it whole)."""
+    return item.get_closest_marker("long") is not None and item.get_closest_marker("xdist_group") is None
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

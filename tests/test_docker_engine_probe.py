@@ -6,7 +6,9 @@ unix socket of this test's that notes every request line passing through it."""
 from __future__ import annotations
 
 import re
+import shutil
 import socket
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import suppress
@@ -30,14 +32,17 @@ class RecordingProxy:
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(str(path))
         self._server.listen(16)
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def paths(self) -> list[str]:
         with self._lock:
             return [match.decode() for match in REQUEST_LINE.findall(bytes(self.sent))]
 
     def close(self) -> None:
+        self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close alone does not)
         self._server.close()
+        self._acceptor.join(timeout=5)
 
     def _accept(self) -> None:
         while True:
@@ -49,7 +54,10 @@ class RecordingProxy:
 
     def _serve(self, client: socket.socket) -> None:
         with client, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as upstream:
-            upstream.connect(self.upstream)
+            try:
+                upstream.connect(self.upstream)
+            except OSError:  # the client sees its connection closed: its own error, in its test
+                return
             back = threading.Thread(target=self._pipe, args=(upstream, client, False), daemon=True)
             back.start()
             self._pipe(client, upstream, True)
@@ -77,12 +85,11 @@ def _receive(sock: socket.socket) -> bytes:
 
 
 @pytest.fixture
-def proxy(
-    container_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[RecordingProxy]:
+def proxy(container_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordingProxy]:
     if not container_engine.url.startswith("unix://"):
         pytest.fail(f"the test engines listen on unix sockets, not {container_engine.url}")
-    recording = RecordingProxy(tmp_path / "engine.sock", container_engine.url.removeprefix("unix://"))
+    short = Path(tempfile.mkdtemp(prefix="engine-", dir="/tmp"))  # AF_UNIX paths hold 107 bytes
+    recording = RecordingProxy(short / "engine.sock", container_engine.url.removeprefix("unix://"))
     monkeypatch.setenv("DOCKER_HOST", f"unix://{recording.path}")
     close_clients()  # a client made earlier in this process is not the one under test
     try:
@@ -90,6 +97,7 @@ def proxy(
     finally:
         close_clients()
         recording.close()
+        shutil.rmtree(short)
 
 
 def test_the_client_takes_its_api_version_from_the_engines_ping(

@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import threading
+import time
 from typing import Any
 
 import docker
@@ -51,35 +52,43 @@ def engine_client() -> Any:
 
 def _probe() -> tuple[OSError | None, str | None]:
     """Why the engine's unix socket cannot be used (None: it can, or it is not a unix socket),
-    and its API version. The socket is tried before docker-py sees it (a failed connect in its
-    client constructor leaks the socket), and the version is read from the engine's /_ping
-    reply, as the docker CLI negotiates it: docker-py asks /version, which Podman answers by
+    and, when DOCKER_HOST names that socket, the API version from the engine's /_ping reply.
+    The socket is tried before docker-py sees it (a failed connect in its client constructor
+    leaks the socket). docker-py would ask /version for the version, which Podman answers by
     gathering its whole system information (it forks dpkg-query for each package, ~0.1 s of
-    CPU for each client made). No version (None): docker-py asks as it would."""
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    CPU for each client made); /_ping's Api-Version header is the same number. Without
+    DOCKER_HOST docker-py may follow a Docker CLI context elsewhere: no version (None) then,
+    docker-py asks as it would."""
+    named = os.environ.get("DOCKER_HOST")
+    host = named or "unix:///var/run/docker.sock"
     if not host.startswith("unix://"):
         return None, None
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(PROBE_TIMEOUT)
         try:
             probe.connect(host[len("unix://") :])
+            if not named:
+                return None, None
             probe.sendall(b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")
-            head = _response_head(probe)
+            head = _response_head(probe, time.monotonic() + PROBE_TIMEOUT)
         except OSError as exc:  # refused, missing, or no answer within the time-out
             return exc, None
     found = API_VERSION.search(head)
     return None, found.group(1).decode() if found else None
 
 
-def _response_head(probe: socket.socket) -> bytes:
-    """The status line and headers of the reply on `probe` (at most 16 KiB of them)."""
+def _response_head(probe: socket.socket, deadline: float) -> bytes:
+    """The status line and headers of the reply on `probe`, read by `deadline` (empty when
+    they do not end within 16 KiB)."""
     head = b""
     while b"\r\n\r\n" not in head and len(head) < 16384:
+        probe.settimeout(max(deadline - time.monotonic(), 0.001))
         chunk = probe.recv(4096)
         if not chunk:
             break
         head += chunk
-    return head.partition(b"\r\n\r\n")[0]
+    ended, _, _ = head.partition(b"\r\n\r\n")
+    return ended if b"\r\n\r\n" in head else b""
 
 
 def close_clients() -> None:

@@ -22,6 +22,9 @@ KILL_GRACE = 2.0  # seconds to collect output after a kill
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+FAILURE_BYTES = 2048  # of each stream, in an operator's line: its end, where errors are
+
+
 @dataclass(frozen=True)
 class ProcessOutcome:
     stdout: bytes
@@ -31,7 +34,7 @@ class ProcessOutcome:
 
     def failure(self) -> str:
         """What a failed process printed and how it ended, for an operator's line."""
-        said = b" ".join(part.strip() for part in (self.stderr, self.stdout) if part.strip())
+        said = b" ".join(part.strip()[-FAILURE_BYTES:] for part in (self.stderr, self.stdout) if part.strip())
         how = "timed out" if self.timed_out else f"exit {self.exit_code}"
         return f"{said.decode(errors='replace')} ({how})" if said else f"({how}, nothing printed)"
 
