@@ -35,10 +35,10 @@ def _long_alone(item: pytest.Item) -> bool:
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Under `pytest -n N --dist loadgroup` (scripts/check.sh) the tests of a module that share a
-    module-scoped fixture (one Chromium, one batch run checked by several tests)
-    go to one xdist worker, so that fixture is set up once, not once per worker; so do the tests
-    of all modules that use one of GROUPED_SESSION_FIXTURES; every other test is handed to
-    whichever worker is free."""
+    module-scoped fixture (one Chromium, one batch run checked by several tests) go to one xdist
+    worker, so that fixture is set up once, not once per worker; so do the tests of all modules
+    that use one of GROUPED_SESSION_FIXTURES; every other test is handed to whichever worker is
+    free."""
     info = getattr(item, "_fixtureinfo", None)  # a test function's fixtures (other items have none)
     if info is None:
         return

@@ -58,9 +58,8 @@ def _probe(options: SandboxOptions) -> str | None:
     outcome = run_process(argv, timeout=30, limit=65536)
     if outcome.exit_code == 0:
         return None
-    detail = outcome.stderr.decode(errors="replace").strip() or f"exit code {outcome.exit_code}"
     return (
-        f"bwrap cannot create a sandbox here ({detail}); it needs unprivileged user namespaces "
+        f"bwrap cannot create a sandbox here ({outcome.failure()}); it needs unprivileged user namespaces "
         "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04+ also "
         "kernel.apparmor_restrict_unprivileged_userns=0)"
     )

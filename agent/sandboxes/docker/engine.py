@@ -87,8 +87,8 @@ def _response_head(probe: socket.socket, deadline: float) -> bytes:
         if not chunk:
             break
         head += chunk
-    ended, _, _ = head.partition(b"\r\n\r\n")
-    return ended if b"\r\n\r\n" in head else b""
+    ended, blank, _ = head.partition(b"\r\n\r\n")
+    return ended if blank else b""
 
 
 def close_clients() -> None:

@@ -20,8 +20,6 @@ from agent.sandboxes.host.output_buffer import OutputBuffer
 
 KILL_GRACE = 2.0  # seconds to collect output after a kill
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
 FAILURE_BYTES = 2048  # of each stream, in an operator's line: its end, where errors are
 
 
