@@ -300,7 +300,9 @@ def test_a_hostile_prompt_leaves_no_process_nor_mount_on_the_default_backend(
 ) -> None:
     if unavailable_reason(SandboxOptions(backend="bwrap", root=str(open_tmp))) is not None:
         missing("bwrap is not usable here")
-    hostile = f"{HOSTILE[0].replace('3105', '3112')}; mkdir -p m && mount -t tmpfs tmpfs m; echo done"
+    # Its own sleep: both parameters of this test may run at once on two pytest workers.
+    seconds = f"{3112 + (sandbox is not None)}.{os.getpid()}"
+    hostile = f"{HOSTILE[0].replace('3105', seconds)}; mkdir -p m && mount -t tmpfs tmpfs m; echo done"
     with SimulatedEndpoint() as endpoint:
         endpoint.script("Hostile", tool_then_answer(command=hostile))
         write_dataset(tmp_path / "d.jsonl", [{"prompt": "Hostile"}, {"prompt": "Hostile"}])
@@ -312,5 +314,5 @@ def test_a_hostile_prompt_leaves_no_process_nor_mount_on_the_default_backend(
     recorded = read_json(cli.run_dir("h") / "run_config.json")["sandbox"]["backend"]
     assert recorded == (sandbox or "bwrap")
     assert done.stderr.count("sandbox backend:") == (0 if sandbox else 1), done
-    assert _running(b"sleep\x003112") == []
+    assert _running(f"sleep\0{seconds}\0".encode()) == []
     assert mounts_under(str(tmp_path), fresh=True) == mounts_under(str(open_tmp), fresh=True) == []
