@@ -101,7 +101,7 @@ async def test_the_environment_is_cleared(
 
 
 async def test_a_timeout_kills_everything_the_command_started(bwrap_options: SandboxOptions) -> None:
-    marker = f"sleep 3{os.getpid() % 1000:03d}"
+    marker = f"sleep 3{os.getpid()}.5"  # this worker's own: tests run side by side
     async with open_sandbox(SPEC, bwrap_options) as sandbox:
         result = await sandbox.exec(f"echo started; ({marker} &); setsid {marker} & {marker}", timeout=2)
         assert result.timed_out and result.exit_code == 124 and "started" in result.output
@@ -114,8 +114,12 @@ async def test_limits_hold_memory_and_process_count(bwrap_options: SandboxOption
         # a memory cgroup bounds the whole sandbox (see test_sandbox_memory_limit); else an rlimit
         told = "memory limit" if memory_limits.hierarchy() is not None else "MemoryError"
         assert hog.exit_code != 0 and told in hog.output
+        # The shell forks the bomb once, before any of it runs: `bomb | bomb &` in the shell itself
+        # forks twice, and on a busy machine the first half can take every pid before the second
+        # fork (bash then retries for 15 s and exits 254). The count needs no fork.
         bomb = await sandbox.exec(
-            "bomb() { bomb | bomb & }; bomb 2>/dev/null; SECONDS=0; while [ $SECONDS -lt 2 ]; do :; done; "
+            "bomb() { bomb | bomb & }; { bomb 2>/dev/null; } & "
+            "SECONDS=0; while [ $SECONDS -lt 2 ]; do :; done; "
             'n=0; for d in /proc/[0-9]*; do n=$((n + 1)); done; echo "count=$n"',
             timeout=120,  # the bomb's processes share the CPUs with the count: slow on a busy machine
         )
@@ -198,7 +202,7 @@ async def test_the_terminal_and_file_tools_work_in_bwrap(bwrap_options: SandboxO
 
 
 async def test_a_cancelled_command_is_killed_and_waited_for(bwrap_options: SandboxOptions) -> None:
-    marker = f"sleep 4{os.getpid() % 1000:03d}"
+    marker = f"sleep 4{os.getpid()}.5"
     async with open_sandbox(SPEC, bwrap_options) as sandbox:
         command = asyncio.create_task(sandbox.exec(f"echo started > /workspace/s; {marker}", timeout=600))
         host_dir = sandbox.blocking.host_dir
@@ -275,6 +279,37 @@ def test_reap_stale_kills_a_sandbox_that_outlived_its_runner(bwrap_root: str) ->
     assert _host_processes("sleep 3602")
     assert reap_stale(bwrap_root) == [orphan]
     assert _host_processes("sleep 3602") == [] and os.listdir(bwrap_root) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a stale sandbox's disk cap is a tmpfs: root mounts it")
+def test_reap_stale_spares_a_process_that_only_sees_the_stale_filesystem(
+    bwrap_root: str, tmp_path: Path
+) -> None:
+    """A copy of the host's mount table shows a stale sandbox's disk cap whole (root "/"): so
+    does bwrap's pid 1 of any other sandbox while it sets up (the host's mounts under
+    /oldroot). Reaping killed such a process (another run's sandbox starting) as if it used
+    the stale one; a bind of the whole directory elsewhere, in a namespace of its own, stands
+    in for it here, where it lasts."""
+    orphan = _orphan(bwrap_root, "sleep 3603", "normal")
+    assert _eventually_none("sleep 3603") and os.path.ismount(orphan)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    bystander = subprocess.Popen(
+        ["unshare", "--mount", "--propagation=private", "sh", "-c",
+         'mount --rbind "$0" "$1" && echo ready && exec sleep 3604', bwrap_root, str(elsewhere)],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert bystander.stdout is not None and bystander.stdout.readline() == b"ready\n"
+        moved = Path(f"/proc/{bystander.pid}/mountinfo").read_text()
+        assert f"{elsewhere}/{os.path.basename(orphan)} " in moved  # seen whole, somewhere else
+        assert reap_stale(bwrap_root) == [orphan]
+        assert bystander.poll() is None, "a process that only saw the stale filesystem was killed"
+    finally:
+        bystander.kill()
+        bystander.wait()
+        bystander.stdout.close()
+    assert os.listdir(bwrap_root) == []
 
 
 @pytest.mark.parametrize(

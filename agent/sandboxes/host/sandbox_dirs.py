@@ -96,13 +96,17 @@ def kill_processes_using(directory: str, rounds: int = 10) -> None:
 
 
 def _uses(mountinfo: bytes, directory: str, device: str | None) -> bool:
-    """Whether a mount table binds a place of `directory` somewhere else than where it lies."""
+    """Whether a mount table binds a place of `directory` somewhere else than where it lies.
+    A copy of the host's mount table shows the directory's own filesystem (its disk cap), at
+    its place or moved (bwrap's pid 1 of any sandbox, while it sets up, has the host's mounts
+    under /oldroot): that is the whole filesystem (root "/"), not a place of it, and says
+    nothing; counting it killed other runners' sandboxes as they started."""
     path, name = os.fsencode(directory), b"/" + os.fsencode(os.path.basename(directory)) + b"/"
     for line in mountinfo.splitlines():
         fields = line.split(b" ")
         if len(fields) < 5 or fields[4] == path or fields[4].startswith(path + b"/"):
             continue  # the place where it lies: any copy of the host's mount table shows it
-        if (device is not None and fields[2] == device.encode()) or name in fields[3]:
+        if (device is not None and fields[2] == device.encode() and fields[3] != b"/") or name in fields[3]:
             return True
     return False
 
