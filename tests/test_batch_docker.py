@@ -18,6 +18,7 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,13 +75,31 @@ def created_containers(engine: Engine, run_name: str, since: int) -> dict[str, l
     """prompt key -> (container id, image) of every container created for the run since `since`."""
     filters = {"type": "container", "event": "create", "label": f"{LABEL_RUN}={run_name}"}
     found: dict[str, list[tuple[str, str]]] = {}
+    for event in _events(engine, since, filters):
+        attributes = event["Actor"]["Attributes"]
+        ident = event["Actor"]["ID"]
+        found.setdefault(attributes[LABEL_PROMPT], []).append((ident, short_image(attributes["image"])))
+    return found
+
+
+def _events(engine: Engine, since: int, filters: dict[str, str]) -> list[dict[str, Any]]:
+    """The engine's events since `since` that match `filters`, every one recorded so far.
+    Podman's Docker-compatible endpoint reads its events file only until `until` comes by the
+    clock (a timer stops the read): under load it returned none of a session's long file.
+    Its own endpoint, not streaming, reads the file to its end."""
+    if engine.name == "podman":
+        api = engine.client.api  # a requests session on the engine's socket
+        query = {
+            "stream": "false",
+            "since": str(since),
+            "filters": json.dumps({k: [v] for k, v in filters.items()}),
+        }
+        response = api.get(f"{api.base_url}/v4.0.0/libpod/events", params=query, timeout=60)
+        response.raise_for_status()
+        return [json.loads(line) for line in response.text.splitlines() if line.strip()]
     stream = engine.client.events(since=since, until=int(time.time()) + 1, filters=filters, decode=True)
     with contextlib.closing(stream):
-        for event in stream:
-            attributes = event["Actor"]["Attributes"]
-            ident = event["Actor"]["ID"]
-            found.setdefault(attributes[LABEL_PROMPT], []).append((ident, short_image(attributes["image"])))
-    return found
+        return list(stream)
 
 
 # ------------------------------------------------------------------ a normal run
