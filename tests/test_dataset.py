@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from agent.batch import dataset as dataset_module
-from agent.batch.dataset import MAX_KEPT_ERRORS, DatasetRow, LineError, iter_rows, scan_dataset
+from agent.batch.dataset import (
+    MAX_KEPT_ERRORS,
+    DatasetRow,
+    LineError,
+    iter_rows,
+    iter_units,
+    keyed_units,
+    scan_dataset,
+)
 from agent.batch.row_fields import CWD_RULE
 from agent.errors import ConfigError, DatasetError
 from agent.store.keys import prompt_key
@@ -147,6 +155,31 @@ def test_max_samples_keeps_the_first_n_valid_rows(dataset: Path) -> None:
     assert (scan.valid, scan.truncated, scan.error_count) == (2, 1, 2)  # every line is still validated
     assert scan_dataset(dataset, max_samples=10).valid == 3
     assert len(list(iter_rows(dataset, max_samples=10))) == 3
+
+
+@pytest.mark.parametrize("max_samples", [None, 4])
+@pytest.mark.parametrize("samples", [1, 3])
+def test_the_keys_a_scan_keeps_are_those_iter_rows_gives(
+    dataset: Path, max_samples: int | None, samples: int
+) -> None:
+    """The run's plan reads them instead of the dataset: the same keys, indices and samples
+    as the rows' units, bad lines, repeated prompts and --max_samples included."""
+    prompts = ["A", "B", "A", " A ", "C", "B", "D"]
+    write_lines(
+        dataset,
+        [
+            "oops",
+            *(json.dumps({"prompt": p}) for p in prompts[:3]),
+            "",
+            *(json.dumps({"prompt": p}) for p in prompts[3:]),
+        ],
+    )
+    units = [(u.key, u.index, u.sample_index) for u in iter_units(iter_rows(dataset, max_samples), samples)]
+    scan = scan_dataset(dataset, max_samples, keys=True)
+    assert scan.keys is not None and len(scan.keys) == scan.valid == len(units) // samples
+    assert list(keyed_units(scan.keys, samples)) == units
+    assert len(scan.keys) == 0  # consumed: the plan keeps its own packed copy
+    assert scan_dataset(dataset, max_samples).keys is None
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.5])

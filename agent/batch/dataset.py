@@ -4,10 +4,10 @@ an `hf://datasets/...` dataset (`agent.batch.dataset_hub`); --prompt_field and -
 which columns are the row fields (`agent.batch.row_columns`).
 
 Two passes over the dataset, both streamed: `scan_dataset` validates every line up front (so a
-bad dataset is reported before a token is spent), `iter_rows` then yields the valid rows in
-file order. Neither holds the file in memory; `iter_rows` keeps only the number of copies seen of
-each prompt hash (`agent.batch.dataset_copies`), which gives each copy of a repeated prompt its
-own key.
+bad dataset is reported before a token is spent) and, asked, keeps each valid row's key for the
+run's plan; `iter_rows` then yields the valid rows in file order. Neither holds the file in
+memory; both keep only the number of copies seen of each prompt hash
+(`agent.batch.dataset_copies`), which gives each copy of a repeated prompt its own key.
 
 Blank lines are skipped silently; every other line is a row or an error (reported with its
 line number, then skipped) by the rules of `agent.batch.row_fields`; a Parquet or `datasets`
@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from agent.batch.dataset_copies import CopyCounter
+from agent.batch.dataset_copies import CopyCounter, RowKeys
 from agent.batch.dataset_hub import HUB_PREFIX, DiskSource, HubSource, is_datasets_directory, split_directory
 from agent.batch.dataset_source import LineError as LineError  # where it always was, for callers
 from agent.batch.dataset_source import Record, Source, where
@@ -72,6 +72,7 @@ class DatasetScan:
     without_image: int = 0  # valid rows (of the `valid` ones) that name no image: the run's default
     with_verify: int = 0  # valid rows (of the `valid` ones) with a `verify` object
     noun: str = "lines"  # what total_lines counts: a JSONL file's lines, or rows
+    keys: RowKeys | None = None  # with `keys=True`: the key of each of the `valid` rows, in order
 
 
 def _check_max_samples(max_samples: int | None) -> None:
@@ -181,15 +182,18 @@ def scan_dataset(
     require_valid: bool = True,
     backend: str | None = None,
     options: DatasetOptions | None = None,
+    keys: bool = False,
 ) -> DatasetScan:
     """Validate every line (or row) of the dataset (first pass). Raises DatasetError when it
     cannot be read or (with `require_valid`) has no valid row. A caller that reports the bad
     lines itself passes `require_valid=False` and calls `require_valid_rows`. With the run's
     sandbox `backend` (its name), a row asking for an image or cwd that backend cannot run as
-    asked is a bad line; pass the same `backend` and `options` to `iter_rows`."""
+    asked is a bad line; pass the same `backend` and `options` to `iter_rows`. With `keys`,
+    `scan.keys` holds the key `iter_rows` gives each valid row."""
     _check_max_samples(max_samples)
     source = open_source(path, options)
     scan = DatasetScan(path=source.name, total_lines=0, valid=0, errors=[], noun=source.noun)
+    scan.keys, seen = (RowKeys(), CopyCounter()) if keys else (None, None)
     valid_total = 0
     for line_no, record in source.records(backend):
         scan.total_lines = line_no
@@ -201,6 +205,9 @@ def scan_dataset(
             if max_samples is None or valid_total < max_samples:
                 scan.without_image += record.image is None
                 scan.with_verify += record.verify is not None
+                if scan.keys is not None and seen is not None:
+                    digest = prompt_hash(record.prompt)
+                    scan.keys.append(digest, seen.see(digest))
             valid_total += 1
     scan.valid = valid_total if max_samples is None else min(valid_total, max_samples)
     scan.truncated = valid_total - scan.valid
@@ -267,10 +274,18 @@ def iter_units(rows: Iterator[DatasetRow], samples_per_prompt: int) -> Iterator[
         yield from rows
         return
     for row in rows:
-        for sample in range(samples_per_prompt):
-            yield replace(
-                row,
-                key=sample_key(row.key, sample),
-                index=row.index * samples_per_prompt + sample,
-                sample_index=sample,
-            )
+        for key, index, sample in unit_keys(row.key, row.index, samples_per_prompt):
+            yield replace(row, key=key, index=index, sample_index=sample)
+
+
+def keyed_units(keys: RowKeys, samples_per_prompt: int) -> Iterator[tuple[str, int, int]]:
+    """The (key, index, sample index) of each unit of work, as `iter_units` numbers them, from
+    the keys a scan kept (consumed)."""
+    for row_index, row_key in enumerate(keys.drain()):
+        yield from unit_keys(row_key, row_index, samples_per_prompt)
+
+
+def unit_keys(row_key: str, row_index: int, samples_per_prompt: int) -> Iterator[tuple[str, int, int]]:
+    """The (key, index, sample index) of each unit of a row (`iter_units`)."""
+    for sample in range(samples_per_prompt):
+        yield sample_key(row_key, sample), row_index * samples_per_prompt + sample, sample

@@ -9,6 +9,9 @@ count in a dict (repeats are few). Exact: two hashes are equal only when all 10 
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterator
+
 _WIDTH = 10  # bytes of a prompt hash
 _EMPTY = bytes(_WIDTH)  # no hash is all zeros in practice; one that is is counted in `_zero`
 
@@ -59,3 +62,27 @@ class CopyCounter:
             held = bytes(old[at : at + width])
             if held != _EMPTY:
                 self._insert(held)
+
+
+class RowKeys:
+    """Each valid row's key (`prompt_hash:copy`), in order, packed: a hash's 10 bytes and a
+    copy number per row. The scan keeps them so that the run's plan needs no second read of
+    the dataset (at a million rows a pass costs seconds); the plan consumes them (`drain`)."""
+
+    def __init__(self) -> None:
+        self._hashes = bytearray()
+        self._copies = array("l")
+
+    def append(self, digest: str, copy: int) -> None:
+        self._hashes += bytes.fromhex(digest)
+        self._copies.append(copy)
+
+    def __len__(self) -> int:
+        return len(self._copies)
+
+    def drain(self) -> Iterator[str]:
+        """Each key in row order; the memory is freed once the last one was taken."""
+        hashes, copies = self._hashes, self._copies
+        self._hashes, self._copies = bytearray(), array("l")
+        for at, copy in enumerate(copies):
+            yield f"{hashes[at * _WIDTH : (at + 1) * _WIDTH].hex()}:{copy}"

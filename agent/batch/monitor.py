@@ -9,7 +9,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 
-from agent.batch.events import LimiterPulse
+from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent
 from agent.batch.progress import Load, RunProgress
 from agent.config.run_config import RunConfig
 from agent.store.timeline import Timeline
@@ -42,6 +42,17 @@ class RunMonitor:
         self._pulses: dict[int, LimiterPulse] = {}
         self._finished = self._failed = 0
         self.tick(0)
+
+    def show(self, event: WorkerEvent, advance: str | None) -> None:
+        """The live progress of one event: a worker's load, a failure's line, a prompt answered."""
+        if isinstance(event, LimiterPulse):
+            self.pulse(event)
+        if isinstance(event, Failed):
+            self.progress.log(
+                f"prompt {event.prompt_index} failed ({event.error_class}): {event.message[:200]}"
+            )
+        if advance is not None and isinstance(event, Finished | Discarded | Failed):
+            self.advance(advance, event.usage)
 
     def pulse(self, event: LimiterPulse) -> None:
         self._pulses[event.worker] = event

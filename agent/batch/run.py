@@ -22,9 +22,9 @@ from rich.console import Console
 from agent.batch.backend import Backend, BackendFactory, Tally, drive
 from agent.batch.capacity import raise_fd_limit
 from agent.batch.completion import Completion, PlannedUnits, Unit, note_extra_samples
-from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units
+from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units, keyed_units
 from agent.batch.end_fold import EndFold
-from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent
+from agent.batch.events import Failed, WorkerEvent
 from agent.batch.jobs import Job, sample_sampling
 from agent.batch.keeping import KeepPass, keep_at_end, reapply_filters_and_keep
 from agent.batch.monitor import RunMonitor
@@ -86,7 +86,7 @@ class BatchRun:
             if self.config.rescore:  # its files rewritten before anything is appended to them
                 rescore_step(self.config, self.store, self.console)
             index = self._open_run()
-            todo = 0 if self.config.rescore else self._plan(index)
+            todo = 0 if self.config.rescore else self._plan(index, scan)
             ended = None
             if todo:
                 ended = self._schedule(todo, already_done=scan.valid * self.config.samples_per_prompt - todo)
@@ -134,24 +134,31 @@ class BatchRun:
         for name in reap_stale(self.config.sandbox):
             log.warning("removed a sandbox left by a dead process: %s", name)
 
-    def _plan(self, index: StoredKeys) -> int:
+    def _plan(self, index: StoredKeys, scan: DatasetScan) -> int:
         """How many prompts remain; numbers them (`number_prompts`) and records which indices
         are already done."""
         pending: list[tuple[str, int]] = []
         self.units = PlannedUnits()
-        for row in self._rows():
-            self.units.append(Unit(row.key, row.index, row.sample_index))
-            if row.key in index.done or row.key in index.discarded:
-                number = index.indices.get(row.key, row.index)  # a line without one: its row's
+        for unit in self._units(scan):
+            self.units.append(unit)
+            if unit.key in index.done or unit.key in index.discarded:
+                number = index.indices.get(unit.key, unit.index)  # a line without one: its row's
                 self.tally.plan(number, done=True)
             else:
-                pending.append((row.key, row.index))
+                pending.append((unit.key, unit.index))
         self.numbers = number_prompts(pending, index.indices)
         for number in self.numbers.values():
             self.tally.plan(number, done=False)
         self.done_keys = index.done | index.discarded
         note_extra_samples(self.done_keys, self.config.samples_per_prompt)
         return len(pending)
+
+    def _units(self, scan: DatasetScan) -> Iterator[Unit]:
+        """The units of work in order: from the keys the scan kept (no second read of the
+        dataset), else from the rows."""
+        if scan.keys is None:
+            return (Unit(row.key, row.index, row.sample_index) for row in self._rows())
+        return (Unit(*unit) for unit in keyed_units(scan.keys, self.config.samples_per_prompt))
 
     def _rows(self) -> Iterator[DatasetRow]:
         # The same backend as the scan, so the same rows are valid.
@@ -211,7 +218,7 @@ class BatchRun:
         if self.fold is not None:
             self.fold.take(self.store)  # after `count`: the check compares the line with what was counted
         if self.monitor is not None:
-            _show(self.monitor, event, advance)
+            self.monitor.show(event, advance)
         self._check_budget(isinstance(event, Failed) and event.error_class == FailureClass.BUDGET)
 
     def _check_budget(self, cut: bool) -> None:
@@ -280,18 +287,6 @@ class BatchRun:
             self.tally.stats.add_discarded_entry(entry)
         moved = {key for key, _entry in merged.unkept} | self.kept.withdrawn_keys
         return merged.kept_keys, {"merge_check": fold.check.report(merged.kept_keys, moved)}, fold.report
-
-
-def _show(monitor: RunMonitor, event: WorkerEvent, advance: str | None) -> None:
-    """The live progress of one event: a worker's load, a failure's line, a prompt answered."""
-    if isinstance(event, LimiterPulse):
-        monitor.pulse(event)
-    if isinstance(event, Failed):
-        monitor.progress.log(
-            f"prompt {event.prompt_index} failed ({event.error_class}): {event.message[:200]}"
-        )
-    if advance is not None and isinstance(event, Finished | Discarded | Failed):
-        monitor.advance(advance, event.usage)
 
 
 def _unit(config: RunConfig) -> str:

@@ -75,7 +75,12 @@ def run(config: RunConfig) -> int:
     config = pin_dataset(config)  # a Hub dataset's commit, read by every pass and every --resume
     backend = config.sandbox.backend  # rows naming an image it cannot run are bad lines
     scan = scan_dataset(
-        config.dataset_file, config.max_samples, require_valid=False, backend=backend, options=config.dataset
+        config.dataset_file,
+        config.max_samples,
+        require_valid=False,
+        backend=backend,
+        options=config.dataset,
+        keys=True,  # the run's plan reads them instead of the dataset
     )
     refuse_bad_checks(scan)  # a bad `verify` object stops the run; other bad lines are skipped
     for error in scan.errors:
