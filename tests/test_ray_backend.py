@@ -219,3 +219,18 @@ def test_an_address_where_no_cluster_answers_exits_2_at_once(tmp_path: Path) -> 
     assert done.returncode == 2, done
     assert "--ray_address=127.0.0.1:1: no Ray cluster answers there" in done.stderr
     assert time.monotonic() - started < 60  # Ray alone would retry for minutes
+
+
+def test_a_lost_actor_is_said_lost_with_the_error_its_method_raised() -> None:
+    """A task error's text begins with the call and the process ("ray::WorkerActor.poll() (pid=…")
+    and ends with the error: the driver's line shows the error (it showed the call alone)."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    from agent.cluster.scheduler import _why
+
+    raised = RayTaskError("poll", "Traceback ...\nOSError: no space", OSError(28, "No space left on device"),
+                          proctitle="ray::WorkerActor.poll", pid=4242, ip="127.0.0.1")  # fmt: skip
+    assert "ray::WorkerActor.poll" in str(raised).splitlines()[0]
+    assert _why(raised) == "OSError: [Errno 28] No space left on device"
+    died = RayActorError(error_msg="The actor died unexpectedly before finishing this task.\nmore")
+    assert _why(died) == "The actor died unexpectedly before finishing this task."

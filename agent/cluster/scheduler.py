@@ -247,10 +247,9 @@ class RayScheduler:
         with contextlib.suppress(Exception):  # it may be gone already; nothing to clean here
             self.ray.kill(member.actor)
         self.hub.leave.remote(hub_member(member.id))  # its calls in flight went with it
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log.warning(
             "worker actor %d (node %s) lost: %s; its %d prompt(s) run again elsewhere",
-            member.id, member.node[:12] or "?", first_line[:300], len(jobs),
+            member.id, member.node[:12] or "?", _why(exc)[:300], len(jobs),
         )  # fmt: skip
         line.give_back([job for job in jobs if job.key not in exhausted])
         if member.ending or self.no_more:
@@ -285,3 +284,11 @@ class RayScheduler:
 
 
 BACKEND: BackendFactory = RayScheduler  # `--backend=ray` (agent.backends): mypy checks the seam
+
+
+def _why(exc: Exception) -> str:
+    """What says why an actor was lost: an error raised in its method (a task error, whose own
+    first line names only the call and the process), else the error's first line."""
+    cause = getattr(exc, "cause", None)
+    text = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(exc)
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
