@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -234,3 +235,42 @@ def test_a_lost_actor_is_said_lost_with_the_error_its_method_raised() -> None:
     assert _why(raised) == "OSError: [Errno 28] No space left on device"
     died = RayActorError(error_msg="The actor died unexpectedly before finishing this task.\nmore")
     assert _why(died) == "The actor died unexpectedly before finishing this task."
+
+
+SLOW_START = """
+import asyncio, json, time
+from agent.cluster import actor
+from agent.config.agent_config import AgentConfig
+from agent.config.run_config import RunConfig
+
+def reap_slowly(options):
+    time.sleep(1.0)  # as after a node was lost: its sandboxes to reap on a loaded machine
+    return []
+
+actor.reap_stale = reap_slowly
+
+async def main():
+    config = RunConfig(dataset_file="d.jsonl", batch_size=1, run_name="slow", agent=AgentConfig())
+    worker = actor.WorkerActor(0, config, hub=None)
+    polled = asyncio.ensure_future(worker.poll(0.2))  # Ray runs an async actor's calls in any order
+    early = await polled
+    starting = asyncio.ensure_future(worker.start())
+    await asyncio.sleep(0.3)  # `start` is reaping now
+    during = await worker.poll(0.2)
+    starting.cancel()
+    print(json.dumps([early, during]))
+
+asyncio.run(main())
+"""
+
+
+def test_a_poll_before_the_actor_has_started_waits_rather_than_failing(tmp_path: Path) -> None:
+    """Ray keeps no order among an async actor's calls, and a replacement's `start` reaps first
+    (seconds after a node was lost): its first poll found no outbox, the driver took it for lost,
+    and after eight such replacements the run stopped with 184 prompts not started."""
+    done = subprocess.run(
+        [sys.executable, "-c", SLOW_START], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == [[], []]

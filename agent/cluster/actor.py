@@ -83,6 +83,10 @@ class WorkerActor:
         install((config.agent.api_key, *(s for m in config.agent.tools.mcp_servers for s in m.secrets())))
         redact_streams()
         self.id, self.config, self.hub = worker_id, config, hub
+        # Set once `start` has made the inbox and outbox. Ray keeps no order among an async
+        # actor's calls: the driver's first poll could run while `start` still reaped (seconds
+        # after a node was lost), found no outbox, and the replacement was taken for lost.
+        self.opened = asyncio.Event()
 
     async def start(self) -> str:
         """Reap, raise limits, start the worker; returns this node's id."""
@@ -91,10 +95,11 @@ class WorkerActor:
         from agent.batch.worker import Worker, forward_logs  # the SDKs: here, never in the driver
         from agent.toolbox.extensions import install_extensions
 
+        self.inbox, self.outbox = Inbox(), Outbox()
+        forward_logs(self.outbox, self.config.verbose)  # the reap's warnings reach the driver too
+        self.opened.set()
         await self.reap()
         raise_fd_limit(self.config.inflight_per_worker)
-        self.inbox, self.outbox = Inbox(), Outbox()
-        forward_logs(self.outbox, self.config.verbose)
         install_extensions(self.config.agent.tools)  # the run's own toolsets, as the driver's
         self.worker = Worker(self.id, self.config, self.inbox, self.outbox, RayLink(self.hub))
         self.task = asyncio.get_running_loop().create_task(self.worker.serve())
@@ -111,6 +116,12 @@ class WorkerActor:
             self.inbox.queue.put_nowait(job)
 
     async def poll(self, timeout: float) -> list[Any]:
+        """The events and log records since the last poll (waits up to `timeout` for one)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self.opened.wait()  # a poll that came before `start`
+        except TimeoutError:
+            return []
         return await self.outbox.take(timeout)
 
     async def recall(self) -> list[str]:
