@@ -158,7 +158,7 @@ def test_keep_token_drift_moves_entries_and_their_tokens_both_ways(tmp_path: Pat
 
 def test_a_run_without_capture_writes_no_tokens_file_nor_section(tmp_path: Path) -> None:
     plain = dataclasses.replace(capture_config(tmp_path, ["prompt 0"]), agent=AgentConfig())
-    scan = scan_dataset(plain.dataset_file, backend="local")
+    scan = scan_dataset(plain.dataset_file, backend="local", keys=True)
     assert BatchRun(plain, Console(quiet=True), backend=scripted(lambda: None)).run(scan) == 0
     stats = json.loads((plain.run_dir / "statistics.json").read_text())
     assert set(stats["tokens"]) == {"merged_output", "this_invocation", "whole_run"}

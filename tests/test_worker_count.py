@@ -39,9 +39,8 @@ def _run(tmp_path: Path, prompts: int, num_workers: int, resume: bool = False) -
         given.append(config)
         return ScriptedBackend(on_event, lambda: None)
 
-    assert (
-        BatchRun(config, Console(quiet=True), backend=make).run(scan_dataset(dataset, backend="local")) == 0
-    )
+    scan = scan_dataset(dataset, backend="local", keys=True)
+    assert BatchRun(config, Console(quiet=True), backend=make).run(scan) == 0
     assert len(given) <= 1
     return given[0] if given else config
 

@@ -32,7 +32,7 @@ from agent.batch.row_verify import RowVerify
 from agent.config.dataset_config import DatasetOptions
 from agent.config.sampling import Sampling
 from agent.errors import ConfigError, DatasetError
-from agent.store.keys import prompt_hash, sample_key, split_key
+from agent.store.keys import copy_key, prompt_hash, sample_key, split_key
 
 MAX_KEPT_ERRORS = 1000
 # The largest context windows hold ~2M tokens (~8 MB of text): a longer line is no prompt.
@@ -193,7 +193,7 @@ def scan_dataset(
     _check_max_samples(max_samples)
     source = open_source(path, options)
     scan = DatasetScan(path=source.name, total_lines=0, valid=0, errors=[], noun=source.noun)
-    scan.keys, seen = (RowKeys(), CopyCounter()) if keys else (None, None)
+    kept, seen = RowKeys() if keys else None, CopyCounter()
     valid_total = 0
     for line_no, record in source.records(backend):
         scan.total_lines = line_no
@@ -205,10 +205,11 @@ def scan_dataset(
             if max_samples is None or valid_total < max_samples:
                 scan.without_image += record.image is None
                 scan.with_verify += record.verify is not None
-                if scan.keys is not None and seen is not None:
+                if kept is not None:
                     digest = prompt_hash(record.prompt)
-                    scan.keys.append(digest, seen.see(digest))
+                    kept.append(digest, seen.see(digest))
             valid_total += 1
+    scan.keys = kept
     scan.valid = valid_total if max_samples is None else min(valid_total, max_samples)
     scan.truncated = valid_total - scan.valid
     if require_valid:
@@ -254,7 +255,7 @@ def iter_rows(
             index=index,
             line_no=line_no,
             prompt=record.prompt,
-            key=f"{digest}:{occurrence}",
+            key=copy_key(digest, occurrence),
             occurrence=occurrence,
             image=record.image,
             cwd=record.cwd,

@@ -12,6 +12,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterator
 
+from agent.store.keys import copy_key
+
 _WIDTH = 10  # bytes of a prompt hash
 _EMPTY = bytes(_WIDTH)  # no hash is all zeros in practice; one that is is counted in `_zero`
 
@@ -85,4 +87,4 @@ class RowKeys:
         hashes, copies = self._hashes, self._copies
         self._hashes, self._copies = bytearray(), array("l")
         for at, copy in enumerate(copies):
-            yield f"{hashes[at * _WIDTH : (at + 1) * _WIDTH].hex()}:{copy}"
+            yield copy_key(hashes[at * _WIDTH : (at + 1) * _WIDTH].hex(), copy)

@@ -154,10 +154,9 @@ class BatchRun:
         return len(pending)
 
     def _units(self, scan: DatasetScan) -> Iterator[Unit]:
-        """The units of work in order: from the keys the scan kept (no second read of the
-        dataset), else from the rows."""
+        """The units of work in order, from the keys the scan kept: no second read of the dataset."""
         if scan.keys is None:
-            return (Unit(row.key, row.index, row.sample_index) for row in self._rows())
+            raise ValueError("a run plans from a scan made with keys=True (scan_dataset)")
         return (Unit(*unit) for unit in keyed_units(scan.keys, self.config.samples_per_prompt))
 
     def _rows(self) -> Iterator[DatasetRow]:

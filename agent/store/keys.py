@@ -18,7 +18,12 @@ from typing import Any
 
 def prompt_key(prompt: str, occurrence: int) -> str:
     """The identity of one copy of a prompt: its stripped text's hash plus the copy number."""
-    return f"{prompt_hash(prompt)}:{occurrence}"
+    return copy_key(prompt_hash(prompt), occurrence)
+
+
+def copy_key(digest: str, occurrence: int) -> str:
+    """`prompt_key` from the prompt's hash (`prompt_hash`)."""
+    return f"{digest}:{occurrence}"
 
 
 def prompt_hash(prompt: str) -> str:

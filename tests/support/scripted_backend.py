@@ -107,5 +107,5 @@ def scripted_config(tmp_path: Path, prompts: Iterable[str], run_name: str, **fie
 
 def run_scripted(config: RunConfig, after: Callable[[], None] = lambda: None) -> int:
     """`config`'s run on the scripted backend (`after` runs once every job is done); its exit code."""
-    scan = scan_dataset(Path(config.dataset_file), backend="local")
+    scan = scan_dataset(Path(config.dataset_file), backend="local", keys=True)
     return BatchRun(config, Console(quiet=True), backend=scripted(after)).run(scan)

@@ -157,7 +157,7 @@ def capture_config(tmp_path: Path, prompts: list[str], **changes: Any) -> RunCon
 
 def run_capture(config: RunConfig, delay: float = 0.0) -> int:
     """The real `BatchRun` on the token backend; its exit code."""
-    scan = scan_dataset(config.dataset_file, backend="local")
+    scan = scan_dataset(config.dataset_file, backend="local", keys=True)
     return BatchRun(config, Console(quiet=True), backend=token_backend(delay)).run(scan)
 
 
