@@ -2,6 +2,7 @@
 browser run.
 
     python bench/browser_tools.py [--cycles 10] [--conversations 32] [--workers 2]
+                                  [--executables chromium-headless-shell,chromium]
 
 Pages are served on 127.0.0.1 (http.server, a small page with a link, a form and an image);
 the model is the simulated endpoint. No network beyond loopback.
@@ -13,7 +14,10 @@ the model is the simulated endpoint. No network beyond loopback.
   memory   the real batch_runner.py, --distribution=browser_use, --conversations prompts at
            once (each navigates, takes a full snapshot, answers; the endpoint answers after
            1 s so all conversations hold their browser context together): peak PSS and peak
-           RSS summed over the runner's process tree (Chromium and Playwright's driver included).
+           RSS summed over the runner's process tree (Chromium and Playwright's driver included),
+           and the CPU time of that tree.
+
+Each Chromium build named in --executables is measured in turn, in the same sitting.
 """
 
 from __future__ import annotations
@@ -45,7 +49,6 @@ REPO = Path(__file__).resolve().parent.parent
 PAGE = """<!doctype html><title>Bench page</title><h1>A page to browse</h1>
 <p>Some text.</p><a href="/">Home</a><form><input name="q" aria-label="Query"><button>Go</button></form>
 <img src="data:image/gif;base64,R0lGODlhAQABAAAAACw=" alt="pixel">"""
-LOOPBACK = ToolConfig(allow_hosts=("127.0.0.1",))
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -54,11 +57,14 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 class TreeMemory(threading.Thread):
-    """Peak PSS and peak RSS sum of a process and all its descendants, sampled at 10 Hz."""
+    """Peak PSS and peak RSS sum of a process and all its descendants, sampled at 10 Hz, and
+    the CPU time of every process seen in the tree (as last sampled: a process's last 0.1 s
+    before it exits is missed)."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
         self.pid, self.peak_pss_kib, self.peak_rss_kib = pid, 0, 0
+        self.cpu_ticks: dict[int, int] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -67,6 +73,7 @@ class TreeMemory(threading.Thread):
             for pid in self._tree():
                 values = _rollup(pid)
                 pss, rss = pss + values.get("Pss:", 0), rss + values.get("Rss:", 0)
+                self.cpu_ticks[pid] = max(self.cpu_ticks.get(pid, 0), _cpu_ticks(pid))
             self.peak_pss_kib, self.peak_rss_kib = max(self.peak_pss_kib, pss), max(self.peak_rss_kib, rss)
 
     def _tree(self) -> list[int]:
@@ -83,6 +90,14 @@ class TreeMemory(threading.Thread):
             found.append(pid := stack.pop())
             stack += parents.get(pid, [])
         return found
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
 
 
 def _rollup(pid: int) -> dict[str, int]:
@@ -110,9 +125,9 @@ async def call(context: ConversationContext, name: str, **args: Any) -> Any:
     return result
 
 
-async def first_call(shared: Resources, url: str) -> float:
+async def first_call(config: ToolConfig, shared: Resources, url: str) -> float:
     """open + navigate + snapshot in a new conversation, seconds; its context closed after."""
-    context = ConversationContext(LOOPBACK, None, SandboxSpec("bench", "p"), None, shared)  # type: ignore[arg-type]
+    context = ConversationContext(config, None, SandboxSpec("bench", "p"), None, shared)  # type: ignore[arg-type]
     try:
         start = time.perf_counter()
         await call(context, "browser_navigate", url=url)
@@ -126,12 +141,12 @@ def ms(values: list[float]) -> float:
     return round(statistics.median(values) * 1000, 1)
 
 
-async def latency(url: str, cycles: int) -> dict[str, float]:
+async def latency(config: ToolConfig, url: str, cycles: int) -> dict[str, float]:
     shared = Resources()
     try:
-        first = await first_call(shared, url)
-        later = [await first_call(shared, url) for _ in range(cycles)]
-        context = ConversationContext(LOOPBACK, None, SandboxSpec("bench", "q"), None, shared)  # type: ignore[arg-type]
+        first = await first_call(config, shared, url)
+        later = [await first_call(config, shared, url) for _ in range(cycles)]
+        context = ConversationContext(config, None, SandboxSpec("bench", "q"), None, shared)  # type: ignore[arg-type]
         navigate, snapshot = [], []
         for _ in range(cycles):
             start = time.perf_counter()
@@ -151,7 +166,7 @@ async def latency(url: str, cycles: int) -> dict[str, float]:
     }
 
 
-def memory(url: str, conversations: int, workers: int, workdir: Path) -> dict[str, Any]:
+def memory(executable: str, url: str, conversations: int, workers: int, workdir: Path) -> dict[str, Any]:
     dataset = workdir / "prompts.jsonl"
     dataset.write_text("".join(json.dumps({"prompt": f"Browse {i}"}) + "\n" for i in range(conversations)))
     calls = [("browser_navigate", json.dumps({"url": url})), ("browser_snapshot", '{"full": true}')]
@@ -164,6 +179,7 @@ def memory(url: str, conversations: int, workers: int, workdir: Path) -> dict[st
             sys.executable, str(REPO / "batch_runner.py"), f"--dataset_file={dataset}",
             "--run_name=bench", f"--output_dir={workdir / 'out'}", "--distribution=browser_use",
             "--allow_hosts=127.0.0.1", "--allow_missing_toolsets", f"--num_workers={workers}",
+            f"--browser_executable={executable}",
             f"--batch_size={conversations}", f"--base_url={endpoint.base_url}", "--api_key=sk-bench-0000",
         ]  # fmt: skip
         start = time.monotonic()
@@ -187,6 +203,7 @@ def memory(url: str, conversations: int, workers: int, workdir: Path) -> dict[st
         "wall_s": round(time.monotonic() - start, 1),
         "peak_pss_mb": round(sampler.peak_pss_kib / 1024),
         "peak_rss_sum_mb": round(sampler.peak_rss_kib / 1024),
+        "cpu_s": round(sum(sampler.cpu_ticks.values()) / os.sysconf("SC_CLK_TCK"), 1),
     }
 
 
@@ -195,12 +212,20 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=10)
     parser.add_argument("--conversations", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--executables", default="chromium-headless-shell,chromium")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         server, url = serve_page(Path(tmp))
         try:
-            print(json.dumps({"latency": asyncio.run(latency(url, args.cycles))}))
-            print(json.dumps({"memory": memory(url, args.conversations, args.workers, Path(tmp))}))
+            for executable in args.executables.split(","):
+                config = ToolConfig(allow_hosts=("127.0.0.1",), browser_executable=executable)
+                run = Path(tmp) / executable
+                run.mkdir()
+                measured = {
+                    "latency": asyncio.run(latency(config, url, args.cycles)),
+                    "memory": memory(executable, url, args.conversations, args.workers, run),
+                }
+                print(json.dumps({"executable": executable, **measured}))
         finally:
             server.shutdown()
 

@@ -11,7 +11,7 @@ import socket
 import zlib
 
 from agent.protocols import ToolConfig
-from tests.fixtures.browser import Worker
+from tests.fixtures.browser import Build, Worker
 from tests.support.browser import (
     browsing,
     call,
@@ -119,23 +119,24 @@ PEER_CONNECTIONS = """(async () => {
 })()"""
 
 
-def test_webrtc_sends_no_udp_around_the_proxy(browser_worker: Worker) -> None:
+def test_webrtc_sends_no_udp_around_the_proxy(each_build: Build) -> None:
     # STUN and TURN over UDP would reach any address: the proxy only sees TCP. The canary is a
-    # UDP socket on 127.0.0.1 that the page's peer connections are pointed at.
+    # UDP socket on 127.0.0.1 that the page's peer connections are pointed at. Each build reads
+    # a switch of its own (tools/browser/host.py): both are checked.
     canary = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     canary.bind(("127.0.0.1", 0))
     canary.setblocking(False)
     expression = PEER_CONNECTIONS.replace("PORT", str(canary.getsockname()[1]))
 
     async def scenario() -> None:
-        async with browsing(ALLOW_LOOPBACK, browser_worker.shared) as tools:
+        async with browsing(each_build.config, each_build.worker.shared) as tools:
             with serve_pages() as (base, _):
                 await call(tools, "browser_navigate", url=base + "/next")
                 gathered = await call(tools, "browser_console", expression=expression)
                 assert "error" not in gathered, gathered  # the peer connections were made
 
     with canary:
-        browser_worker.run(scenario())
+        each_build.worker.run(scenario())
         packets = []
         with contextlib.suppress(BlockingIOError):
             while True:

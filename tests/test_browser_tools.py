@@ -9,13 +9,14 @@ import asyncio
 import os
 import re
 import signal
+from pathlib import Path
 
 import pytest
 
 from agent.protocols import ToolConfig
 from agent.toolbox.context import Resources
 from agent.toolbox.registry import resolve_tools
-from tests.fixtures.browser import Worker
+from tests.fixtures.browser import Build, Worker
 from tests.support.browser import (
     browsing,
     call,
@@ -36,9 +37,9 @@ def ref_of(snapshot: str, line_pattern: str) -> str:
     return match.group(1)
 
 
-def test_navigate_snapshot_click_type_press_back_console_images(browser_worker: Worker) -> None:
+def test_navigate_snapshot_click_type_press_back_console_images(each_build: Build) -> None:
     async def scenario() -> None:
-        async with browsing(ALLOW_LOOPBACK, browser_worker.shared) as tools:
+        async with browsing(each_build.config, each_build.worker.shared) as tools:
             with serve_pages() as (base, paths):
                 page = await call(tools, "browser_navigate", url=base + "/")
                 assert page["status"] == 200 and page["title"] == "Index page"
@@ -86,7 +87,7 @@ def test_navigate_snapshot_click_type_press_back_console_images(browser_worker: 
                     {"src": base + "/red.png", "alt": "A red square", "width": 20, "height": 20}
                 ]
 
-    browser_worker.run(scenario())
+    each_build.worker.run(scenario())
 
 
 def test_scroll_full_snapshots_and_stale_refs(browser_worker: Worker) -> None:
@@ -161,6 +162,19 @@ def test_not_offered_without_chromium_and_the_reason_says_how_to_enable() -> Non
     found = chromium_path(ToolConfig())
     if found is not None:  # the flag takes a path or a name on PATH
         assert unavailable(ToolConfig(browser_executable=found)) is None
+
+
+def test_the_headless_shell_is_found_before_the_full_browser(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("chromium", "chromium-headless-shell"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert chromium_path(ToolConfig()) == str(tmp_path / "chromium-headless-shell")
+    (tmp_path / "chromium-headless-shell").unlink()
+    assert chromium_path(ToolConfig()) == str(tmp_path / "chromium")
+    assert chromium_path(ToolConfig(browser_executable="chromium")) == str(tmp_path / "chromium")
 
 
 def test_a_dead_chromium_fails_its_conversations_calls_and_the_next_one_gets_a_new_one() -> None:

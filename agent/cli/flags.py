@@ -198,7 +198,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("moa_aggregator", "str", _tool("moa_aggregator"), "aggregator model for mixture_of_agents",
          "Tools", shown="--model"),
     Flag("browser_executable", "str", _tool("browser_executable"), "Chromium for the browser tools",
-         "Tools", shown="chromium on PATH"),
+         "Tools", shown="chromium-headless-shell or chromium on PATH"),
     Flag("allow_missing_toolsets", "bool", _run("allow_missing_toolsets"),
          "run although the distribution (run_agent.py: --enabled_toolsets) needs a toolset "
          "unavailable here (it is left out)", "Tools"),

@@ -181,18 +181,28 @@ def chromium_pids(marker: str | Path) -> list[int]:
 
 
 def main_chromium_pids(ancestor: int) -> list[int]:
-    """Chromium's main (browser) processes below `ancestor`: those whose parent is no Chromium."""
+    """Chromium's main (browser) processes below `ancestor`: a Chromium executable run without
+    `--type=` (renderers, the GPU and network processes and the zygotes have one; the crash
+    handler is chrome_crashpad_handler; a child may have rewritten its command line as one
+    string). Told by
+    the command line, not the process name: Debian's launcher scripts (`/bin/sh` running
+    /usr/bin/chromium-headless-shell) bear the name and stay the browser's parent."""
     parents: dict[int, int] = {}
-    names: dict[int, str] = {}
+    mains: list[int] = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
+                command = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            name, rest = stat.split("(", 1)[1].rsplit(")", 1)
-            if rest.split()[0] != "Z":
-                parents[int(entry.name)], names[int(entry.name)] = int(rest.split()[1]), name
+            rest = stat.rsplit(")", 1)[1].split()
+            if rest[0] == "Z":
+                continue
+            parents[int(entry.name)] = int(rest[1])
+            program = Path(command.split(b"\0")[0].split(b" ")[0].decode(errors="replace"))
+            if program.name.startswith("chromium") and b"--type=" not in command:
+                mains.append(int(entry.name))
 
     def below(pid: int) -> bool:
         while pid > 1:
@@ -201,8 +211,4 @@ def main_chromium_pids(ancestor: int) -> list[int]:
                 return True
         return False
 
-    return [
-        pid
-        for pid, name in names.items()
-        if name.startswith("chrom") and not names.get(parents[pid], "").startswith("chrom") and below(pid)
-    ]
+    return [pid for pid in mains if below(pid)]
