@@ -20,10 +20,11 @@ trap 'exit 130' INT TERM
 # the bytecode pip compiled for the installed packages, compiling them again in each new clone.
 unset PYTHONDONTWRITEBYTECODE
 status=0
-# In parallel (pytest-xdist), by default one worker more than this process may use CPUs (at
+# In parallel (pytest-xdist), by default two workers more than this process may use CPUs (at
 # most 8): a test often waits on something other than the CPU (a hung command's timeout, a rate
-# limit's minute window, a container engine); many more workers than CPUs overload the machine
-# and the tests bound in time (a node lost on Ray, kills racing commands) start failing.
+# limit's minute window, a container engine). On 2 cores, 4 workers took 413-441 s where 3 took
+# 497 (the cores idle 70 CPU-s of the run instead of 158); many more workers than CPUs overload
+# the machine and the tests bound in time (a node lost on Ray, kills racing commands) fail.
 # --dist loadgroup keeps the tests sharing a module-scoped fixture, or the Ray cluster, on one
 # worker (tests/conftest.py marks them). PYTEST_WORKERS=0 runs them in this process, one after another.
 # The 25 slowest tests are listed at the end: where the suite's time goes.
@@ -31,7 +32,7 @@ status=0
 live=(-m "not live")
 [ "${LIVE_ENDPOINT_TESTS:-}" = 1 ] && live=()
 cpus=$(python -c 'import os; print(len(os.sched_getaffinity(0)))')
-workers=${PYTEST_WORKERS:-$((cpus < 8 ? cpus + 1 : 8))}
+workers=${PYTEST_WORKERS:-$((cpus < 6 ? cpus + 2 : 8))}
 python -m pytest -q -n "$workers" --dist loadgroup --durations=25 "${live[@]}" "$@" || status=$?
 echo "--- types and metrics (mypy, scripts/code_metrics.py)"
 static_status=0
