@@ -6,6 +6,7 @@ died replaced, and the reason the tools are not offered without Chromium."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import re
 import signal
@@ -175,6 +176,25 @@ def test_the_headless_shell_is_found_before_the_full_browser(
     (tmp_path / "chromium-headless-shell").unlink()
     assert chromium_path(ToolConfig()) == str(tmp_path / "chromium")
     assert chromium_path(ToolConfig(browser_executable="chromium")) == str(tmp_path / "chromium")
+
+
+def test_the_reason_says_how_to_install_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = importlib.util.find_spec  # Playwright is installed here: the test takes it away
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "playwright" else real(name, *a)
+    )
+    (tmp_path / "chromium").write_text("#!/bin/sh\n")
+    (tmp_path / "chromium").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    playwright = 'Playwright: pip install -e ".[browser]"'
+    assert unavailable(ToolConfig()) == f"the browser tools need {playwright}"
+    (tmp_path / "chromium").unlink()
+    assert unavailable(ToolConfig()) == (
+        "the browser tools need Chromium: apt-get install chromium-headless-shell (or chromium),"
+        f" or --browser_executable=PATH; and {playwright}"
+    )
 
 
 def test_a_dead_chromium_fails_its_conversations_calls_and_the_next_one_gets_a_new_one() -> None:

@@ -59,16 +59,14 @@ def chromium_path(config: ToolConfig) -> str | None:
 
 def unavailable(config: ToolConfig) -> str | None:
     """Why the browser tools cannot run with these settings here (None: they can)."""
-    if importlib.util.find_spec("playwright") is None:
-        return "the browser tools need Playwright: pip install 'agent-batch-runner[browser]'"
+    playwright = 'Playwright: pip install -e ".[browser]"'
+    chromium = "Chromium: apt-get install chromium-headless-shell (or chromium), or --browser_executable=PATH"
+    has_playwright = importlib.util.find_spec("playwright") is not None
     if chromium_path(config) is None:
         if config.browser_executable:
             return f"--browser_executable={config.browser_executable}: no executable file there"
-        return (
-            "the browser tools need Chromium: apt-get install chromium-headless-shell (or chromium),"
-            " or --browser_executable=PATH"
-        )
-    return None
+        return f"the browser tools need {chromium}" + ("" if has_playwright else f"; and {playwright}")
+    return None if has_playwright else f"the browser tools need {playwright}"
 
 
 class BrowserHost:
