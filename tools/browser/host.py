@@ -2,10 +2,11 @@
 shared by its conversations (each gets its own browser context), and whether this machine can
 run it at all.
 
-Chromium is the system's (Debian's `chromium`, or `--browser_executable`): Playwright's own
-browser download is not used. The runner runs as root, where Chromium's sandbox cannot start,
-so it is off (`--no-sandbox`); what isolates a conversation is its own browser context (fresh
-profile: cookies, storage and cache of its own), its network policy proxy, and no downloads.
+Chromium is the system's (Debian's `chromium-headless-shell` or `chromium`, or
+`--browser_executable`): Playwright's own browser download is not used. The runner runs as
+root, where Chromium's sandbox cannot start, so it is off (`--no-sandbox`); what isolates a
+conversation is its own browser context (fresh profile: cookies, storage and cache of its own),
+its network policy proxy, and no downloads.
 """
 
 from __future__ import annotations
