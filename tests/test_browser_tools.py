@@ -197,6 +197,21 @@ def test_the_reason_says_how_to_install_what_is_missing(
     )
 
 
+def test_a_named_executable_that_is_no_browser_is_not_offered_and_the_reason_says_why(tmp_path: Path) -> None:
+    silent = tmp_path / "silent"
+    silent.write_text("#!/bin/sh\nexit 0\n")
+    silent.chmod(0o755)
+    refused = unavailable(ToolConfig(browser_executable="/bin/false"))  # coreutils' prints its own version
+    assert refused is not None
+    assert refused.startswith("--browser_executable=/bin/false: /bin/false --version exited 1")
+    assert refused.endswith(": is it Chromium?")
+    assert unavailable(ToolConfig(browser_executable=str(silent))) == (
+        f"--browser_executable={silent}: {silent} --version exited 0, printing nothing: is it Chromium?"
+    )
+    resolved = resolve_tools(["browser"], config=ToolConfig(browser_executable="/bin/false"))
+    assert resolved.specs == () and set(resolved.unavailable) == set(TOOLSET.tool_names)
+
+
 def test_a_dead_chromium_fails_its_conversations_calls_and_the_next_one_gets_a_new_one() -> None:
     async def scenario() -> None:
         shared = Resources()

@@ -78,6 +78,19 @@ def test_allowed_missing_toolsets_are_recorded_and_counted(
     assert API_KEY not in (cli.run_dir("lost") / "run_config.json").read_text()
 
 
+def test_a_browser_executable_that_is_no_browser_stops_the_run_before_any_token(
+    cli: BatchCLI, sim_endpoint: SimulatedEndpoint
+) -> None:
+    prompts_dataset(cli.workdir / "p.jsonl", ["never sent"])
+    run = cli.run(
+        "--dataset_file=p.jsonl", "--batch_size=1", "--run_name=stop", "--distribution=browser_only",
+        "--browser_executable=/bin/false",
+    )  # fmt: skip
+    assert run.returncode == 2, run
+    assert "  browser: --browser_executable=/bin/false: /bin/false --version exited 1" in run.stderr, run
+    assert sim_endpoint.requests == []
+
+
 def test_list_distributions_shows_each_toolsets_backend(cli: BatchCLI) -> None:
     run = cli.run("--list_distributions", NO_BROWSER, output=False)
     assert run.returncode == 0, run

@@ -12,9 +12,11 @@ its network policy proxy, and no downloads.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -48,6 +50,7 @@ LAUNCH_ARGS = (
 LAUNCH_TIMEOUT_MS = 60_000
 ACTIONS_AT_ONCE = 4  # per worker: browser actions (and context openings) running together
 MAX_TMPDIR_BYTES = 60  # + "/org.chromium.Chromium.XXXXXX/SingletonSocket" stays within 107
+VERSION_TIMEOUT = 20.0  # seconds `--browser_executable --version` may take (~0.1 s)
 
 
 def chromium_path(config: ToolConfig) -> str | None:
@@ -63,11 +66,35 @@ def unavailable(config: ToolConfig) -> str | None:
     playwright = 'Playwright: pip install -e ".[browser]"'
     chromium = "Chromium: apt-get install chromium-headless-shell (or chromium), or --browser_executable=PATH"
     has_playwright = importlib.util.find_spec("playwright") is not None
-    if chromium_path(config) is None:
+    path = chromium_path(config)
+    if path is None:
         if config.browser_executable:
             return f"--browser_executable={config.browser_executable}: no executable file there"
         return f"the browser tools need {chromium}" + ("" if has_playwright else f"; and {playwright}")
+    if config.browser_executable and (why := _not_a_browser(path)) is not None:
+        return f"--browser_executable={config.browser_executable}: {why}"
     return None if has_playwright else f"the browser tools need {playwright}"
+
+
+@functools.cache
+def _not_a_browser(path: str) -> str | None:
+    """Why the executable a user named is no Chromium, asked once per process: `--version`
+    must succeed and print something (else every browser call of the run would fail to launch
+    it, and the run would go on making error trajectories). The packages found on PATH are
+    not asked."""
+    try:
+        answer = subprocess.run(
+            [path, "--version"], stdin=subprocess.DEVNULL, capture_output=True, timeout=VERSION_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        return f"{path} --version did not answer within {VERSION_TIMEOUT:g} s: is it Chromium?"
+    except OSError as exc:
+        return f"{path} cannot be run: {exc.strerror or exc}"
+    said = answer.stdout.decode(errors="replace").strip().splitlines()
+    if answer.returncode != 0 or not said:
+        first = repr(said[0][:80]) if said else "nothing"
+        return f"{path} --version exited {answer.returncode}, printing {first}: is it Chromium?"
+    return None
 
 
 class BrowserHost:
