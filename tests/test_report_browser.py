@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.batch import API_KEY
+from tests.support.batch import API_KEY, read_json
 from tests.support.report import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -118,6 +118,11 @@ def test_a_real_run_shows_tokens_and_load_in_progress_and_records_a_timeline(run
     assert max(p["in_flight"] for p in points) > 0
     assert max(p["calls_in_flight"] for p in points) > 0  # the workers' pulses reached the parent
     assert run.statistics["rate_limiting"]["rate_limited"] > 0
+    # the run's own limit, lowest and highest (two workers share it: their shares go to 0 when
+    # idle, which the summary's range must not show as the limit)
+    low, high = run.statistics["rate_limiting"]["run_limit"]
+    assert 1 <= low <= high <= read_json(run.run_dir / "run_config.json")["max_inflight"]
+    assert f"in-flight limit {low:g}–{high:g}\n" in run.result.stderr, run.result.stderr
     assert run.result.stderr.rstrip().endswith(
         "Not done: 1 failed of 24 prompts. Next: rerun with --resume to run them."
     )

@@ -9,6 +9,7 @@ endpoint over HTTP, with a real Ctrl-C (SIGINT to the runner's process group).
 from __future__ import annotations
 
 import io
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,6 +79,23 @@ def test_a_resume_that_runs_prompts_adds_to_the_run_on_one_clock() -> None:
     # seconds after the first invocation's 3 s; cumulative counters after its last values
     assert second["timeline"]["points"][-1][:4] == [4.0, 5.0, 0.0, 50.0]
     assert second["rate_limiting"]["limit_history"] == [[0.0, 4.0], [3.0, 4.0]]
+
+
+def test_the_runs_limit_range_spans_every_invocation() -> None:
+    docs = [invocation_doc(2, 3.0, 4, [point(1, 2)]) for _ in range(3)]
+    for doc, run_limit in zip(docs, ([16.0, 64.0], None, [8.0, 32.0]), strict=True):
+        doc["rate_limiting"]["run_limit"] = run_limit
+    first = with_history(docs[0], None, ran=True)
+    second = with_history(docs[1], first, ran=True)  # none granted (nothing to run): kept
+    third = with_history(docs[2], json.loads(json.dumps(second)), ran=True)
+    assert [d["rate_limiting"]["run_limit"] for d in (first, second, third)] == [
+        [16.0, 64.0],
+        [16.0, 64.0],
+        [8.0, 64.0],
+    ]
+    broken = invocation_doc(1, 1.0, 2, [])
+    broken["rate_limiting"]["run_limit"] = ["x", True]  # an edited file: left out, not a crash
+    assert with_history(broken, third, ran=True)["rate_limiting"]["run_limit"] == [8.0, 64.0]
 
 
 def test_the_summary_of_a_resume_shows_the_whole_run() -> None:

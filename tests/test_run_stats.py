@@ -239,8 +239,20 @@ def test_summary_lists_discards_failures_with_resume_hint_and_throttling() -> No
     assert "Discarded this run: no_reasoning 1" in text
     assert "Failed this run: rate_limit 1 · sandbox 1" in text
     assert "rerun with --resume to retry them" in text
-    assert "7 rate-limited (429)" in text and "in-flight limit 16–32, final 16" in text
+    assert "7 rate-limited (429)" in text and "in-flight limit 16–32, final 16" in text  # no run_limit
     assert "No tool calls" in text
+
+
+def test_the_summary_shows_the_runs_own_limit_not_the_workers_idle_shares() -> None:
+    stats = RunStatistics()  # two workers under a hub: shares 0 while idle, the run's limit 24-64
+    idle = [[0, 0], [1, 32], [9, 0]]
+    stats.add_limiter({"calls": 9, "history": idle, "run_limit_low": 24, "run_limit_high": 64})
+    stats.add_limiter({"calls": 9, "history": idle[:2], "run_limit_low": 32, "run_limit_high": 48})
+    stats.add_limiter({"calls": 0, "history": [], "run_limit_low": 0, "run_limit_high": 0})  # never granted
+    doc = json.loads(json.dumps(document(stats)))
+    assert doc["rate_limiting"]["run_limit"] == [24.0, 64.0]
+    text = rendered(doc)
+    assert "in-flight limit 24–64\n" in text and "limit 0–" not in text
 
 
 def test_summary_without_failures_gives_no_resume_hint() -> None:

@@ -72,6 +72,15 @@ class LimiterStats:
     calls: int = 0
     peak_inflight: int = 0
     history: list[tuple[float, float]] = field(default_factory=list)  # (seconds since start, limit)
+    # The run's own limit, lowest and highest seen (0: none yet): under a hub its limit (each
+    # grant carries it), while `history` follows this process's share of it, 0 while idle.
+    run_limit_low: float = 0.0
+    run_limit_high: float = 0.0
+
+    def saw_run_limit(self, limit: float) -> None:
+        if limit > 0:
+            self.run_limit_low = min(self.run_limit_low or limit, limit)
+            self.run_limit_high = max(self.run_limit_high, limit)
 
 
 class AdaptiveLimiter:
@@ -119,6 +128,8 @@ class AdaptiveLimiter:
         self._note()
 
     def _note(self) -> None:
+        if self.sync is None:  # no hub: this limit is the run's
+            self.stats.saw_run_limit(round(self.limit, 2))
         if self.stats.history and self.stats.history[-1][1] == round(self.limit, 2):
             return  # a grant that changed nothing
         self.stats.history.append((round(time.monotonic() - self._start, 3), round(self.limit, 2)))
@@ -167,6 +178,7 @@ class AdaptiveLimiter:
         self.paused_until = max(self.paused_until, now + grant.pause)
         self._tpm_until = now + grant.tpm_wait
         self._permits.extend(now + start for start in grant.starts)
+        self.stats.saw_run_limit(round(grant.limit, 2))
         if grant.budget_reached and self.sync is not None:
             self.budget_spent = grant.spent
             self.sync.release(len(self._permits))  # granted before it was reached: unused

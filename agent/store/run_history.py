@@ -16,7 +16,7 @@ is missing from these sums (its prompts are in the data, its figures were never 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agent.store.jsonl import json_int
@@ -118,10 +118,26 @@ def with_history(doc: dict[str, Any], previous: Any, *, ran: bool) -> dict[str, 
     history = _shifted(
         _mapping(before.get("rate_limiting")).get("limit_history"), limiting.get("limit_history"), offset
     )
-    doc["rate_limiting"] = {**limiting, **total["endpoint"], "limit_history": history}
+    earlier_limit = _mapping(before.get("rate_limiting")).get("run_limit")
+    run_limit = limit_range([earlier_limit, limiting.get("run_limit")])
+    doc["rate_limiting"] = {**limiting, **total["endpoint"], "limit_history": history, "run_limit": run_limit}
     doc["rate_limiting"]["partial"] = total["endpoint_partial"]
     doc["timeline"] = join_timelines(before.get("timeline"), _mapping(doc.get("timeline")), offset)
     return doc
+
+
+def limit_range(ranges: Iterable[Any]) -> list[float] | None:
+    """The lowest and highest of the run's in-flight limit over `[low, high]` pairs (workers'
+    or invocations'; anything else, or a 0 that saw no limit, is left out), None when none is
+    left."""
+    seen = [
+        (float(pair[0]), float(pair[1]))
+        for pair in ranges
+        if isinstance(pair, list | tuple)
+        and len(pair) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in pair)
+    ]
+    return [min(low for low, _ in seen), max(high for _, high in seen)] if seen else None
 
 
 def _shifted(earlier: Any, later: Any, offset: float) -> list[Any]:

@@ -23,6 +23,7 @@ from typing import Any
 from agent.errors import FailureClass
 from agent.store.figures import EntryFigures
 from agent.store.jsonl import json_int
+from agent.store.run_history import limit_range
 from agent.store.spend import TOKEN_KEYS, Spend, add_tokens
 from agent.store.summary_view import render_statistics
 from agent.store.tool_counts import add_tool_stats, other_tools, percent, tool_statistics
@@ -224,6 +225,7 @@ class RunStatistics:
         totals: dict[str, Any] = {key: sum(json_int(s.get(key)) for s in limiters) for key in _LIMITER_COUNTS}
         totals["workers"] = len(limiters)
         totals["limit_history"] = merge_histories(s.get("history") or [] for s in limiters)
+        totals["run_limit"] = limit_range([s.get("run_limit_low"), s.get("run_limit_high")] for s in limiters)
         return totals
 
     def _token_statistics(self) -> dict[str, dict[str, int]]:

@@ -19,6 +19,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from agent.store.jsonl import json_int
+from agent.store.run_history import limit_range
 from agent.store.summary_lines import (
     dataset_lines,
     endpoint_label,
@@ -219,7 +220,10 @@ def _rate_limiting(stats: Mapping[str, Any]) -> Text:
         f"{_n(r.get('connection_errors'))} connection errors\n"
         f"  peak {_n(r.get('peak_inflight'))} in flight (sum over {_n(r.get('workers'))} workers)"
     )
-    if limits:
+    run_limit = limit_range([r.get("run_limit")])
+    if run_limit is not None:  # the run's own, lowest and highest (it adapts to 429s)
+        line += f" · in-flight limit {run_limit[0]:g}–{run_limit[1]:g}"
+    elif limits:  # an older statistics.json: the workers' shares summed, 0 while they idled
         line += f" · in-flight limit {min(limits):g}–{max(limits):g}, final {limits[-1]:g}"
     if r.get("partial"):
         calls = (stats.get("whole_run") or {}).get("api_calls")
