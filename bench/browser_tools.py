@@ -70,34 +70,30 @@ class TreeMemory(threading.Thread):
     def run(self) -> None:
         while not self.stop.wait(0.1):
             pss = rss = 0
-            for pid in self._tree():
+            for pid, ticks in self._tree().items():
                 values = _rollup(pid)
                 pss, rss = pss + values.get("Pss:", 0), rss + values.get("Rss:", 0)
-                self.cpu_ticks[pid] = max(self.cpu_ticks.get(pid, 0), _cpu_ticks(pid))
+                self.cpu_ticks[pid] = max(self.cpu_ticks.get(pid, 0), ticks)
             self.peak_pss_kib, self.peak_rss_kib = max(self.peak_pss_kib, pss), max(self.peak_rss_kib, rss)
 
-    def _tree(self) -> list[int]:
+    def _tree(self) -> dict[int, int]:
+        """The tree's processes and the CPU time (user + system ticks) of each so far."""
         parents: dict[int, list[int]] = {}
+        ticks: dict[int, int] = {}
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:
-                    ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+                    fields = (entry / "stat").read_text().rpartition(")")[2].split()
                 except OSError:
                     continue
-                parents.setdefault(ppid, []).append(int(entry.name))
-        found, stack = [], [self.pid]
+                parents.setdefault(int(fields[1]), []).append(int(entry.name))
+                ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
+        found, stack = {}, [self.pid]
         while stack:
-            found.append(pid := stack.pop())
+            pid = stack.pop()
+            found[pid] = ticks.get(pid, 0)
             stack += parents.get(pid, [])
         return found
-
-
-def _cpu_ticks(pid: int) -> int:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])
 
 
 def _rollup(pid: int) -> dict[str, int]:

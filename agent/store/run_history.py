@@ -114,12 +114,9 @@ def with_history(doc: dict[str, Any], previous: Any, *, ran: bool) -> dict[str, 
     doc["duration_seconds"] = total["duration_seconds"]
     doc["tokens"] = {**_mapping(doc.get("tokens")), "whole_run": total["tokens"]}
     doc["cost"] = {**_mapping(doc.get("cost")), "whole_run_usd": total["cost_usd"]}
-    limiting = dict(_mapping(doc.get("rate_limiting")))
-    history = _shifted(
-        _mapping(before.get("rate_limiting")).get("limit_history"), limiting.get("limit_history"), offset
-    )
-    earlier_limit = _mapping(before.get("rate_limiting")).get("run_limit")
-    run_limit = limit_range([earlier_limit, limiting.get("run_limit")])
+    limiting, limited_before = dict(_mapping(doc.get("rate_limiting"))), _mapping(before.get("rate_limiting"))
+    history = _shifted(limited_before.get("limit_history"), limiting.get("limit_history"), offset)
+    run_limit = limit_range([limited_before.get("run_limit"), limiting.get("run_limit")])
     doc["rate_limiting"] = {**limiting, **total["endpoint"], "limit_history": history, "run_limit": run_limit}
     doc["rate_limiting"]["partial"] = total["endpoint_partial"]
     doc["timeline"] = join_timelines(before.get("timeline"), _mapping(doc.get("timeline")), offset)

@@ -163,20 +163,28 @@ async def call(context: ConversationContext, name: str, **args: Any) -> Any:
     return json.loads(json.dumps(result))
 
 
-def chromium_pids(marker: str | Path) -> list[int]:
-    """Live Chromium processes whose command line mentions `marker` (their profile lives under
-    the TMPDIR a test gave the runner)."""
-    found = []
+def _live_processes() -> Iterator[tuple[int, int, bytes]]:
+    """(pid, parent pid, command line) of every process that is not a zombie."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            command = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if state != "Z" and b"chrom" in argv[0] and any(str(marker).encode() in a for a in argv):
-            found.append(int(entry.name))
+        if fields[0] != "Z":
+            yield int(entry.name), int(fields[1]), command
+
+
+def chromium_pids(marker: str | Path) -> list[int]:
+    """Live Chromium processes whose command line mentions `marker` (their profile lives under
+    the TMPDIR a test gave the runner)."""
+    found = []
+    for pid, _parent, command in _live_processes():
+        argv = command.split(b"\0")
+        if b"chrom" in argv[0] and any(str(marker).encode() in a for a in argv):
+            found.append(pid)
     return found
 
 
@@ -184,25 +192,16 @@ def main_chromium_pids(ancestor: int) -> list[int]:
     """Chromium's main (browser) processes below `ancestor`: a Chromium executable run without
     `--type=` (renderers, the GPU and network processes and the zygotes have one; the crash
     handler is chrome_crashpad_handler; a child may have rewritten its command line as one
-    string). Told by
-    the command line, not the process name: Debian's launcher scripts (`/bin/sh` running
-    /usr/bin/chromium-headless-shell) bear the name and stay the browser's parent."""
+    string). Told by the command line, not the process name: Debian's launcher scripts
+    (`/bin/sh` running /usr/bin/chromium-headless-shell) bear the name and stay the browser's
+    parent."""
     parents: dict[int, int] = {}
     mains: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-                command = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            rest = stat.rsplit(")", 1)[1].split()
-            if rest[0] == "Z":
-                continue
-            parents[int(entry.name)] = int(rest[1])
-            program = Path(command.split(b"\0")[0].split(b" ")[0].decode(errors="replace"))
-            if program.name.startswith("chromium") and b"--type=" not in command:
-                mains.append(int(entry.name))
+    for pid, parent, command in _live_processes():
+        parents[pid] = parent
+        program = Path(command.split(b"\0")[0].split(b" ")[0].decode(errors="replace"))
+        if program.name.startswith("chromium") and b"--type=" not in command:
+            mains.append(pid)
 
     def below(pid: int) -> bool:
         while pid > 1:
