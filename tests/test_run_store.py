@@ -133,7 +133,13 @@ def test_sync_fsyncs_each_file_written_since_the_last_sync_once(
     assert synced == []
     run.append_result(0, entry("again"))
     run.write_json("checkpoint.json", {"n": 1})  # syncs the log before the checkpoint
-    assert len(synced) == 3  # batch_0, then the temp file and the directory of the rename
+    # batch_0, the table of names the line records use (first saved: a temp file, the
+    # directory), then the checkpoint's temp file and the directory of the rename
+    assert len(synced) == 5
+    synced.clear()
+    run.append_result(0, entry("and again"))
+    run.write_json("checkpoint.json", {"n": 2})
+    assert len(synced) == 3  # the table did not grow: batch_0, the checkpoint and its rename
 
 
 # ---------------------------------------------------------------- json files

@@ -35,6 +35,7 @@ from agent.store.layout import (
     tokens_file_name,
 )
 from agent.store.merge import MergeReport, merge_run
+from agent.store.records_file import load_records, remove_all, save_all
 from agent.store.shard_index import Line, ShardChanged, ShardRecords
 
 # encode_line, RunIndex and MergeReport are re-exported: callers import them from here.
@@ -58,6 +59,7 @@ class RunDirectory:
         # the result lines this process appends, so the end of the run reads none of them again
         self.records = ShardRecords()
         self._appended: list[tuple[dict[str, Any], Line]] = []  # since the last `take_appended`
+        self._records_removed = False  # the saved records, once they can no longer be trusted
 
     # ------------------------------------------------------------ lifecycle
 
@@ -122,6 +124,8 @@ class RunDirectory:
                 note = repair_last_line(handle, path)
             if note:
                 notes.append(note)
+        if self.records.usable and not self.records.shards:
+            load_records(self.path, self.records)
         return notes
 
     # ------------------------------------------------------------ reading
@@ -143,6 +147,12 @@ class RunDirectory:
         """Read every batch file whole from now on (a shard changed under us, or a fold failed)."""
         self.records.forget()
         self._appended.clear()
+        self._remove_records()
+
+    def _remove_records(self) -> None:
+        if not self._records_removed:
+            remove_all(self.path)
+            self._records_removed = True
 
     def take_appended(self) -> list[tuple[dict[str, Any], Line]]:
         """The result lines appended (parsed as written) since the last call, with their records."""
@@ -200,9 +210,11 @@ class RunDirectory:
         self._logs.sync()
 
     def write_json(self, name: str, data: Any) -> None:
-        """Replace `name` atomically (after syncing the logs it may refer to)."""
+        """Replace `name` atomically, after syncing the logs it may refer to and saving the
+        records of their lines (`agent.store.records_file`: what a resume loads)."""
         text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
         self.sync()
+        self._save_records()
         with atomic_write(self.path / _plain(name)) as handle:
             handle.write(self._redactor.redact_bytes(text.encode("utf-8")))
 
@@ -215,16 +227,23 @@ class RunDirectory:
         keep_unknown: bool = True,
         counted: bool = False,
     ) -> MergeReport:
-        """`merge_run` (the lines this process appended not parsed again); with `counted`, the
-        caller counted those as they were appended (`take_appended`): ShardChanged when they
-        can no longer be trusted."""
+        """`merge_run`; with `counted`, the caller counted the lines this process appended as
+        they were appended (`take_appended`): they are not parsed again, and ShardChanged is
+        raised when they (or the saved records loaded at the start) can no longer be trusted.
+        Without it every line is read, as it is after a ShardChanged."""
         self.sync()
-        records = self._trusted()
+        records = self._trusted() if counted else None
         if counted and records is None:
             raise ShardChanged("a batch file changed since this run appended to it")
         return merge_run(
             self.path, valid_tools, on_entry, _plain(output), exclude, keep_unknown, records, counted
         )
+
+    def _save_records(self) -> None:
+        if not self.records.usable:  # a line could not be recorded: a resume reads the files
+            self._remove_records()
+            return
+        save_all(self.path, self.records)
 
     def _append(self, path: Path, record: Mapping[str, Any] | bytes) -> tuple[int, bytes]:
         """Append one line; the offset it starts at and the bytes written."""

@@ -249,16 +249,17 @@ def _in_index_order(
 ) -> Iterator[tuple[bytes, dict[str, Any] | None, Line | None]]:
     """The non-blank lines of a batch file (as `read_lines`), sorted by each line's
     `prompt_index` (stable; a line without one sorts first): (line, entry, None) for a line
-    read, (line, None, its record) for a line of `shard` (this process's appends, whose CRC is
-    checked). The lines read are read twice: the first pass keeps only (index, offset,
-    length, None) per line, so a shard is never held in memory."""
+    read, (line, None, its record) for a line this process appended (`shard`'s from its
+    `start`). Every recorded line's CRC is checked; one loaded from the saved records (before
+    `start`) is parsed, as a line read. The lines read are read twice: the first pass keeps
+    only (index, offset, length, None) per line, so a shard is never held in memory."""
     try:
         handle = path.open("rb")
     except FileNotFoundError:
         return
     with handle:
         order: list[tuple[int, int, int, Line | None]] = []
-        offset, end = 0, None if shard is None else shard.start
+        offset, end = 0, None if shard is None else shard.base
         for raw in handle:
             if end is not None and offset >= end:
                 break
@@ -271,10 +272,12 @@ def _in_index_order(
             line = os.pread(handle.fileno(), length, start).rstrip(b"\r\n")
             if recorded is None:
                 yield line, parse_object(line), None
-            elif zlib.crc32(line) == recorded.crc:
-                yield line, None, recorded
+            elif zlib.crc32(line) != recorded.crc:
+                raise ShardChanged(f"{path.name}: a recorded line changed before the merge")
+            elif shard is not None and recorded.offset < shard.start:
+                yield line, parse_object(line), None
             else:
-                raise ShardChanged(f"{path.name}: a line this run wrote changed before the merge")
+                yield line, None, recorded
 
 
 def _index_of(raw: bytes) -> int:

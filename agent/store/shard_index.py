@@ -6,8 +6,10 @@ user's wait).
 (`agent.store.index`) and the merge (`agent.store.merge`) read of a line: its offset and
 length, `prompt_index`, key, whether it is a tombstone, its labels and tool names, and a CRC
 of its bytes, packed in a shard's two bytearrays (`Shard`: nothing per line is a Python object,
-so the parent's memory stays flat over a million prompts). A shard's part written before this
-process (an earlier invocation's) is not here: it is read from the file as before. Kept lines
+so the parent's memory stays flat over a million prompts). The records are saved beside each
+shard as the run checkpoints (`agent.store.records_file`), so a resume loads an earlier
+invocation's lines instead of reading them (`Shard.base` 0); a shard's part written before
+this process and not loaded is read from the file as before. Kept lines
 are trusted only while the shard is as this process left it (`ShardRecords.unchanged`: size,
 inode and mtime after our last append);
 the merge checks each line's CRC as it copies it (`ShardChanged` on a difference). A line
@@ -45,7 +47,7 @@ class Line(NamedTuple):
 
 # One recorded line, packed: offset, length, number, crc, key length, tombstone, labels' and
 # tools' ids in `ShardRecords`' tables of name tuples. The key's UTF-8 bytes follow in `keys`.
-_ROW = struct.Struct("<qIqIIBII")
+ROW = struct.Struct("<qIqIIBII")
 
 
 @dataclass
@@ -56,15 +58,23 @@ class Shard:
 
     start: int  # the file's size before this process's first append: lines from here are ours
     names: list[tuple[str, ...]]  # the records' table of name tuples (shared by every shard)
+    base: int = -1  # where the rows begin: `start`, or 0 for a shard loaded from its saved records
     end: int = 0  # its size after our last append
     stamp: tuple[int, int] = (0, 0)  # (inode, mtime_ns) after our last append
-    rows: bytearray = field(default_factory=bytearray)  # one `_ROW` per line
+    rows: bytearray = field(default_factory=bytearray)  # one `ROW` per line
     keys: bytearray = field(default_factory=bytearray)  # the lines' keys, UTF-8, back to back
     count: int = 0
+    saved: int = 0  # how many of the rows its records file holds (`agent.store.records_file`)
+    saved_keys: int = 0  # … and how many bytes of `keys`
+    saved_end: int = 0  # … and where the last of them ends in the shard
+
+    def __post_init__(self) -> None:
+        if self.base < 0:
+            self.base = self.start
 
     def append(self, line: Line, labels: int, tools: int) -> None:
         key = line.key.encode("utf-8")
-        self.rows += _ROW.pack(
+        self.rows += ROW.pack(
             line.offset, line.length, line.number, line.crc, len(key), line.tombstone, labels, tools
         )
         self.keys += key
@@ -73,7 +83,7 @@ class Shard:
     @property
     def lines(self) -> Iterator[Line]:
         at = 0
-        for offset, length, number, crc, size, tombstone, labels, tools in _ROW.iter_unpack(self.rows):
+        for offset, length, number, crc, size, tombstone, labels, tools in ROW.iter_unpack(self.rows):
             key = self.keys[at : at + size].decode("utf-8")
             at += size
             yield Line(
@@ -109,6 +119,7 @@ class ShardRecords:
         # offered, the same few tuples for a whole run (a copy per line would cost ~1 KiB)
         self._ids: dict[tuple[str, ...], int] = {}
         self._names: list[tuple[str, ...]] = []
+        self.names_saved = 0  # how many of `names` the run directory holds (`records_file`)
 
     def add(self, path: Path, offset: int, data: bytes, entry: dict[str, Any] | None) -> Line | None:
         """Record one appended line (`entry` None: it did not parse, so nothing is trusted)."""
@@ -119,13 +130,32 @@ class ShardRecords:
         if line is None or offset != (shard.end or shard.start):
             self.forget()
             return None
-        shard.append(line, self._id(line.labels), self._id(line.tools))
+        shard.append(line, self.name_id(line.labels), self.name_id(line.tools))
         shard.end = offset + len(data)
         status = os.stat(path)
         shard.stamp = (status.st_ino, status.st_mtime_ns)
         return line
 
-    def _id(self, names: tuple[str, ...]) -> int:
+    @property
+    def names(self) -> list[tuple[str, ...]]:
+        """The table of name tuples the rows' ids refer to (shared by every shard)."""
+        return self._names
+
+    def start_names(self, table: list[tuple[str, ...]]) -> None:
+        """Start from the run's saved table (before anything is recorded: ids keep their tuple)."""
+        if self._names:
+            raise RuntimeError("the table of names is started before anything is recorded")
+        for names in table:
+            self._ids.setdefault(names, len(self._names))
+            self._names.append(names)
+        self.names_saved = len(table)
+
+    def adopt(self, name: str, shard: Shard) -> None:
+        """Take a shard loaded from its saved records (`agent.store.records_file.load`)."""
+        if self.usable:
+            self.shards[name] = shard
+
+    def name_id(self, names: tuple[str, ...]) -> int:
         found = self._ids.get(names)
         if found is None:
             found = self._ids[names] = len(self._names)

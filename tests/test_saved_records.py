@@ -1,0 +1,263 @@
+"""The line records saved beside each shard (`agent.store.records_file`): a resume loads an
+earlier invocation's lines from them instead of reading them, and refuses records that no
+longer describe the shard (issue 26: a resume finds its place in seconds at a million prompts).
+Every run here is `RunDirectory` on real files, as `BatchRun` drives it: lock, repair, appends,
+`write_json` at each checkpoint, close."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agent.store.directory import RunDirectory
+from agent.store.index import RunIndex, scan_run
+from agent.store.jsonl import read_lines
+from agent.store.merge import merge_run
+from agent.store.records_file import NAMES_FILE, records_path
+from agent.store.shard_index import ShardChanged
+from tests.test_end_of_run import entry_line
+
+TOOLS = {"terminal", "web_search"}
+
+
+def invocation(run_dir: Path, appends: list[tuple[int, bytes]], *, checkpoint_after: int) -> None:
+    """One invocation of the runner: it appends `appends` (batch number, line) and checkpoints
+    after the first `checkpoint_after` of them, then stops without a
+    checkpoint (what SIGKILL leaves: every appended line is on disk, the records maybe not)."""
+    with RunDirectory(run_dir) as store:
+        store.lock()
+        store.repair()
+        for number, (batch, line) in enumerate(appends, 1):
+            store.append_result(batch, line)
+            if number == checkpoint_after:
+                store.write_json("checkpoint.json", {"done": number})
+
+
+Tools = tuple[str, ...]
+
+
+def lines(keys: str, start: int = 0, batch: int = 0, tools: Tools = ("terminal",)) -> list[tuple[int, bytes]]:
+    return [(batch, entry_line(key, start + i, tools)) for i, key in enumerate(keys)]
+
+
+def as_read(run_dir: Path) -> RunIndex:
+    """The scan of a copy of the run directory without its records files: every line read."""
+    copy = run_dir.parent / f"{run_dir.name}-read"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns(".*.records"))
+    return scan_run(copy)
+
+
+def same_scan(a: RunIndex, b: RunIndex) -> None:
+    assert (a.done, a.discarded, a.indices, a.tombstoned, a.labels, a.results, a.invalid_lines) == (
+        b.done,
+        b.discarded,
+        b.indices,
+        b.tombstoned,
+        b.labels,
+        b.results,
+        b.invalid_lines,
+    )
+
+
+def opened(run_dir: Path) -> RunDirectory:
+    store = RunDirectory(run_dir)
+    store.lock()
+    store.repair()
+    return store
+
+
+def test_a_resume_loads_the_saved_records_and_records_the_lines_after_them(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    both = ("web_search", "terminal")
+    first = lines("abcde") + lines("fgh", start=100, batch=1, tools=both) + lines("ij", start=5)
+    invocation(run, first, checkpoint_after=8)  # i and j come after the last checkpoint
+    assert records_path(run / "batch_0.jsonl").is_file() and records_path(run / "batch_1.jsonl").is_file()
+
+    with opened(run) as store:
+        shard = store.records.of(run / "batch_0.jsonl")
+        assert shard is not None and shard.base == 0 and shard.count == 7  # 5 saved, 2 parsed after them
+        assert shard.start == shard.end == (run / "batch_0.jsonl").stat().st_size
+        assert [line.key for line in shard.lines] == list("abcdeij")
+        assert [line.tools for line in store.records.of(run / "batch_1.jsonl").lines] == [
+            ("web_search", "terminal")
+        ] * 3
+        same_scan(store.scan(), as_read(run))
+
+        store.append_result(0, entry_line("k", 7))
+        assert [line.key for _entry, line in store.take_appended()] == ["k"]
+        counted: list[str] = []
+        merged = store.merge(TOOLS, lambda e: counted.append(e["metadata"]["prompt_key"]), counted=True)
+        store.write_json("checkpoint.json", {})
+    # the loaded lines are an earlier invocation's: counted by the merge, the new one is not
+    assert sorted(counted) == sorted("abcdefghij") and merged.written == 11
+    plain = merge_run(shutil.copytree(run, tmp_path / "plain", ignore=shutil.ignore_patterns(".*")), TOOLS)
+    assert plain.written == 11
+    output = (run / "trajectories.jsonl").read_bytes()
+    assert output == (tmp_path / "plain" / "trajectories.jsonl").read_bytes()
+
+    with opened(run) as again:  # the third invocation loads what the second saved: i, j and k included
+        assert [line.key for line in again.records.of(run / "batch_0.jsonl").lines] == list("abcdeijk")
+        same_scan(again.scan(), as_read(run))
+
+
+def test_a_line_edited_in_place_is_caught_by_the_merge_and_the_records_are_dropped(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    invocation(run, lines("abcde"), checkpoint_after=5)
+    shard = run / "batch_0.jsonl"
+    data = shard.read_bytes()
+    with shard.open("r+b") as handle:  # the same size and inode: the middle line's key changed
+        handle.seek(data.index(b'"prompt_key": "c"'))
+        handle.write(b'"prompt_key": "x"')
+
+    with opened(run) as store:
+        assert "c" in store.scan().done  # the first and last lines match: the records are loaded
+        with pytest.raises(ShardChanged):
+            store.merge(TOOLS, None, counted=True)
+        store.forget_records()  # what EndFold does: recount from the files
+        assert not records_path(shard).exists()
+        assert store.scan().done == set("abxde")
+        assert store.merge(TOOLS, None).written == 5
+    same_scan(opened_scan(run), as_read(run))
+
+
+def opened_scan(run_dir: Path) -> RunIndex:
+    with opened(run_dir) as store:
+        return store.scan()
+
+
+def _replace(shard: Path) -> None:
+    temp = shard.with_name("temp")
+    temp.write_bytes(shard.read_bytes())
+    os.replace(temp, shard)  # the same bytes, another inode: what an atomic rewrite leaves
+
+
+def _cut(shard: Path) -> None:
+    data = shard.read_bytes()
+    shard.write_bytes(data[: data.index(b"\n") + 1])
+
+
+def _hand_written(shard: Path) -> None:
+    with shard.open("ab") as handle:
+        handle.write(json.dumps({"conversations": [{"from": "human", "value": "a"}]}).encode() + b"\n")
+
+
+def _no_such_shard(shard: Path) -> None:
+    shard.unlink()
+
+
+def changed_run(tmp_path: Path, change: Callable[[Path], None]) -> tuple[Path, Path]:
+    """A run of two shards whose records are saved, then `batch_0.jsonl` changed by `change`."""
+    run = tmp_path / "run"
+    invocation(run, lines("abcd") + lines("ef", start=10, batch=1), checkpoint_after=6)
+    change(run / "batch_0.jsonl")
+    return run, run / "batch_0.jsonl"
+
+
+@pytest.mark.parametrize("change", [_replace, _cut])
+def test_records_that_no_longer_describe_the_shard_are_made_again_from_it(
+    tmp_path: Path, change: Callable[[Path], None]
+) -> None:
+    run, shard = changed_run(tmp_path, change)
+    assert records_path(shard).exists()
+    with opened(run) as store:
+        remade = store.records.of(shard)
+        assert remade is not None and remade.saved == 0  # parsed whole: the saved ones refused
+        assert [line.key for line in remade.lines] == [
+            e["metadata"]["prompt_key"] for _l, e in read_lines(shard)
+        ]
+        assert not records_path(shard).exists()
+        assert store.records.of(run / "batch_1.jsonl").saved == 2  # the other shard's are fine
+        same_scan(store.scan(), as_read(run))
+        store.write_json("checkpoint.json", {})
+    assert opened_scan_saved(run, shard) == remade.count  # saved again, loaded next time
+
+
+def opened_scan_saved(run_dir: Path, shard: Path) -> int:
+    with opened(run_dir) as store:
+        same_scan(store.scan(), as_read(run_dir))
+        loaded = store.records.of(shard)
+        assert loaded is not None
+        return loaded.saved
+
+
+def test_a_shard_written_after_the_last_save_is_parsed_once_then_saved(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    invocation(run, lines("ab") + lines("cd", start=10, batch=1), checkpoint_after=2)  # killed
+    assert not records_path(run / "batch_1.jsonl").exists()
+    with opened(run) as store:
+        assert store.records.of(run / "batch_1.jsonl").count == 2
+        store.write_json("checkpoint.json", {})
+    assert opened_scan_saved(run, run / "batch_1.jsonl") == 2
+
+
+@pytest.mark.parametrize("change", [_hand_written, _no_such_shard])
+def test_a_shard_the_runner_did_not_write_whole_is_read_at_every_scan(
+    tmp_path: Path, change: Callable[[Path], None]
+) -> None:
+    run, shard = changed_run(tmp_path, change)
+    with opened(run) as store:
+        assert store.records.of(shard) is None and not records_path(shard).exists()
+        assert store.records.of(run / "batch_1.jsonl") is not None
+        same_scan(store.scan(), as_read(run))
+
+
+def test_a_torn_block_is_cut_off_and_the_good_blocks_before_it_are_loaded(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    invocation(run, lines("abc"), checkpoint_after=3)
+    invocation(run, lines("de", start=3), checkpoint_after=2)  # a second block
+    saved = records_path(run / "batch_0.jsonl")
+    size = saved.stat().st_size
+    with saved.open("r+b") as handle:
+        handle.seek(size - 3)
+        handle.write(b"\xff\xff\xff")  # the second block's CRC no longer holds
+    with opened(run) as store:
+        shard = store.records.of(run / "batch_0.jsonl")
+        assert shard is not None and [line.key for line in shard.lines] == list("abcde")  # d, e parsed
+        assert shard.saved == 3 and saved.stat().st_size < size
+        store.write_json("checkpoint.json", {})  # d and e saved again, after the good block
+    with opened(run) as store:
+        assert store.records.of(run / "batch_0.jsonl").saved == 5
+        same_scan(store.scan(), as_read(run))
+
+
+def test_a_line_that_cannot_be_recorded_removes_every_records_file(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    invocation(run, lines("ab") + lines("c", start=50, batch=1), checkpoint_after=3)
+    assert len(list(run.glob(".*.records"))) == 2
+    with RunDirectory(run) as store:
+        store.lock()
+        store.repair()
+        store.append_result(0, {"conversations": [{"from": "human", "value": "no key"}]})
+        store.write_json("checkpoint.json", {})
+    assert list(run.glob(".*.records")) == []
+    same_scan(opened_scan(run), as_read(run))
+
+
+def test_every_invocation_numbers_the_tool_names_as_the_run_did(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    invocation(run, lines("ab", tools=("terminal",)), checkpoint_after=2)
+    invocation(run, lines("cd", start=20, batch=1, tools=("web_search",)), checkpoint_after=2)
+    with opened(run) as store:
+        tools = {line.key: line.tools for shard in store.records.shards.values() for line in shard.lines}
+        assert tools == {"a": ("terminal",), "b": ("terminal",), "c": ("web_search",), "d": ("web_search",)}
+        assert all(shard.saved == 2 for shard in store.records.shards.values())
+        store.append_result(0, entry_line("e", 2, ("web_search", "terminal")))
+        store.take_appended()
+        assert store.merge(TOOLS, None, counted=True).written == 5
+    got = [sorted(entry["tool_stats"]) for _line, entry in read_lines(run / "trajectories.jsonl")]
+    assert got == [["terminal"], ["terminal"], ["terminal", "web_search"], ["web_search"], ["web_search"]]
+
+
+def test_without_the_table_of_names_the_blocks_are_refused_and_the_shards_parsed(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    invocation(run, lines("ab", tools=("terminal",)) + lines("cd", start=20, batch=1), checkpoint_after=4)
+    (run / NAMES_FILE).unlink()
+    with opened(run) as store:
+        assert all(shard.saved == 0 and shard.count == 2 for shard in store.records.shards.values())
+        same_scan(store.scan(), as_read(run))
