@@ -17,7 +17,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.batch.completion import PlannedUnits, Unit
-from agent.batch.dataset_copies import CopyCounter
+from agent.batch.dataset_copies import CopyCounter, RowKeys
 from agent.batch.tally import IndexSet
 from agent.store.figures import EntryFigures, FiguresTable
 from agent.store.keys import prompt_hash
@@ -59,11 +59,11 @@ def main() -> None:
             made.put(key, i, figures())
         return made
 
-    def units() -> PlannedUnits:
-        made = PlannedUnits()
-        for i, key in enumerate(keys):
-            made.append(Unit(key, i, 0))
-        return made
+    def units() -> PlannedUnits:  # the scan's row keys, which the plan keeps as they are
+        rows = RowKeys()
+        for key in keys:
+            rows.append(key[:20], 0)
+        return PlannedUnits(rows)
 
     def copies() -> CopyCounter:
         made = CopyCounter()

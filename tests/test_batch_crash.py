@@ -161,6 +161,11 @@ def test_sigkill_at_random_moments_then_resume_is_exactly_once(tmp_path: Path) -
     assert sorted(e["prompt_index"] for e in entries) == every_index
     assert read_json(run_dir / "checkpoint.json")["completed_prompts"] == every_index
     assert read_json(run_dir / "statistics.json")["trajectories"]["entries"] == sum(kept.values())
+    # what the next resume loads instead of reading: every shard's line records, the scan
+    shards = {f".{path.name}.records" for path in run_dir.glob("batch_*.jsonl")}
+    assert {path.name for path in run_dir.glob(".*.records")} == shards and (
+        run_dir / ".dataset_scan"
+    ).is_file()
     if torn_into is not None:
         torn = torn_into.with_name(torn_into.name + ".torn")
         assert TORN_TAIL in torn.read_bytes()

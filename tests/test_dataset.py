@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch import dataset as dataset_module
+from agent.batch import dataset_jsonl as dataset_module
 from agent.batch.dataset import (
     MAX_KEPT_ERRORS,
     DatasetRow,
     LineError,
     iter_rows,
     iter_units,
+    iter_wanted_rows,
     keyed_units,
     scan_dataset,
 )
@@ -355,3 +356,40 @@ def test_a_line_over_the_length_cap_is_a_bad_line_read_past_without_holding_it(
     assert [str(e) for e in scan.errors] == [f"{dataset}:2: {too_long}", f"{dataset}:3: {too_long}"]
     assert [row.line_no for row in rows] == [1] and (scan.valid, scan.total_lines) == (1, 3)
     assert peak < 4 * 2**20
+
+
+def _wanted(path: Path, scan_path: Path | None = None, **kwargs: object) -> list[DatasetRow] | None:
+    scan = scan_dataset(scan_path or path, kwargs.get("max_samples"), keys=True, require_valid=False)  # type: ignore[arg-type]
+    assert scan.keys is not None
+    keys = list(scan.keys.drain())
+    wanted = kwargs.get("wanted", lambda row: True)
+    rows = iter_wanted_rows(
+        path, scan, kwargs.get("max_samples"), backend=None, options=None,  # type: ignore[arg-type]
+        row_key=keys.__getitem__, wanted=wanted,  # type: ignore[arg-type]
+    )  # fmt: skip
+    return None if rows is None else list(rows)
+
+
+def test_the_rows_wanted_are_those_every_row_read_gives_the_others_passed_unparsed(dataset: Path) -> None:
+    lines = [json.dumps({"prompt": f"p{i % 5}", "metadata": {"i": i}}) for i in range(30)]
+    lines[3], lines[9], lines[12] = "", "\u00a0\u2003", "  "  # blank, by str.strip as by bytes
+    lines[5], lines[17] = '{"prompt": ""}', "[1]"  # bad lines: the scan kept both
+    lines[20] = '\u00a0{"prompt": "x"}'  # not JSON whitespace: a bad line too
+    write_lines(dataset, ["\ufeff" + lines[0], *lines[1:]])
+    every = list(iter_rows(dataset))
+    assert _wanted(dataset) == every and len(every) == 24
+    odd = _wanted(dataset, wanted=lambda row: row % 2 == 1)
+    assert odd == [row for row in every if row.index % 2 == 1]
+    assert _wanted(dataset, max_samples=7) == every[:7]
+
+
+def test_rows_are_read_whole_when_the_scan_did_not_keep_every_bad_line(dataset: Path) -> None:
+    write_lines(dataset, ["[1]"] * (MAX_KEPT_ERRORS + 1) + ['{"prompt": "x"}'])
+    assert _wanted(dataset) is None
+
+
+def test_a_dataset_changed_since_its_scan_stops_the_feed_with_its_line(dataset: Path, tmp_path: Path) -> None:
+    write_lines(dataset, ['{"prompt": "a"}', '{"prompt": "b"}'])
+    other = write_lines(tmp_path / "other.jsonl", ['{"prompt": "a"}', '{"prompt": "c"}'])
+    with pytest.raises(DatasetError, match=r"other.jsonl:2: the dataset changed since the run scanned it"):
+        _wanted(other, scan_path=dataset)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agent.batch.completion import PlannedUnits, Unit
-from agent.batch.dataset_copies import CopyCounter
+from agent.batch.dataset_copies import CopyCounter, RowKeys
 from agent.batch.tally import IndexSet, Paced, RunTally
 from agent.store import line_head
 from agent.store.directory import RunDirectory
@@ -169,13 +169,26 @@ def test_the_packed_copy_counter_numbers_repeats_as_the_dict_it_replaced() -> No
         counter.see("abc1")
 
 
-def test_the_planned_units_give_back_what_was_appended() -> None:
-    units = [Unit("a:0", 0, 0), Unit("ключ:0#1", 1, 1), Unit("", 2**40, 0), Unit("b:3", 7, 2)]
-    planned = PlannedUnits()
-    for unit in units:
-        planned.append(unit)
-    assert list(planned) == units and len(planned) == 4
-    assert list(planned) == units  # iterated again
+def test_the_planned_units_are_the_row_keys_times_the_samples() -> None:
+    rows = RowKeys()
+    for digest, copy in (("ab" * 10, 0), ("cd" * 10, 0), ("ab" * 10, 1)):
+        rows.append(digest, copy)
+    one, three = PlannedUnits(rows), PlannedUnits(rows, 3)
+    assert list(one) == [
+        Unit(f"{'ab' * 10}:0", 0, 0),
+        Unit(f"{'cd' * 10}:0", 1, 0),
+        Unit(f"{'ab' * 10}:1", 2, 0),
+    ]
+    assert list(one) == list(one) and len(one) == 3  # iterated again: nothing is consumed
+    assert [unit.key for unit in three][:4] == [
+        f"{'ab' * 10}:0",
+        f"{'ab' * 10}:0#1",
+        f"{'ab' * 10}:0#2",
+        f"{'cd' * 10}:0",
+    ]
+    assert [(u.index, u.sample_index) for u in three][-3:] == [(6, 0), (7, 1), (8, 2)] and len(three) == 9
+    assert [three.key(i) for i in range(9)] == [unit.key for unit in three]
+    assert list(three.keyed()) == [(unit.key, unit.index) for unit in three]
 
 
 def test_a_paced_write_takes_at_most_its_share_of_the_time() -> None:

@@ -10,14 +10,15 @@ step, follow from that split alone.
 from __future__ import annotations
 
 import logging
-from array import array
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import count
 from typing import Any
 
 from agent.batch.dataset import DatasetRow
+from agent.batch.dataset_copies import RowKeys
 from agent.protocols import StoredKeys
-from agent.store.keys import split_key
+from agent.store.keys import sample_key, split_key
 
 log = logging.getLogger("agent.batch.run")
 
@@ -36,29 +37,35 @@ class Unit:
 
 
 class PlannedUnits:
-    """The `Unit`s planned at the run's start, in order, packed (issue 26: a list of them held
-    ~130 bytes a prompt for the whole run; this, a key's bytes and 20 more)."""
+    """The `Unit`s planned at the run's start, in order: the scan's row keys (`RowKeys`, 18
+    bytes a row) and the samples per row, from which each unit's key and index follow (issue
+    26: no object, and no copy of a key, per unit for the whole run)."""
 
-    def __init__(self) -> None:
-        self._keys = bytearray()
-        self._ends = array("q")  # where each key ends in `_keys`
-        self._indices = array("q")
-        self._samples = array("l")
-
-    def append(self, unit: Unit) -> None:
-        self._keys += unit.key.encode("utf-8")
-        self._ends.append(len(self._keys))
-        self._indices.append(unit.index)
-        self._samples.append(unit.sample_index)
+    def __init__(self, rows: RowKeys, samples_per_prompt: int = 1) -> None:
+        self.rows, self.samples = rows, samples_per_prompt
 
     def __len__(self) -> int:
-        return len(self._ends)
+        return len(self.rows) * self.samples
+
+    def key(self, index: int) -> str:
+        """The key of unit `index` (its position in the plan)."""
+        row, sample = divmod(index, self.samples)
+        return sample_key(self.rows.key(row), sample)
+
+    def keyed(self) -> Iterator[tuple[str, int]]:
+        """(key, index) of each unit, in order."""
+        if self.samples == 1:
+            yield from zip(self.rows.iter_keys(), count())
+            return
+        index = 0
+        for row_key in self.rows.iter_keys():
+            for sample in range(self.samples):
+                yield sample_key(row_key, sample), index
+                index += 1
 
     def __iter__(self) -> Iterator[Unit]:
-        start = 0
-        for end, index, sample in zip(self._ends, self._indices, self._samples, strict=True):
-            yield Unit(self._keys[start:end].decode("utf-8"), index, sample)
-            start = end
+        for key, index in self.keyed():
+            yield Unit(key, index, index % self.samples)
 
 
 @dataclass

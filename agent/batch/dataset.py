@@ -16,18 +16,19 @@ row by the same rules, reported as `FILE:row N` (1-based).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from agent.batch.dataset_copies import CopyCounter, RowKeys
 from agent.batch.dataset_hub import HUB_PREFIX, DiskSource, HubSource, is_datasets_directory, split_directory
+from agent.batch.dataset_jsonl import JsonlSource
 from agent.batch.dataset_source import LineError as LineError  # where it always was, for callers
-from agent.batch.dataset_source import Record, Source, where
+from agent.batch.dataset_source import Source, where
 from agent.batch.dataset_sources import ParquetSource, is_parquet
 from agent.batch.row_columns import ColumnMap
-from agent.batch.row_fields import FieldError, LineFields, parse_line
+from agent.batch.row_fields import LineFields
 from agent.batch.row_verify import RowVerify
 from agent.config.dataset_config import DatasetOptions
 from agent.config.sampling import Sampling
@@ -35,10 +36,6 @@ from agent.errors import ConfigError, DatasetError
 from agent.store.keys import copy_key, prompt_hash, sample_key, split_key
 
 MAX_KEPT_ERRORS = 1000
-# The largest context windows hold ~2M tokens (~8 MB of text): a longer line is no prompt.
-MAX_LINE_BYTES = 64 * 2**20
-_SKIP_CHUNK = 2**20
-_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
@@ -54,6 +51,23 @@ class DatasetRow:
     sampling: Sampling | None = None  # the row's `sampling` choices
     verify: RowVerify | None = None  # the row's `verify` checks (agent.batch.row_verify)
     sample_index: int = 0  # which attempt at the row's prompt this unit of work is (`iter_units`)
+
+    @classmethod
+    def of(cls, index: int, line_no: int, record: LineFields, digest: str, occurrence: int) -> DatasetRow:
+        """Row `index` (line `line_no`) of the dataset, its fields `record`, the `occurrence`th
+        copy of the prompt whose hash is `digest`."""
+        return cls(
+            index=index,
+            line_no=line_no,
+            prompt=record.prompt,
+            key=copy_key(digest, occurrence),
+            occurrence=occurrence,
+            image=record.image,
+            cwd=record.cwd,
+            metadata=record.metadata,
+            sampling=record.sampling,
+            verify=record.verify,
+        )
 
     @property
     def prompt_id(self) -> str:
@@ -73,6 +87,8 @@ class DatasetScan:
     with_verify: int = 0  # valid rows (of the `valid` ones) with a `verify` object
     noun: str = "lines"  # what total_lines counts: a JSONL file's lines, or rows
     keys: RowKeys | None = None  # with `keys=True`: the key of each of the `valid` rows, in order
+    identity: str | None = None  # what the scan depended on (`agent.batch.dataset_memo`), if known
+    recalled: bool = False  # remembered from an earlier invocation, not read now (`dataset_memo`)
 
 
 def _check_max_samples(max_samples: int | None) -> None:
@@ -108,71 +124,6 @@ def check_readable(path: str | Path, options: DatasetOptions | None = None) -> N
 def place(path: str | Path, options: DatasetOptions | None, number: int) -> str:
     """How a message names line (or row) `number` of the dataset: FILE:12 or FILE:row 12."""
     return where(open_source(path, options), number)
-
-
-class JsonlSource:
-    unit = ""
-    noun = "lines"
-
-    def __init__(self, path: Path, columns: ColumnMap) -> None:
-        self.path, self.name, self.columns = path, str(path), columns
-
-    def check(self) -> None:
-        _open(self.path).close()
-
-    def records(self, backend: str | None) -> Iterator[tuple[int, Record]]:
-        for line_no, raw in _lines(self.path):
-            yield line_no, self._classify(line_no, raw, backend)
-
-    def _classify(self, line_no: int, raw: bytes | None, backend: str | None) -> Record:
-        """One line as its fields, its error, or None when it is blank."""
-        if raw is None:
-            too_long = f"line longer than {MAX_LINE_BYTES} bytes (MAX_LINE_BYTES)"
-            return LineError(self.name, line_no, None, too_long)
-        try:
-            return parse_line(raw, backend, self.columns)
-        except FieldError as exc:
-            return LineError(self.name, line_no, exc.field_name, exc.reason)
-
-
-def _open(path: Path) -> BinaryIO:
-    try:
-        return path.open("rb")
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: dataset file not found") from None
-    except IsADirectoryError:
-        raise DatasetError(f"{path}: is a directory, not a dataset file") from None
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot read the dataset file ({exc.strerror})") from None
-
-
-def _lines(path: Path) -> Iterator[tuple[int, bytes | None]]:
-    """(1-based line number, bytes without the line end, or None for an overlong line) of
-    every line, streamed; raises DatasetError on a read error."""
-    with _open(path) as handle:
-        line_no = 0
-        try:
-            for raw in _bounded_lines(handle):
-                line_no += 1
-                if line_no == 1 and raw is not None and raw.startswith(_BOM):
-                    raw = raw[len(_BOM) :]
-                line = None if raw is None else raw.rstrip(b"\r\n")
-                yield line_no, line if line is None or len(line) <= MAX_LINE_BYTES else None
-        except OSError as exc:
-            raise DatasetError(f"{path}:{line_no + 1}: read failed ({exc.strerror})") from None
-
-
-def _bounded_lines(handle: BinaryIO) -> Iterator[bytes | None]:
-    """Every line, at most MAX_LINE_BYTES and its line end long; None for a longer one, read
-    past without holding it (a file of one endless line would otherwise be loaded whole)."""
-    limit = MAX_LINE_BYTES + 2  # room for "\r\n"
-    while raw := handle.readline(limit):
-        if len(raw) < limit or raw.endswith(b"\n"):
-            yield raw
-            continue
-        while (rest := handle.readline(_SKIP_CHUNK)) and not rest.endswith(b"\n"):
-            pass
-        yield None
 
 
 def scan_dataset(
@@ -251,19 +202,50 @@ def iter_rows(
             return
         digest = prompt_hash(record.prompt)
         occurrence = seen.see(digest)
-        yield DatasetRow(
-            index=index,
-            line_no=line_no,
-            prompt=record.prompt,
-            key=copy_key(digest, occurrence),
-            occurrence=occurrence,
-            image=record.image,
-            cwd=record.cwd,
-            metadata=record.metadata,
-            sampling=record.sampling,
-            verify=record.verify,
-        )
+        yield DatasetRow.of(index, line_no, record, digest, occurrence)
         index += 1
+
+
+def iter_wanted_rows(
+    path: str | Path,
+    scan: DatasetScan,
+    max_samples: int | None,
+    *,
+    backend: str | None,
+    options: DatasetOptions | None,
+    row_key: Callable[[int], str],
+    wanted: Callable[[int], bool],
+) -> Iterator[DatasetRow] | None:
+    """`iter_rows` of `path` (scanned as `scan`) where only the rows `wanted` (by index) are
+    parsed, the others passed by their bytes (issue 26: a resume reaches its first pending row
+    of a million-row file without parsing the rows before it). Each row's key is `row_key(index)`, the scan's;
+    a row whose prompt no longer has it raises DatasetError. None (use `iter_rows`) unless the
+    dataset is a JSONL file whose every bad line the scan kept, so that a line is told to be
+    a row without being parsed: not a kept bad line, and not blank (a row is a JSON object)."""
+    source = open_source(path, options)
+    if not isinstance(source, JsonlSource) or scan.error_count != len(scan.errors):
+        return None
+    bad = {error.line_no for error in scan.errors}
+    return _wanted_rows(source, max_samples, backend, bad, row_key, wanted)
+
+
+def _wanted_rows(
+    source: JsonlSource,
+    max_samples: int | None,
+    backend: str | None,
+    bad: set[int],
+    row_key: Callable[[int], str],
+    wanted: Callable[[int], bool],
+) -> Iterator[DatasetRow]:
+    for index, line_no, record in source.wanted_records(backend, bad, max_samples, wanted):
+        key = row_key(index)
+        digest, _colon, occurrence = key.rpartition(":")
+        if not isinstance(record, LineFields) or prompt_hash(record.prompt) != digest:
+            raise DatasetError(
+                f"{where(source, line_no)}: the dataset changed since the run scanned it; "
+                "run again with --resume"
+            )
+        yield DatasetRow.of(index, line_no, record, digest, int(occurrence))
 
 
 def iter_units(rows: Iterator[DatasetRow], samples_per_prompt: int) -> Iterator[DatasetRow]:

@@ -69,7 +69,7 @@ class CopyCounter:
 class RowKeys:
     """Each valid row's key (`prompt_hash:copy`), in order, packed: a hash's 10 bytes and a
     copy number per row. The scan keeps them so that the run's plan needs no second read of
-    the dataset (at a million rows a pass costs seconds); the plan consumes them (`drain`)."""
+    the dataset (at a million rows a pass costs seconds)."""
 
     def __init__(self) -> None:
         self._hashes = bytearray()
@@ -81,6 +81,28 @@ class RowKeys:
 
     def __len__(self) -> int:
         return len(self._copies)
+
+    def packed(self) -> tuple[bytes, bytes]:
+        """The hashes and the copy numbers, as bytes (`unpacked` makes them keys again)."""
+        return bytes(self._hashes), self._copies.tobytes()
+
+    @classmethod
+    def unpacked(cls, hashes: bytes, copies: bytes) -> RowKeys:
+        keys = cls()
+        keys._hashes = bytearray(hashes)
+        keys._copies.frombytes(copies)
+        if len(keys._hashes) != _WIDTH * len(keys._copies):
+            raise ValueError("packed row keys of different lengths")
+        return keys
+
+    def key(self, row: int) -> str:
+        return copy_key(self._hashes[row * _WIDTH : (row + 1) * _WIDTH].hex(), self._copies[row])
+
+    def iter_keys(self) -> Iterator[str]:
+        """Each key in row order."""
+        hashes = self._hashes
+        for at, copy in enumerate(self._copies):
+            yield f"{hashes[at * _WIDTH : (at + 1) * _WIDTH].hex()}:{copy}"  # copy_key, inlined
 
     def drain(self) -> Iterator[str]:
         """Each key in row order; the memory is freed once the last one was taken."""

@@ -11,9 +11,7 @@ discarded, failed and not started (`agent.batch.completion`); filters re-apply b
 from __future__ import annotations
 
 import logging
-import random
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -21,17 +19,17 @@ from rich.console import Console
 
 from agent.batch.backend import Backend, BackendFactory, Tally, drive
 from agent.batch.capacity import raise_fd_limit
-from agent.batch.completion import Completion, PlannedUnits, Unit, note_extra_samples
-from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units, keyed_units
+from agent.batch.completion import Completion, PlannedUnits, note_extra_samples
+from agent.batch.dataset import DatasetScan
+from agent.batch.dataset_memo import remember
 from agent.batch.end_fold import EndFold
 from agent.batch.events import Failed, WorkerEvent
-from agent.batch.jobs import Job, sample_sampling
+from agent.batch.job_feed import every_unit, jobs, planned_rows
 from agent.batch.keeping import KeepPass, keep_at_end, reapply_filters_and_keep
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import RunProgress
 from agent.batch.recovery import current_discards, withdraw_unkept, write_answer
 from agent.batch.rescore import rescore_step
-from agent.batch.row_verify import job_checks
 from agent.batch.run_summary import filters_and_budget, run_summary, sample_counts, worker_losses
 from agent.batch.tally import Paced, RunTally
 from agent.config.run_config import RunConfig
@@ -46,7 +44,6 @@ from agent.store.statistics import render_statistics
 from agent.store.summary_view import render_next_steps
 from agent.store.timeline import Timeline
 from agent.store.token_merge import token_capture
-from agent.toolbox.distributions import sample_toolsets_from_distribution
 
 log = logging.getLogger("agent.batch.run")
 
@@ -77,6 +74,7 @@ class BatchRun:
         self.fold: EndFold | None = None  # the merged output's figures, counted as lines are written
         self.checkpoints = Paced()  # when checkpoint.json is next rewritten during the run
         self.units: PlannedUnits | None = None  # the dataset's rows as planned, for the completion split
+        self.wanted = bytearray()  # per row of the plan: 1 when a unit of it is left to run
 
     def run(self, scan: DatasetScan) -> int:
         started = time.monotonic()
@@ -86,10 +84,13 @@ class BatchRun:
             if self.config.rescore:  # its files rewritten before anything is appended to them
                 rescore_step(self.config, self.store, self.console)
             index = self._open_run()
+            remember(self.config.run_dir, scan)  # before the plan takes its keys
             todo = 0 if self.config.rescore else self._plan(index, scan)
             ended = None
             if todo:
-                ended = self._schedule(todo, already_done=scan.valid * self.config.samples_per_prompt - todo)
+                ended = self._schedule(
+                    scan, todo, already_done=scan.valid * self.config.samples_per_prompt - todo
+                )
             elif not self.config.rescore:
                 every = "prompt" if self.config.samples_per_prompt == 1 else "sample of every prompt"
                 self.console.print(f"Every {every} of the dataset is already done; merging.")
@@ -103,7 +104,7 @@ class BatchRun:
         """What the run directory now holds for each valid prompt (a fresh scan, not our
         counts), and with `merged` whether each done prompt is in the merged output."""
         return Completion.of(
-            self.units if self.units is not None else self._rows(),
+            self.units if self.units is not None else every_unit(self.config),
             self.store.scan(),
             self.tally.failed_keys,
             cancelled=self.tally.cancelled_keys,
@@ -135,58 +136,30 @@ class BatchRun:
             log.warning("removed a sandbox left by a dead process: %s", name)
 
     def _plan(self, index: StoredKeys, scan: DatasetScan) -> int:
-        """How many prompts remain; numbers them (`number_prompts`) and records which indices
-        are already done."""
+        """How many units remain; numbers them (`number_prompts`) and records which indices
+        are already done. The units are the scan's keys (`PlannedUnits`): no second read of
+        the dataset, one pass over the keys."""
+        if scan.keys is None:
+            raise ValueError("a run plans from a scan made with keys=True (scan_dataset)")
+        self.units = units = PlannedUnits(scan.keys, self.config.samples_per_prompt)
         pending: list[tuple[str, int]] = []
-        self.units = PlannedUnits()
-        for unit in self._units(scan):
-            self.units.append(unit)
-            if unit.key in index.done or unit.key in index.discarded:
-                number = index.indices.get(unit.key, unit.index)  # a line without one: its row's
-                self.tally.plan(number, done=True)
+        done, discarded, recorded, plan = index.done, index.discarded, index.indices, self.tally.plan
+        for key, unit_index in units.keyed():
+            if key in done or key in discarded:
+                plan(recorded.get(key, unit_index), done=True)  # a line without one: its row's
             else:
-                pending.append((unit.key, unit.index))
-        self.numbers = number_prompts(pending, index.indices)
+                pending.append((key, unit_index))
+        self.numbers = number_prompts(pending, recorded)
+        self.wanted = bytearray(len(scan.keys))  # the rows with a unit left to run
+        for _key, unit_index in pending:
+            self.wanted[unit_index // units.samples] = 1
         for number in self.numbers.values():
-            self.tally.plan(number, done=False)
+            plan(number, done=False)
         self.done_keys = index.done | index.discarded
         note_extra_samples(self.done_keys, self.config.samples_per_prompt)
         return len(pending)
 
-    def _units(self, scan: DatasetScan) -> Iterator[Unit]:
-        """The units of work in order, from the keys the scan kept: no second read of the dataset."""
-        if scan.keys is None:
-            raise ValueError("a run plans from a scan made with keys=True (scan_dataset)")
-        return (Unit(*unit) for unit in keyed_units(scan.keys, self.config.samples_per_prompt))
-
-    def _rows(self) -> Iterator[DatasetRow]:
-        # The same backend as the scan, so the same rows are valid.
-        cfg = self.config
-        rows = iter_rows(cfg.dataset_file, cfg.max_samples, backend=cfg.sandbox.backend, options=cfg.dataset)
-        return iter_units(rows, self.config.samples_per_prompt)  # each (prompt, sample) a unit
-
-    def _jobs(self) -> Iterator[Job]:
-        cfg = self.config
-        for row in self._rows():
-            if row.key in self.done_keys:
-                continue
-            rng = random.Random(f"{cfg.seed}:{row.key}")  # reproducible whatever the scheduling
-            number = self.numbers[row.key]
-            yield Job(
-                index=number,
-                key=row.key,
-                prompt=row.prompt,
-                image=row.image,
-                cwd=row.cwd,
-                metadata=row.metadata,
-                batch_num=number // cfg.batch_size,
-                toolsets=tuple(sample_toolsets_from_distribution(cfg.distribution, rng, cfg.distributions)),
-                sampling=sample_sampling(cfg.agent.prompt_sampling(row.sampling), row.sample_index),
-                sample_index=row.sample_index,
-                checks=job_checks(row.verify, cfg.verify),
-            )
-
-    def _schedule(self, todo: int, already_done: int) -> Tally:
+    def _schedule(self, scan: DatasetScan, todo: int, already_done: int) -> Tally:
         if self.config.max_cost is not None and self.config.prices is None:
             log.warning(
                 "--max_cost without --price_input/--price_output counts only the costs the endpoint "
@@ -199,7 +172,8 @@ class BatchRun:
         self.monitor = RunMonitor(progress, self.timeline, config)
         with progress:
             self.workers = self.make_backend(config, self._on_event, self._tick)
-            ended = drive(self.workers, self._jobs())
+            rows = planned_rows(self.config, scan, self.units, self.wanted)
+            ended = drive(self.workers, jobs(self.config, rows, self.done_keys, self.numbers))
             self.monitor.finish()
             return ended
 

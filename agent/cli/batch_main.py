@@ -62,7 +62,8 @@ def run(config: RunConfig) -> int:
     import dataclasses
 
     from agent.backends import backend_factory
-    from agent.batch.dataset import require_valid_rows, scan_dataset
+    from agent.batch.dataset import require_valid_rows
+    from agent.batch.dataset_memo import scan_for_run
     from agent.batch.run import BatchRun
     from agent.cli.batch_cli import check_ready, ready_sandbox
     from agent.cli.dataset_cli import pin_dataset
@@ -74,14 +75,10 @@ def run(config: RunConfig) -> int:
     check_ready(config)
     config = pin_dataset(config)  # a Hub dataset's commit, read by every pass and every --resume
     backend = config.sandbox.backend  # rows naming an image it cannot run are bad lines
-    scan = scan_dataset(
-        config.dataset_file,
-        config.max_samples,
-        require_valid=False,
-        backend=backend,
-        options=config.dataset,
-        keys=True,  # the run's plan reads them instead of the dataset
-    )
+    scan = scan_for_run(  # on --resume of an unchanged dataset, the scan remembered
+        config.dataset_file, config.max_samples, backend=backend, options=config.dataset,
+        run_dir=config.run_dir, resume=config.resume,
+    )  # fmt: skip
     refuse_bad_checks(scan)  # a bad `verify` object stops the run; other bad lines are skipped
     for error in scan.errors:
         _say(f"skipped {error}")

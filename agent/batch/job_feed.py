@@ -1,0 +1,69 @@
+"""The jobs a run hands its workers: each unit of work left, in dataset order, as a `Job`
+(its prompt number, batch, toolsets and sampling, drawn reproducibly from its key).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Iterator, Mapping
+
+from agent.batch.completion import PlannedUnits
+from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units, iter_wanted_rows
+from agent.batch.jobs import Job, sample_sampling
+from agent.batch.row_verify import job_checks
+from agent.config.run_config import RunConfig
+from agent.toolbox.distributions import sample_toolsets_from_distribution
+
+
+def planned_rows(
+    config: RunConfig, scan: DatasetScan, units: PlannedUnits | None, wanted: bytearray
+) -> Iterator[DatasetRow]:
+    """The units of the plan, read from the dataset: a row with a unit left to run (`wanted`,
+    per row) is parsed, the others passed by their bytes where the dataset allows
+    (`iter_wanted_rows`: a resume reaches its first row left without parsing those before
+    it), else every row is read (`every_unit`)."""
+    samples = config.samples_per_prompt
+    rows = None
+    if units is not None:
+        rows = iter_wanted_rows(
+            config.dataset_file,
+            scan,
+            config.max_samples,
+            backend=config.sandbox.backend,
+            options=config.dataset,
+            row_key=lambda row: units.key(row * samples),  # sample 0's key is the row's
+            wanted=lambda row: wanted[row] == 1,
+        )
+    return every_unit(config) if rows is None else iter_units(rows, samples)
+
+
+def every_unit(config: RunConfig) -> Iterator[DatasetRow]:
+    """Every unit of work of the dataset, each valid row read (each (prompt, sample) a unit)."""
+    rows = iter_rows(  # the same backend as the scan, so the same rows are valid
+        config.dataset_file, config.max_samples, backend=config.sandbox.backend, options=config.dataset
+    )
+    return iter_units(rows, config.samples_per_prompt)
+
+
+def jobs(
+    config: RunConfig, rows: Iterator[DatasetRow], done: Collection[str], numbers: Mapping[str, int]
+) -> Iterator[Job]:
+    """A job for each unit of `rows` not `done`, numbered as `numbers` says."""
+    for row in rows:
+        if row.key in done:
+            continue
+        rng = random.Random(f"{config.seed}:{row.key}")  # reproducible whatever the scheduling
+        number = numbers[row.key]
+        yield Job(
+            index=number,
+            key=row.key,
+            prompt=row.prompt,
+            image=row.image,
+            cwd=row.cwd,
+            metadata=row.metadata,
+            batch_num=number // config.batch_size,
+            toolsets=tuple(sample_toolsets_from_distribution(config.distribution, rng, config.distributions)),
+            sampling=sample_sampling(config.agent.prompt_sampling(row.sampling), row.sample_index),
+            sample_index=row.sample_index,
+            checks=job_checks(row.verify, config.verify),
+        )
