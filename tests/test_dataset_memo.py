@@ -14,6 +14,7 @@ import pytest
 
 from agent.batch.dataset import DatasetScan
 from agent.batch.dataset_memo import MEMO_FILE, identity, remember, scan_for_run
+from agent.common import redaction
 from agent.config.dataset_config import DatasetOptions
 
 OPTIONS = DatasetOptions()
@@ -114,3 +115,18 @@ def test_only_a_local_file_is_remembered(tmp_path: Path) -> None:
     assert identity(tmp_path, None, "local", OPTIONS) is None  # a directory
     assert identity("hf://datasets/org/name", None, "local", OPTIONS) is None
     assert identity(tmp_path / "missing.jsonl", None, "local", OPTIONS) is None
+
+
+def test_the_memo_holds_no_secret_and_one_redacted_is_not_recalled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-live-0123456789abcdef"
+    place = tmp_path / secret  # a secret in the dataset's path: the memo names the file
+    place.mkdir()
+    write_dataset(place / "d.jsonl")
+    (place / "run").mkdir()
+    monkeypatch.setattr(redaction, "_active", redaction.Redactor([secret]))
+    remember(place / "run", scanned(place, resume=False))
+    assert secret.encode() not in (place / "run" / MEMO_FILE).read_bytes()
+    again = scanned(place, resume=True)
+    assert not again.recalled and again.valid == 47

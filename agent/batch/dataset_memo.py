@@ -26,6 +26,7 @@ from agent.batch import dataset_copies, row_columns, row_fields, row_verify
 from agent.batch.dataset import DatasetScan, scan_dataset
 from agent.batch.dataset_copies import RowKeys
 from agent.batch.dataset_source import LineError
+from agent.common.redaction import active
 from agent.config.dataset_config import DatasetOptions
 from agent.store import keys
 from agent.store.durable import atomic_write
@@ -94,7 +95,9 @@ def remember(run_dir: Path, scan: DatasetScan) -> None:
     hashes, copies = scan.keys.packed()
     fields = asdict(replace(scan, keys=None, errors=[], recalled=False))
     fields["errors"] = [asdict(error) for error in scan.errors]
-    meta = json.dumps(fields, ensure_ascii=False).encode("utf-8")
+    # as every byte the runner writes, through the secret redactor (a bad line's message
+    # quotes the line; a changed meta is not recalled: the dataset is scanned again)
+    meta = active().redact_bytes(json.dumps(fields, ensure_ascii=False).encode("utf-8"))
     body = struct.pack("<QQ", len(hashes), len(copies)) + meta + hashes + copies
     with atomic_write(run_dir / MEMO_FILE) as handle:
         handle.write(_HEAD.pack(_MAGIC, zlib.crc32(body), len(meta)) + body)
