@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator
 
 from agent.batch.completion import PlannedUnits
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units, iter_wanted_rows
 from agent.batch.jobs import Job, sample_sampling
 from agent.batch.row_verify import job_checks
 from agent.config.run_config import RunConfig
+from agent.store.numbering import Numbering
 from agent.toolbox.distributions import sample_toolsets_from_distribution
 
 
@@ -46,14 +47,14 @@ def every_unit(config: RunConfig) -> Iterator[DatasetRow]:
 
 
 def jobs(
-    config: RunConfig, rows: Iterator[DatasetRow], done: Collection[str], numbers: Mapping[str, int]
+    config: RunConfig, rows: Iterator[DatasetRow], done: Collection[str], numbering: Numbering
 ) -> Iterator[Job]:
-    """A job for each unit of `rows` not `done`, numbered as `numbers` says."""
+    """A job for each unit of `rows` not `done`, numbered as `numbering` says."""
     for row in rows:
         if row.key in done:
             continue
         rng = random.Random(f"{config.seed}:{row.key}")  # reproducible whatever the scheduling
-        number = numbers[row.key]
+        number = numbering.number_of(row.key, row.index)
         yield Job(
             index=number,
             key=row.key,

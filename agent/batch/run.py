@@ -38,7 +38,7 @@ from agent.protocols import RunStore, StoredKeys
 from agent.report import RunReport, write_report
 from agent.sandboxes import reap_stale
 from agent.store.directory import RunDirectory
-from agent.store.index import number_prompts
+from agent.store.numbering import Numbering
 from agent.store.run_history import with_history
 from agent.store.statistics import render_statistics
 from agent.store.summary_view import render_next_steps
@@ -63,7 +63,7 @@ class BatchRun:
         self.make_backend = backend
         self.tally = RunTally(config.batch_size)  # every counter of this invocation, fed by events
         self.done_keys: set[str] = set()
-        self.numbers: dict[str, int] = {}  # key -> prompt_index, for the prompts not yet done
+        self.numbering = Numbering({}, 0)  # the prompt_index of each unit not yet done
         self.monitor: RunMonitor | None = None
         self.timeline = Timeline()
         self.workers: Backend | None = None  # the backend running the prompts, while it runs
@@ -136,28 +136,29 @@ class BatchRun:
             log.warning("removed a sandbox left by a dead process: %s", name)
 
     def _plan(self, index: StoredKeys, scan: DatasetScan) -> int:
-        """How many units remain; numbers them (`number_prompts`) and records which indices
+        """How many units remain; numbers them (`Numbering`) and records which indices
         are already done. The units are the scan's keys (`PlannedUnits`): no second read of
         the dataset, one pass over the keys."""
         if scan.keys is None:
             raise ValueError("a run plans from a scan made with keys=True (scan_dataset)")
         self.units = units = PlannedUnits(scan.keys, self.config.samples_per_prompt)
-        pending: list[tuple[str, int]] = []
+        self.numbering = numbering = Numbering(index.indices, len(units))
+        self.wanted = bytearray(len(scan.keys))  # the rows with a unit left to run
         done, discarded, recorded, plan = index.done, index.discarded, index.indices, self.tally.plan
+        todo = 0
         for key, unit_index in units.keyed():
             if key in done or key in discarded:
                 plan(recorded.get(key, unit_index), done=True)  # a line without one: its row's
-            else:
-                pending.append((key, unit_index))
-        self.numbers = number_prompts(pending, recorded)
-        self.wanted = bytearray(len(scan.keys))  # the rows with a unit left to run
-        for _key, unit_index in pending:
+                continue
+            todo += 1
             self.wanted[unit_index // units.samples] = 1
-        for number in self.numbers.values():
+            if (number := numbering.claim(key, unit_index)) is not None:
+                plan(number, done=False)
+        for number in numbering.house_homeless():
             plan(number, done=False)
         self.done_keys = index.done | index.discarded
         note_extra_samples(self.done_keys, self.config.samples_per_prompt)
-        return len(pending)
+        return todo
 
     def _schedule(self, scan: DatasetScan, todo: int, already_done: int) -> Tally:
         if self.config.max_cost is not None and self.config.prices is None:
@@ -173,7 +174,7 @@ class BatchRun:
         with progress:
             self.workers = self.make_backend(config, self._on_event, self._tick)
             rows = planned_rows(self.config, scan, self.units, self.wanted)
-            ended = drive(self.workers, jobs(self.config, rows, self.done_keys, self.numbers))
+            ended = drive(self.workers, jobs(self.config, rows, self.done_keys, self.numbering))
             self.monitor.finish()
             return ended
 

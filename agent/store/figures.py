@@ -54,7 +54,7 @@ DENSE = 1 << 20  # how far past the indices held the table grows for a new one
 class FiguresTable:
     """key -> the `EntryFigures` counted of the entry written, for the prompts of one run,
     packed (issue 26): a row of bytes per entry in one bytearray, found by the entry's
-    `prompt_index` (a key has one in a run: `agent.store.index.number_prompts`). ~130 bytes an
+    `prompt_index` (a key has one in a run: `agent.store.numbering`). ~130 bytes an
     entry, where a dict of frozen dataclasses and their usage dicts held ~650."""
 
     def __init__(self) -> None:

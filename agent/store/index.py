@@ -1,5 +1,6 @@
 """What a run directory already holds: which prompts are done, discarded or failed, and
-which `prompt_index` each one was written with; and the numbering rule for the rest.
+which `prompt_index` each one was written with (the numbering rule for the rest:
+`agent.store.numbering`).
 
 The scan streams every file line by line and never stops on a bad line: a line that is not
 UTF-8, not JSON, not an object, or has no key is counted as invalid and skipped. How a line's
@@ -9,9 +10,8 @@ key is found is `agent.store.keys`'s job.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import count
 from pathlib import Path
 from typing import Any
 
@@ -143,28 +143,3 @@ def _note_index(index: RunIndex, key: str, line: dict[str, Any]) -> None:
 def _note_number(index: RunIndex, key: str, number: Any) -> None:
     if isinstance(number, int) and not isinstance(number, bool) and number >= 0:
         index.indices.setdefault(key, number)
-
-
-def number_prompts(pending: Iterable[tuple[str, int]], recorded: Mapping[str, int]) -> dict[str, int]:
-    """The prompt_index of each prompt not yet done, given as (key, row position) in dataset
-    order: its recorded one (a failure's) if no other prompt holds that number, else its
-    position if no prompt holds that, else the lowest number no prompt holds or claims.
-    `recorded` is `RunIndex.indices`; written numbers never change, no two prompts share one."""
-    holder: dict[int, str] = {}
-    for key, number in recorded.items():  # results first: a legacy clash keeps the result's
-        holder.setdefault(number, key)
-    numbers: dict[str, int] = {}
-    homeless: list[str] = []
-    for key, position in pending:
-        kept = recorded.get(key)
-        if kept is not None and holder[kept] == key:
-            numbers[key] = kept
-        elif position not in holder:
-            holder[position] = key
-            numbers[key] = position
-        else:
-            homeless.append(key)
-    # After every claim, so a gap filled is never a later row's own position.
-    free = (n for n in count() if n not in holder)
-    numbers.update(zip(homeless, free, strict=False))
-    return numbers
