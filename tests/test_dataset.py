@@ -364,7 +364,7 @@ def _wanted(path: Path, scan_path: Path | None = None, **kwargs: object) -> list
     keys = list(scan.keys.drain())
     wanted = kwargs.get("wanted", lambda row: True)
     rows = iter_wanted_rows(
-        path, scan, kwargs.get("max_samples"), backend=None, options=None,  # type: ignore[arg-type]
+        path, scan, backend=None, options=None,
         row_key=keys.__getitem__, wanted=wanted,  # type: ignore[arg-type]
     )  # fmt: skip
     return None if rows is None else list(rows)
@@ -393,3 +393,16 @@ def test_a_dataset_changed_since_its_scan_stops_the_feed_with_its_line(dataset: 
     other = write_lines(tmp_path / "other.jsonl", ['{"prompt": "a"}', '{"prompt": "c"}'])
     with pytest.raises(DatasetError, match=r"other.jsonl:2: the dataset changed since the run scanned it"):
         _wanted(other, scan_path=dataset)
+
+
+def test_rows_appended_since_the_scan_are_left_for_the_next_resume(dataset: Path) -> None:
+    write_lines(dataset, ['{"prompt": "a"}', '{"prompt": "b"}'])
+    scan = scan_dataset(dataset, keys=True)
+    assert scan.keys is not None
+    keys = list(scan.keys.drain())
+    with dataset.open("a") as handle:
+        handle.write('{"prompt": "c"}\n')
+    rows = iter_wanted_rows(
+        dataset, scan, backend=None, options=None, row_key=keys.__getitem__, wanted=lambda row: True
+    )
+    assert rows is not None and [row.prompt for row in rows] == ["a", "b"]

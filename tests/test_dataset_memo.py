@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from agent.batch.dataset import DatasetScan
+from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
 from agent.batch.dataset_memo import MEMO_FILE, identity, remember, scan_for_run
+from agent.batch.job_feed import forgetting
 from agent.common import redaction
 from agent.config.dataset_config import DatasetOptions
+from agent.errors import DatasetError
 
 OPTIONS = DatasetOptions()
 
@@ -130,3 +132,30 @@ def test_the_memo_holds_no_secret_and_one_redacted_is_not_recalled(
     assert secret.encode() not in (place / "run" / MEMO_FILE).read_bytes()
     again = scanned(place, resume=True)
     assert not again.recalled and again.valid == 47
+
+
+def test_an_edit_in_the_middle_of_a_large_file_with_its_time_set_back_is_scanned_again(run: Path) -> None:
+    path = run / "d.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"row {i:06d}"}) + "\n" for i in range(20_000)))
+    remember(run / "run", scanned(run, resume=False))
+    assert scanned(run, resume=True).recalled
+    status = path.stat()
+    with path.open("r+b") as handle:  # the middle, far from the first and last 64 KiB
+        handle.seek(path.read_bytes().index(b"row 010000"))
+        handle.write(b"row 9X9999")
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))  # only the change time tells
+    again = scanned(run, resume=True)
+    assert not again.recalled and again.keys is not None
+    same(again, scanned(run, resume=False))
+
+
+def test_a_dataset_found_changed_by_the_job_feed_drops_the_memo(run: Path) -> None:
+    remember(run / "run", scanned(run, resume=False))
+
+    def rows() -> Iterator[DatasetRow]:
+        yield from iter_rows(run / "d.jsonl")
+        raise DatasetError("d.jsonl:3: the dataset changed since the run scanned it")
+
+    with pytest.raises(DatasetError):
+        list(forgetting(run / "run", rows()))
+    assert not (run / "run" / MEMO_FILE).exists()

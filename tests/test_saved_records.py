@@ -261,3 +261,19 @@ def test_without_the_table_of_names_the_blocks_are_refused_and_the_shards_parsed
     with opened(run) as store:
         assert all(shard.saved == 0 and shard.count == 2 for shard in store.records.shards.values())
         same_scan(store.scan(), as_read(run))
+
+
+def test_a_table_of_names_edited_since_refuses_the_blocks_that_use_it(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    invocation(
+        run,
+        lines("ab", tools=("terminal",)) + lines("cd", start=20, batch=1, tools=("web_search",)),
+        checkpoint_after=4,
+    )
+    table = json.loads((run / NAMES_FILE).read_text())
+    (run / NAMES_FILE).write_text(json.dumps(table[::-1]))  # the same names, the ids swapped
+    with opened(run) as store:
+        assert all(shard.saved == 0 and shard.count == 2 for shard in store.records.shards.values())
+        tools = {line.key: line.tools for shard in store.records.shards.values() for line in shard.lines}
+        assert tools == {"a": ("terminal",), "b": ("terminal",), "c": ("web_search",), "d": ("web_search",)}
+        same_scan(store.scan(), as_read(run))

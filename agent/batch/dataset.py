@@ -209,7 +209,6 @@ def iter_rows(
 def iter_wanted_rows(
     path: str | Path,
     scan: DatasetScan,
-    max_samples: int | None,
     *,
     backend: str | None,
     options: DatasetOptions | None,
@@ -218,26 +217,28 @@ def iter_wanted_rows(
 ) -> Iterator[DatasetRow] | None:
     """`iter_rows` of `path` (scanned as `scan`) where only the rows `wanted` (by index) are
     parsed, the others passed by their bytes (issue 26: a resume reaches its first pending row
-    of a million-row file without parsing the rows before it). Each row's key is `row_key(index)`, the scan's;
-    a row whose prompt no longer has it raises DatasetError. None (use `iter_rows`) unless the
-    dataset is a JSONL file whose every bad line the scan kept, so that a line is told to be
-    a row without being parsed: not a kept bad line, and not blank (a row is a JSON object)."""
+    of a million-row file without parsing the rows before it). Each row's key is the scan's
+    (`row_key(index)`); a row whose prompt no longer has it raises DatasetError. The rows are
+    the scan's `valid` ones: one appended since is left for the next --resume. None (use
+    `iter_rows`) unless the dataset is a JSONL file whose every bad line the scan kept, so that
+    a line is told to be a row without being parsed: not a kept bad line, and not blank (a row
+    is a JSON object)."""
     source = open_source(path, options)
     if not isinstance(source, JsonlSource) or scan.error_count != len(scan.errors):
         return None
     bad = {error.line_no for error in scan.errors}
-    return _wanted_rows(source, max_samples, backend, bad, row_key, wanted)
+    return _wanted_rows(source, scan.valid, backend, bad, row_key, wanted)
 
 
 def _wanted_rows(
     source: JsonlSource,
-    max_samples: int | None,
+    rows: int,
     backend: str | None,
     bad: set[int],
     row_key: Callable[[int], str],
     wanted: Callable[[int], bool],
 ) -> Iterator[DatasetRow]:
-    for index, line_no, record in source.wanted_records(backend, bad, max_samples, wanted):
+    for index, line_no, record in source.wanted_records(backend, bad, rows, wanted):
         key = row_key(index)
         digest, _colon, occurrence = key.rpartition(":")
         if not isinstance(record, LineFields) or prompt_hash(record.prompt) != digest:

@@ -34,17 +34,17 @@ class JsonlSource:
             yield line_no, self._classify(line_no, raw, backend)
 
     def wanted_records(
-        self, backend: str | None, bad: set[int], max_samples: int | None, wanted: Callable[[int], bool]
+        self, backend: str | None, bad: set[int], rows: int, wanted: Callable[[int], bool]
     ) -> Iterator[tuple[int, int, Record]]:
-        """(row index, line number, record) of the rows `wanted`, the others passed by their
-        bytes: given every bad line's number (`bad`), a line is a row unless it is one of them
-        or blank (a row is a JSON object: it starts with `{`). Stops after `max_samples` rows."""
+        """(row index, line number, record) of the rows `wanted` among the first `rows`, the
+        others passed by their bytes: given every bad line's number (`bad`), a line is a row
+        unless it is one of them or blank (a row is a JSON object: it starts with `{`)."""
         index = 0
         for line_no, raw in _lines(self.path):
+            if index >= rows:
+                return
             if raw is None or line_no in bad or not raw.lstrip().startswith(b"{"):
                 continue
-            if max_samples is not None and index >= max_samples:
-                return
             if wanted(index):
                 yield index, line_no, self._classify(line_no, raw, backend)
             index += 1

@@ -4,12 +4,13 @@ a million prompts; the scan parses and checks every row, ~12 µs each).
 
 What a scan found is written once the run holds its directory (`remember`): its counts, the
 errors it kept, each valid row's key (packed, as `RowKeys` holds them) and what the scan
-depended on: the file (its name as given, real path, device, inode, size, modification time,
-and a CRC of its first and last 64 KiB) and the scan's own inputs (`max_samples`, the sandbox
-backend, the dataset options, and the code that judges a row). `recall` gives the scan back only when all
-of those are the same; anything else (another file, an edit, an upgrade, a damaged memo) and
-the dataset is scanned, as it always was. Only a local file is remembered: a `datasets`
-directory or a Hub dataset is scanned each time.
+depended on: the file (its name as given, real path, device, inode, size, modification and
+change times (no user can set the latter back), a CRC of its first and last 64 KiB) and the
+scan's own inputs (`max_samples`, the sandbox backend, the dataset options, and the code that
+judges a row). `recall` gives the scan back only when all of those are the same; anything else
+(another file, an edit, an upgrade, a damaged memo) and the dataset is scanned, as it always
+was. Only a local file is remembered: a `datasets` directory or a Hub dataset is scanned each
+time.
 """
 
 from __future__ import annotations
@@ -83,9 +84,15 @@ def identity(
         status.st_ino,
         status.st_size,
         status.st_mtime_ns,
+        status.st_ctime_ns,  # a write in place with the modification time set back changes it
     )
     edges = (zlib.crc32(head), zlib.crc32(tail))
     return json.dumps([file, edges, max_samples, backend, repr(options), rules.hexdigest()])
+
+
+def forget(run_dir: Path) -> None:
+    """Remove the remembered scan (the dataset changed under the run: the next one scans)."""
+    (run_dir / MEMO_FILE).unlink(missing_ok=True)
 
 
 def remember(run_dir: Path, scan: DatasetScan) -> None:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Iterator
+from pathlib import Path
 
 from agent.batch.completion import PlannedUnits
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units, iter_wanted_rows
+from agent.batch.dataset_memo import forget
 from agent.batch.jobs import Job, sample_sampling
 from agent.batch.row_verify import job_checks
 from agent.config.run_config import RunConfig
+from agent.errors import DatasetError
 from agent.store.numbering import Numbering
 from agent.toolbox.distributions import sample_toolsets_from_distribution
 
@@ -29,13 +32,22 @@ def planned_rows(
         rows = iter_wanted_rows(
             config.dataset_file,
             scan,
-            config.max_samples,
             backend=config.sandbox.backend,
             options=config.dataset,
             row_key=lambda row: units.key(row * samples),  # sample 0's key is the row's
             wanted=lambda row: wanted[row] == 1,
         )
-    return every_unit(config) if rows is None else iter_units(rows, samples)
+    return every_unit(config) if rows is None else forgetting(config.run_dir, iter_units(rows, samples))
+
+
+def forgetting(run_dir: Path, rows: Iterator[DatasetRow]) -> Iterator[DatasetRow]:
+    """`rows`; a dataset found changed since its scan also drops the scan remembered for
+    --resume (`agent.batch.dataset_memo`), so that the next invocation scans it again."""
+    try:
+        yield from rows
+    except DatasetError:
+        forget(run_dir)
+        raise
 
 
 def every_unit(config: RunConfig) -> Iterator[DatasetRow]:

@@ -73,7 +73,9 @@ def withdraw_kept(config: RunConfig, store: RunStore, stored: StoredKeys) -> Cou
     if not unkept:
         return withdrawn
     for key, entry in shard_entries(config.run_dir, unkept):
-        reason = next(r for r in discard_reasons(entry) if not config.keeps(r))
+        reason = next((r for r in discard_reasons(entry) if not config.keeps(r)), None)
+        if reason is None:  # the line itself names no filter the run drops: it stays
+            continue
         _withdraw(store, key, reason, entry, config.batch_size)
         mark_withdrawn(stored, key)
         withdrawn[reason] += 1

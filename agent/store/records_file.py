@@ -12,14 +12,14 @@ tuple in every block. A block is written after the lines it describes are synced
 leaves more of the shard to read.
 
 Loading trusts the blocks up to the first that fails: its CRC, beginning where the previous one
-ended, the shard's inode, a table long enough. The shard must be at least as long as they say
-and the first and last line they cover must match their CRCs; every line after them is parsed
-whole and recorded as the runner records its appends. Anything else (the shard replaced, cut
-short, edited) and the records file is removed and the shard parsed whole, as is a shard that
-has none (written after the last save before a crash, or by an older version): its records are
-saved from then on. A shard holding a line the runner did not write (no key of its own) is read
-at every scan, as it always was. The merge checks each loaded line's CRC as it copies it
-(`ShardChanged`).
+ended, the shard's inode, the table of names as it was when the block was saved (its CRC). The
+shard must be at least as long as they say and the first and last line they cover must match
+their CRCs; every line after them is parsed whole and recorded as the runner records its
+appends. Anything else (the shard replaced, cut short, edited) and the records file is removed
+and the shard parsed whole, as is a shard that has none (written after the last save before a
+crash, or by an older version): its records are saved from then on. A shard holding a line the
+runner did not write (no key of its own) is read at every scan, as it always was. The merge
+checks each loaded line's CRC as it copies it (`ShardChanged`).
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ log = logging.getLogger(__name__)
 
 RECORDS_GLOB = ".batch_*.jsonl.records"
 NAMES_FILE = ".records_names.json"
-_MAGIC = b"ABR1"
-# magic, CRC of everything after it, inode, begin, end, rows, keys' bytes, name tuples in the table
-_HEAD = struct.Struct("<4sIQqqIII")
+_MAGIC = b"ABR2"
+# magic, CRC of everything after it, inode, begin, end, rows, keys' bytes, name tuples in the
+# table when saved and the CRC of those (`_table_crc`: a table edited since refuses the block)
+_HEAD = struct.Struct("<4sIQqqIIII")
 
 
 def records_path(shard: Path) -> Path:
@@ -56,17 +57,24 @@ def save_all(directory: Path, records: ShardRecords) -> None:
         with atomic_write(directory / NAMES_FILE) as handle:
             handle.write(json.dumps(table, ensure_ascii=False).encode("utf-8"))
         records.names_saved = len(table)
+    saved = (records.names_saved, _table_crc(records.names, records.names_saved))
     for name, shard in records.shards.items():
-        _save(directory / name, shard, records.names_saved)
+        _save(directory / name, shard, saved)
 
 
-def _save(shard_path: Path, shard: Shard, names: int) -> None:
+def _table_crc(names: list[tuple[str, ...]], count: int) -> int:
+    return zlib.crc32(
+        json.dumps([list(group) for group in names[:count]], ensure_ascii=False).encode("utf-8")
+    )
+
+
+def _save(shard_path: Path, shard: Shard, table: tuple[int, int]) -> None:
     """Append a block of the rows not saved yet (only a shard recorded from its first byte)."""
     if shard.base != 0 or shard.count == shard.saved:
         return
     rows = bytes(shard.rows[shard.saved * ROW.size :])
     keys = bytes(shard.keys[shard.saved_keys :])
-    fields = (shard.stamp[0], shard.saved_end, shard.end, shard.count - shard.saved, len(keys), names)
+    fields = (shard.stamp[0], shard.saved_end, shard.end, shard.count - shard.saved, len(keys), *table)
     rest = _HEAD.pack(_MAGIC, 0, *fields)[8:] + rows + keys
     with open(records_path(shard_path), "ab") as handle:
         handle.write(_MAGIC + struct.pack("<I", zlib.crc32(rest)) + rest)
@@ -127,12 +135,17 @@ def _blocks(data: bytes, inode: int, records: ShardRecords) -> tuple[Shard, int]
     """The rows of the good blocks of `data` as a shard loaded from 0, and the bytes those
     blocks take; None when there is no good block."""
     shard, at = Shard(0, records.names, base=0), 0
+    tables = {records.names_saved: _table_crc(records.names, records.names_saved)}
     while at + _HEAD.size <= len(data):
-        magic, crc, ino, begin, end, count, key_bytes, names = _HEAD.unpack_from(data, at)
+        magic, crc, ino, begin, end, count, key_bytes, names, names_crc = _HEAD.unpack_from(data, at)
         size = _HEAD.size + count * ROW.size + key_bytes
         if magic != _MAGIC or at + size > len(data) or zlib.crc32(data[at + 8 : at + size]) != crc:
             break
         if ino != inode or begin != shard.end or end <= begin or names > records.names_saved:
+            break
+        if names not in tables:
+            tables[names] = _table_crc(records.names, names)
+        if tables[names] != names_crc:
             break
         rows_end = at + _HEAD.size + count * ROW.size
         shard.rows += data[at + _HEAD.size : rows_end]
