@@ -277,3 +277,17 @@ def test_a_table_of_names_edited_since_refuses_the_blocks_that_use_it(tmp_path: 
         tools = {line.key: line.tools for shard in store.records.shards.values() for line in shard.lines}
         assert tools == {"a": ("terminal",), "b": ("terminal",), "c": ("web_search",), "d": ("web_search",)}
         same_scan(store.scan(), as_read(run))
+
+
+def test_shards_rewritten_after_the_records_were_loaded_are_loaded_again_at_the_next_repair(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "run"
+    invocation(run, lines("abc"), checkpoint_after=3)
+    with opened(run) as store:  # --rescore: repair, then every shard rewritten atomically
+        assert store.records.of(run / "batch_0.jsonl").saved == 3
+        _replace(run / "batch_0.jsonl")
+        store.repair()  # the run's own start
+        reloaded = store.records.of(run / "batch_0.jsonl")
+        assert store.records.usable and reloaded is not None and reloaded.saved == 0 and reloaded.count == 3
+        same_scan(store.scan(), as_read(run))

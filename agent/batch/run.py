@@ -5,7 +5,7 @@ Everything else — checkpoint.json, statistics.json, trajectories.jsonl — is 
 files and rewritten atomically. So is the exit code: a fresh scan at the end splits the dataset into done,
 discarded, failed and not started (`agent.batch.completion`); filters re-apply both ways on start
 (`agent.batch.recovery`); statistics.json describes the whole run, this invocation one record of it
-(`run_history`). A prompt keeps the prompt_index it was first written with (`agent.store.index`).
+(`run_history`). A prompt keeps the prompt_index it was first written with (`agent.store.numbering`).
 """
 
 from __future__ import annotations

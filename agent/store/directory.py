@@ -124,6 +124,8 @@ class RunDirectory:
                 note = repair_last_line(handle, path)
             if note:
                 notes.append(note)
+        if self.records.shards and not self.records.unchanged(self.path):
+            self.records = ShardRecords()  # rewritten since they were loaded (--rescore): again
         if self.records.usable and not self.records.shards:
             load_records(self.path, self.records)
         return notes
