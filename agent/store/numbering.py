@@ -15,7 +15,8 @@ from itertools import count
 
 
 class Numbering:
-    """`claim` each unit not done, in plan order, then `house_homeless`; `number_of` after."""
+    """`claim` each unit not done, in plan order, then `house_homeless` (which frees all but
+    the numbers kept); `number_of` after."""
 
     def __init__(self, recorded: Mapping[str, int], units: int) -> None:
         """`recorded`: each key's number as written (`RunIndex.indices`); `units`: the plan's size."""
@@ -47,7 +48,9 @@ class Numbering:
         for key, number in zip(self.homeless, free, strict=False):
             self.moved[key] = number
             yield number
-        self.homeless = []
+        # every unit is numbered: only `moved` is read from now on (the rest, a number per
+        # prompt done, would be kept for the whole run)
+        self.recorded, self.holder, self.claimed, self.homeless = {}, {}, bytearray(), []
 
     def number_of(self, key: str, position: int) -> int:
         return self.moved.get(key, position)
