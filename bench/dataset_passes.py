@@ -30,7 +30,7 @@ def cpu(work: Callable[[], object], repeat: int) -> float:
 
 
 def _plan_from_keys(path: Path, samples: int) -> float:
-    """CPU of the plan's pass over the keys one scan kept (they are consumed: a scan each)."""
+    """CPU of the plan's pass over the keys one scan kept."""
     kept = scan_dataset(path, keys=True).keys
     assert kept is not None
     started = time.process_time()

@@ -45,7 +45,7 @@ def scanned(tmp_path: Path, *, resume: bool, **changes: object) -> DatasetScan:
 
 def same(a: DatasetScan, b: DatasetScan) -> None:
     assert a.keys is not None and b.keys is not None
-    assert list(a.keys.drain()) == list(b.keys.drain())
+    assert list(a.keys.iter_keys()) == list(b.keys.iter_keys())
     assert replace(a, keys=None, recalled=False) == replace(b, keys=None, recalled=False)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agent.batch.completion import PlannedUnits, Unit
+from agent.batch.dataset import keyed_units
 from agent.batch.dataset_copies import CopyCounter, RowKeys
 from agent.batch.tally import IndexSet, Paced, RunTally
 from agent.store import line_head
@@ -188,7 +189,7 @@ def test_the_planned_units_are_the_row_keys_times_the_samples() -> None:
     ]
     assert [(u.index, u.sample_index) for u in three][-3:] == [(6, 0), (7, 1), (8, 2)] and len(three) == 9
     assert [three.key(i) for i in range(9)] == [unit.key for unit in three]
-    assert list(three.keyed()) == [(unit.key, unit.index) for unit in three]
+    assert list(keyed_units(rows, 3)) == [(unit.key, unit.index, unit.sample_index) for unit in three]
 
 
 def test_a_paced_write_takes_at_most_its_share_of_the_time() -> None:

@@ -12,10 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import count
 from typing import Any
 
-from agent.batch.dataset import DatasetRow
+from agent.batch.dataset import DatasetRow, keyed_units
 from agent.batch.dataset_copies import RowKeys
 from agent.protocols import StoredKeys
 from agent.store.keys import sample_key, split_key
@@ -52,20 +51,8 @@ class PlannedUnits:
         row, sample = divmod(index, self.samples)
         return sample_key(self.rows.key(row), sample)
 
-    def keyed(self) -> Iterator[tuple[str, int]]:
-        """(key, index) of each unit, in order."""
-        if self.samples == 1:
-            yield from zip(self.rows.iter_keys(), count())
-            return
-        index = 0
-        for row_key in self.rows.iter_keys():
-            for sample in range(self.samples):
-                yield sample_key(row_key, sample), index
-                index += 1
-
     def __iter__(self) -> Iterator[Unit]:
-        for key, index in self.keyed():
-            yield Unit(key, index, index % self.samples)
+        return (Unit(*unit) for unit in keyed_units(self.rows, self.samples))
 
 
 @dataclass

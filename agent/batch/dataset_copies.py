@@ -102,11 +102,4 @@ class RowKeys:
         """Each key in row order."""
         hashes = self._hashes
         for at, copy in enumerate(self._copies):
-            yield f"{hashes[at * _WIDTH : (at + 1) * _WIDTH].hex()}:{copy}"  # copy_key, inlined
-
-    def drain(self) -> Iterator[str]:
-        """Each key in row order; the memory is freed once the last one was taken."""
-        hashes, copies = self._hashes, self._copies
-        self._hashes, self._copies = bytearray(), array("l")
-        for at, copy in enumerate(copies):
             yield copy_key(hashes[at * _WIDTH : (at + 1) * _WIDTH].hex(), copy)

@@ -15,6 +15,7 @@ time.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -74,9 +75,6 @@ def identity(
         return None
     if not os.path.isfile(path):
         return None
-    rules = hashlib.sha256()
-    for module in _RULES:
-        rules.update(Path(str(module.__file__)).read_bytes())
     file = (
         str(path),
         os.path.realpath(path),
@@ -87,12 +85,21 @@ def identity(
         status.st_ctime_ns,  # a write in place with the modification time set back changes it
     )
     edges = (zlib.crc32(head), zlib.crc32(tail))
-    return json.dumps([file, edges, max_samples, backend, repr(options), rules.hexdigest()])
+    return json.dumps([file, edges, max_samples, backend, repr(options), _rules_digest()])
 
 
 def forget(run_dir: Path) -> None:
     """Remove the remembered scan (the dataset changed under the run: the next one scans)."""
     (run_dir / MEMO_FILE).unlink(missing_ok=True)
+
+
+@functools.cache
+def _rules_digest() -> str:
+    """A hash of the code that judges and keys a row (read once: `identity` runs twice a run)."""
+    rules = hashlib.sha256()
+    for module in _RULES:
+        rules.update(Path(str(module.__file__)).read_bytes())
+    return rules.hexdigest()
 
 
 def remember(run_dir: Path, scan: DatasetScan) -> None:

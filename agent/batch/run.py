@@ -20,7 +20,7 @@ from rich.console import Console
 from agent.batch.backend import Backend, BackendFactory, Tally, drive
 from agent.batch.capacity import raise_fd_limit
 from agent.batch.completion import Completion, PlannedUnits, note_extra_samples
-from agent.batch.dataset import DatasetScan
+from agent.batch.dataset import DatasetScan, keyed_units
 from agent.batch.dataset_memo import remember
 from agent.batch.end_fold import EndFold
 from agent.batch.events import Failed, WorkerEvent
@@ -147,7 +147,7 @@ class BatchRun:
         self.wanted = bytearray(len(scan.keys))  # the rows with a unit left to run
         done, discarded, recorded, plan = index.done, index.discarded, index.indices, self.tally.plan
         todo = 0
-        for key, unit_index in units.keyed():
+        for key, unit_index, _sample in keyed_units(units.rows, units.samples):
             if key in done or key in discarded:
                 plan(recorded.get(key, unit_index), done=True)  # a line without one: its row's
                 continue

@@ -10,7 +10,7 @@ key is found is `agent.store.keys`'s job.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from agent.store.jsonl import read_lines
 from agent.store.keys import KeyResolver, is_tombstone, record_key
 from agent.store.layout import DISCARDED_FILE, FAILURES_FILE, batch_files
 from agent.store.line_head import read_heads
-from agent.store.shard_index import Shard, ShardRecords
+from agent.store.shard_index import ShardRecords
 
 
 @dataclass
@@ -65,32 +65,12 @@ def _scan_results(directory: Path, index: RunIndex, records: ShardRecords | None
                 continue
             reasons = discard_reasons(entry)
             _note_line(index, key, entry.get("prompt_index"), is_tombstone(entry), reasons)
-        if shard is not None:
-            _note_recorded(index, shard)
+        for line in shard.lines if shard is not None else ():
+            _note_line(index, line.key, line.number, line.tombstone, line.labels)
     index.discarded |= index.tombstoned
 
 
-def _note_recorded(index: RunIndex, shard: Shard) -> None:
-    """`_note_line` for each recorded line of `shard`, inlined: at a million lines the calls
-    were most of a resume's scan (a recorded line's number is an int, -1 for none)."""
-    done, tombstoned, labels, indices = index.done, index.tombstoned, index.labels, index.indices
-    for line in shard.lines:
-        key = line.key
-        if line.number >= 0:
-            indices.setdefault(key, line.number)
-        if line.tombstone:
-            tombstoned.add(key)
-            done.discard(key)
-            labels.pop(key, None)
-        else:
-            index.results += 1
-            done.add(key)
-            tombstoned.discard(key)
-            if line.labels and key not in labels:
-                labels[key] = list(line.labels)  # the first result line is the one merged
-
-
-def _note_line(index: RunIndex, key: str, number: Any, tombstone: bool, reasons: list[str]) -> None:
+def _note_line(index: RunIndex, key: str, number: Any, tombstone: bool, reasons: Sequence[str]) -> None:
     _note_number(index, key, number)
     if tombstone:
         index.tombstoned.add(key)
@@ -101,7 +81,7 @@ def _note_line(index: RunIndex, key: str, number: Any, tombstone: bool, reasons:
         index.done.add(key)
         index.tombstoned.discard(key)
         if key not in index.labels and reasons:
-            index.labels[key] = reasons  # the first result line is the one merged
+            index.labels[key] = list(reasons)  # the first result line is the one merged
 
 
 def discard_reasons(entry: dict[str, Any]) -> list[str]:
