@@ -181,8 +181,7 @@ def _record_tail(shard_path: Path, shard: Shard, records: ShardRecords) -> bool:
             line = line_of(shard.end, data, entry) if entry is not None else None
             if line is None or not data.endswith(b"\n"):
                 return False
-            shard.append(line, records.name_id(line.labels), records.name_id(line.tools))
-            shard.end += len(data)
+            records.extend(shard, line, len(data))
     return True
 
 

@@ -130,11 +130,15 @@ class ShardRecords:
         if line is None or offset != (shard.end or shard.start):
             self.forget()
             return None
-        shard.append(line, self.name_id(line.labels), self.name_id(line.tools))
-        shard.end = offset + len(data)
+        self.extend(shard, line, len(data))
         status = os.stat(path)
         shard.stamp = (status.st_ino, status.st_mtime_ns)
         return line
+
+    def extend(self, shard: Shard, line: Line, size: int) -> None:
+        """`shard` with `line` (`size` bytes with its newline) recorded after its last one."""
+        shard.append(line, self.name_id(line.labels), self.name_id(line.tools))
+        shard.end = line.offset + size
 
     @property
     def names(self) -> list[tuple[str, ...]]:
