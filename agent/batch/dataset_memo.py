@@ -24,7 +24,16 @@ import zlib
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from agent.batch import dataset_copies, row_columns, row_fields, row_verify
+from agent.batch import (
+    dataset,
+    dataset_copies,
+    dataset_jsonl,
+    dataset_source,
+    dataset_sources,
+    row_columns,
+    row_fields,
+    row_verify,
+)
 from agent.batch.dataset import DatasetScan, scan_dataset
 from agent.batch.dataset_copies import RowKeys
 from agent.batch.dataset_source import LineError
@@ -37,7 +46,19 @@ MEMO_FILE = ".dataset_scan"
 _EDGE = 64 * 1024
 _HEAD = struct.Struct("<4sIQ")  # magic, CRC of the rest, length of the JSON part
 _MAGIC = b"DSM1"
-_RULES = (dataset_copies, row_columns, row_fields, row_verify, keys)  # what judges and keys a row
+# what reads, judges and keys a row: the scan, its sources (JSONL lines, Parquet rows), the rules
+_RULES = (
+    dataset,
+    dataset_jsonl,
+    dataset_sources,
+    dataset_source,
+    dataset_sources,
+    dataset_copies,
+    row_columns,
+    row_fields,
+    row_verify,
+    keys,
+)
 
 
 def scan_for_run(
