@@ -2,14 +2,17 @@
 
     python bench/scale.py                 # 20,000 prompts, 4,096 in flight, 10 s per call
     python bench/scale.py --prompts=8192  # shorter
+    python bench/scale.py --only=local --workers=8,16 --base=/tmp/base   # a many-core machine:
+        # the local case per worker count, each beside another checkout's (interleaved)
 
 The real `batch_runner.py` against the simulated endpoint (a process of its own, 10 s latency;
 every prompt makes a terminal tool call, then answers: 2 calls). Two cases at the same in-flight
 limit: the local backend (2 worker processes) and the Ray backend on a 3-node Ray cluster
 started here on 127.0.0.1 (3 worker actors). Efficiency = prompts/s ÷ (in-flight ÷ (2 × latency)),
-from the endpoint's first request to the runner's exit. Memory: PSS of every process of the run
-(the runner's tree; with Ray also the cluster's processes), sampled; per open conversation =
-(peak − the same processes before the first request) ÷ in-flight. CPU: the run's processes.
+from the endpoint's first request to the runner's exit; whole-wall efficiency = the ideal wall
+(prompts ÷ that rate) ÷ the runner's wall from its spawn to its exit. Memory: PSS of every
+process of the run (the runner's tree; with Ray also the cluster's processes), sampled; per open
+conversation = (peak − the same processes before the first request) ÷ in-flight. CPU: the run's processes.
 """
 
 from __future__ import annotations
@@ -77,7 +80,13 @@ def start_cluster(tmp: Path) -> Any:
 
 
 def run_case(
-    name: str, backend: list[str], prompts: int, inflight: int, latency: float, tmp: Path
+    name: str,
+    backend: list[str],
+    prompts: int,
+    inflight: int,
+    latency: float,
+    tmp: Path,
+    tree: Path = ROOT,
 ) -> dict[str, Any]:
     dataset = tmp / f"{name}.jsonl"
     _dataset(dataset, prompts)
@@ -86,7 +95,7 @@ def run_case(
     sampler = RunSampler(skip=server.process.pid or 0)
     idle_pss, idle_cpu = sampler.sample()
     cmd = [
-        sys.executable, str(ROOT / "batch_runner.py"), f"--dataset_file={dataset}", "--batch_size=1000",
+        sys.executable, str(tree / "batch_runner.py"), f"--dataset_file={dataset}", "--batch_size=1000",
         f"--run_name={name}", f"--output_dir={tmp / 'runs'}", f"--base_url={base_url}", "--api_key=bench",
         "--model=sim-model", f"--max_inflight={inflight}", "--distribution=terminal_only",
         "--request_timeout=120", *backend,
@@ -108,6 +117,7 @@ def run_case(
     stats = endpoint["stats"]
     first = stats["first_request_at"] or started
     window = ended - first
+    span = max((stats["last_reply_at"] or ended) - first, 1e-9)
     ideal = inflight / (CALLS_PER_PROMPT * latency)
     runner_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # The Ray nodes' processes (none for the local backend): the highest reading, since an
@@ -121,8 +131,17 @@ def run_case(
         "prompts": prompts,
         "max_inflight": inflight,
         "latency_s": latency,
+        "tree": str(tree),
         "startup_s": round(first - started, 1),
+        "wall_s": round(ended - started, 1),
+        "whole_wall_efficiency": round(prompts / ideal / (ended - started), 3),
         "window_s": round(window, 1),
+        # Where the whole wall goes: before the first request (startup_s), the endpoint's span
+        # (first request to last reply) and after the last reply; in the span, how full the
+        # in-flight limit was on average (each call holds a slot for the latency).
+        "endpoint_span_s": round(span, 1),
+        "last_reply_to_exit_s": round(ended - (stats["last_reply_at"] or ended), 2),
+        "mean_inflight_in_span": round(stats["requests_total"] * latency / span, 1),
         "prompts_per_s": round(prompts / window, 1),
         "efficiency": round(prompts / window / ideal, 3),
         "peak_inflight_at_endpoint": stats["peak_inflight"],
@@ -146,6 +165,9 @@ def main() -> None:
     parser.add_argument("--inflight", type=int, default=4096)
     parser.add_argument("--latency", type=float, default=10.0)
     parser.add_argument("--only", choices=("local", "ray"))
+    parser.add_argument("--workers", default="2", help="the local case's worker counts, comma-separated")
+    parser.add_argument("--sandbox", default="auto", help="the local case's --sandbox")
+    parser.add_argument("--base", type=Path, help="another checkout: its local case runs before each of ours")
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the endpoint holds every connection
@@ -154,7 +176,12 @@ def main() -> None:
         tmp = Path(name)
         common = (args.prompts, args.inflight, args.latency, tmp)
         if args.only != "ray":
-            print(json.dumps(run_case("local", ["--num_workers=2"], *common)), flush=True)
+            for workers in (int(n) for n in args.workers.split(",")):
+                local = [f"--num_workers={workers}", f"--sandbox={args.sandbox}"]
+                for label, tree in (("base", args.base), ("local", ROOT)):
+                    if tree is not None:
+                        result = run_case(f"{label}_{workers}", local, *common, tree=tree.resolve())
+                        print(json.dumps(result), flush=True)
         if args.only != "local":
             cluster = start_cluster(tmp)
             try:

@@ -118,7 +118,8 @@ def _wall(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]
 
 def _env(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env["PYTHONPATH"] = str(tree)
+    # The tree first; then what the caller's PYTHONPATH held (packages installed with --target).
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
     return {**env, **(extra or {})}
 
 
@@ -166,7 +167,7 @@ def first_request_s(
     ]  # fmt: skip
     extra = dict(KEY_ENV)
     if trace is not None:
-        extra |= {TRACE_ENV: str(trace), "PYTHONPATH": f"{trace.parent}:{tree}"}
+        extra |= {TRACE_ENV: str(trace), "PYTHONPATH": f"{trace.parent}:{_env(tree)['PYTHONPATH']}"}
     started = time.monotonic()
     runner = subprocess.Popen(
         cmd, cwd=tree, env=_env(tree, extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE

@@ -27,7 +27,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def cpu_ms_per_call(tree: Path, label: str, workdir: Path, prompts: int) -> float:
-    dataset = workdir / "prompts.jsonl"
+    cpu, calls = cpu_and_calls(tree, label, workdir, prompts)
+    return 1000 * cpu / calls
+
+
+def cpu_and_calls(tree: Path, label: str, workdir: Path, prompts: int) -> tuple[float, int]:
+    """(CPU seconds of the runner's whole tree, model calls the endpoint answered) of one run."""
+    dataset = workdir / f"prompts-{prompts}.jsonl"
     if not dataset.exists():
         _dataset(dataset, prompts)
     server = start_endpoint(0.0, 0.0)
@@ -43,8 +49,7 @@ def cpu_ms_per_call(tree: Path, label: str, workdir: Path, prompts: int) -> floa
     calls = max(server.stop()["stats"]["requests_total"], 1)
     if done.returncode != 0:
         raise SystemExit(f"{label}: exited {done.returncode}:\n{done.stderr.decode()[-2000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return float(1000 * cpu / calls)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), calls
 
 
 def main() -> None:

@@ -3,6 +3,9 @@ workload (as `throughput_against.py`, which compares two): the first tree is the
 other's ratio to it is printed with the medians and spreads.
 
     cd bench && python throughput_trees.py /work/wt/base7 /tmp/before .. [--rounds=3] [--prompts=2000]
+    cd bench && python throughput_trees.py /work/wt/base7 .. --marginal=500   # CPU per call after
+        # the fixed cost: each round also runs 500 prompts, and a call's share is the difference
+        # of the two runs' CPU over the difference of their calls
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from throughput_against import cpu_ms_per_call
+from throughput_against import cpu_and_calls
 
 
 def main() -> None:
@@ -23,13 +26,18 @@ def main() -> None:
     parser.add_argument("trees", type=Path, nargs="+", help="checkout roots; the first is the baseline")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=2000)
+    parser.add_argument("--marginal", type=int, default=0, help="a second, smaller run per round")
     args = parser.parse_args()
     trees = [tree.resolve() for tree in args.trees]
     figures: list[list[float]] = [[] for _ in trees]
     with tempfile.TemporaryDirectory(prefix="bench-trees-") as tmp:
         for index in range(args.rounds):
             for n, tree in enumerate(trees):
-                figures[n].append(cpu_ms_per_call(tree, f"t{n}r{index}", Path(tmp), args.prompts))
+                cpu, calls = cpu_and_calls(tree, f"t{n}r{index}", Path(tmp), args.prompts)
+                if args.marginal:
+                    small_cpu, small_calls = cpu_and_calls(tree, f"t{n}r{index}s", Path(tmp), args.marginal)
+                    cpu, calls = cpu - small_cpu, calls - small_calls
+                figures[n].append(1000 * cpu / calls)
             print(json.dumps({"round": index, "ms_per_call": [round(f[-1], 3) for f in figures]}), flush=True)
     base = statistics.median(figures[0])
     for tree, values in zip(trees, figures, strict=True):
