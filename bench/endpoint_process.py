@@ -1,5 +1,8 @@
 """The simulated endpoint in a process of its own, for the benchmarks (`throughput.py`,
-`scale.py`): started and stopped over a pipe, reporting its statistics and CPU seconds."""
+`scale.py`): started and stopped over a pipe, reporting its statistics and CPU seconds. With
+`processes` > 1, that many processes share its port (SO_REUSEPORT), as a real endpoint serves
+on many cores: one process answers ~1,500-2,000 calls a second here, and a burst of thousands
+of calls at once waits for it (`endpoint_burst.py`)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ import contextlib
 import multiprocessing
 import multiprocessing.process
 import resource
+from collections import Counter
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
@@ -16,13 +21,25 @@ import uvloop
 from agent.servers.simulated.server import SimulatedEndpoint
 
 
-def _serve(conn: Connection, latency: float, rate_429: float, policy: str = "tool_then_answer") -> None:
+def _serve(
+    conn: Connection,
+    latency: float,
+    rate_429: float,
+    policy: str = "tool_then_answer",
+    port: int | None = None,
+) -> None:
     """The simulated endpoint in a process of its own, as a real endpoint is: it shares the two
     cores with the runner, but not this process's interpreter lock with the sampler. It runs on
     uvloop, as the workers do, so that the stand-in for a remote server takes less of the
     runner's cores."""
     endpoint = SimulatedEndpoint(
-        latency=latency, rate_429=rate_429, retry_after=0.5, record=False, policy=policy
+        latency=latency,
+        rate_429=rate_429,
+        retry_after=0.5,
+        record=False,
+        policy=policy,
+        port=port or 0,
+        reuse_port=port is not None,
     )
     uvloop.run(_serve_until_told(endpoint, conn))
 
@@ -51,24 +68,60 @@ async def _serve_until_told(endpoint: SimulatedEndpoint, conn: Connection) -> No
 
 
 class Endpoint(NamedTuple):
-    """The simulated endpoint's process, and our end of the pipe to it."""
+    """The simulated endpoint's processes, and our ends of the pipes to them."""
 
-    conn: Connection
-    process: multiprocessing.process.BaseProcess
+    conns: list[Connection]
+    processes: Sequence[multiprocessing.process.BaseProcess]
     base_url: str
 
+    @property
+    def process(self) -> multiprocessing.process.BaseProcess:
+        return self.processes[0]
+
+    @property
+    def pids(self) -> set[int]:
+        return {p.pid for p in self.processes if p.pid is not None}
+
     def stop(self) -> dict[str, Any]:
-        """Stop it; its statistics and CPU seconds."""
-        self.conn.send("stop")
-        report: dict[str, Any] = self.conn.recv()
-        self.process.join()
-        return report
+        """Stop it; its statistics and CPU seconds, summed over its processes (the first
+        request the earliest, the last reply the latest; the peak in flight the sum of each
+        process's peak, an upper bound when there are several)."""
+        for conn in self.conns:
+            conn.send("stop")
+        reports: list[dict[str, Any]] = [conn.recv() for conn in self.conns]
+        for process in self.processes:
+            process.join()
+        every = [r["stats"] for r in reports]
+        firsts = [s["first_request_at"] for s in every if s["first_request_at"] is not None]
+        lasts = [s["last_reply_at"] for s in every if s["last_reply_at"] is not None]
+        faults: Counter[str] = Counter()
+        for stats in every:
+            faults.update(stats["faults"])
+        stats = {
+            "requests_total": sum(s["requests_total"] for s in every),
+            "inflight": sum(s["inflight"] for s in every),
+            "peak_inflight": sum(s["peak_inflight"] for s in every),
+            "faults": dict(faults),
+            "first_request_at": min(firsts, default=None),
+            "last_reply_at": max(lasts, default=None),
+        }
+        return {"stats": stats, "cpu_s": sum(r["cpu_s"] for r in reports)}
 
 
-def start_endpoint(latency: float, rate_429: float, policy: str = "tool_then_answer") -> Endpoint:
-    ours, theirs = multiprocessing.Pipe()
-    args = (theirs, latency, rate_429, policy)
-    server = multiprocessing.get_context("spawn").Process(target=_serve, args=args)
-    server.start()
-    theirs.close()  # ours.recv() then fails, not hangs, if the endpoint dies before it listens
-    return Endpoint(ours, server, ours.recv())
+def start_endpoint(
+    latency: float, rate_429: float, policy: str = "tool_then_answer", processes: int = 1
+) -> Endpoint:
+    conns, started, base_url = [], [], ""
+    for n in range(processes):
+        ours, theirs = multiprocessing.Pipe()
+        port = None if processes == 1 else 0 if n == 0 else int(base_url.rsplit(":", 1)[1].split("/")[0])
+        args = (theirs, latency, rate_429, policy, port)
+        server = multiprocessing.get_context("spawn").Process(target=_serve, args=args)
+        server.start()
+        theirs.close()  # ours.recv() then fails, not hangs, if the endpoint dies before it listens
+        base_url = base_url or ours.recv()
+        if n > 0:
+            ours.recv()  # listening too
+        conns.append(ours)
+        started.append(server)
+    return Endpoint(conns, started, base_url)

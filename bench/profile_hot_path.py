@@ -36,12 +36,14 @@ PERF_PREFIX = ["perf", "record", "-F", "300", "-g"]
 PROFILE_VARIABLE = "AGENT_BENCH_PROFILE_DIR"
 
 
-def record(tree: Path, workdir: Path, prompts: int, cprofile: bool) -> tuple[Path, int]:
+def record(
+    tree: Path, workdir: Path, prompts: int, cprofile: bool, policy: str = "tool_then_answer"
+) -> tuple[Path, int]:
     """Run the workload under py-spy (its raw samples' file) or, with `cprofile`, with each
     worker's loop under cProfile on CPU time (the directory of their stats); and the calls."""
     dataset = workdir / "prompts.jsonl"
     _dataset(dataset, prompts)
-    server = start_endpoint(0.0, 0.0)
+    server = start_endpoint(0.0, 0.0, policy=policy)
     raw = workdir / ("profiles" if cprofile else "profile.txt")
     spy = ["py-spy", "record", "--subprocesses", "--nonblocking", f"--rate={RATE}", "--format=raw",
            f"--output={raw}", "--"]  # fmt: skip
@@ -131,12 +133,13 @@ def main() -> None:
     parser.add_argument("--cprofile", action="store_true", help="cProfile the workers' CPU instead")
     parser.add_argument("--raw", type=Path, help="summarize this raw profile, recording none")
     parser.add_argument("--calls", type=int, default=4000, help="with --raw: its model calls")
+    parser.add_argument("--policy", default="tool_then_answer", help="the endpoint's (answer: no tool call)")
     args = parser.parse_args()
     if args.raw is not None:
         summarize(args.raw, args.calls, args.top)
         return
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
-        raw, calls = record(args.tree.resolve(), Path(tmp), args.prompts, args.cprofile)
+        raw, calls = record(args.tree.resolve(), Path(tmp), args.prompts, args.cprofile, args.policy)
         if PERF:
             print(f"{calls} model calls")
             if args.keep is not None:

@@ -2,8 +2,9 @@
 
     python bench/scale.py                 # 20,000 prompts, 4,096 in flight, 10 s per call
     python bench/scale.py --prompts=8192  # shorter
-    python bench/scale.py --only=local --workers=8,16 --base=/tmp/base   # a many-core machine:
-        # the local case per worker count, each beside another checkout's (interleaved)
+    python bench/scale.py --only=local --workers=8,16 --base=/tmp/base --endpoint_processes=4
+        # a many-core machine: the local case per worker count, each beside another checkout's
+        # (interleaved), the endpoint in 4 processes sharing its port
 
 The real `batch_runner.py` against the simulated endpoint (a process of its own, 10 s latency;
 every prompt makes a terminal tool call, then answers: 2 calls). Two cases at the same in-flight
@@ -36,10 +37,10 @@ LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED":
 
 
 class RunSampler(threading.Thread):
-    """PSS of this process's children but `skip` (the endpoint), and CPU of those but `runner`
+    """PSS of this process's children but `skip` (the endpoint's), and CPU of those but `runner`
     too (its CPU is counted when it is reaped), every 0.5 s."""
 
-    def __init__(self, skip: int) -> None:
+    def __init__(self, skip: set[int]) -> None:
         super().__init__(daemon=True)
         self.skip = skip
         self.runner = 0
@@ -49,7 +50,7 @@ class RunSampler(threading.Thread):
     def sample(self) -> tuple[int, float]:
         pss, cpu = 0, 0.0
         for child in _children(os.getpid()):
-            if child != self.skip:
+            if child not in self.skip:
                 part = _tree(child, {})
                 pss += part.pss_kib
                 cpu += part.cpu_s if child != self.runner else 0.0
@@ -87,12 +88,13 @@ def run_case(
     latency: float,
     tmp: Path,
     tree: Path = ROOT,
+    endpoint_processes: int = 1,
 ) -> dict[str, Any]:
     dataset = tmp / f"{name}.jsonl"
     _dataset(dataset, prompts)
-    server = start_endpoint(latency, 0.0)
+    server = start_endpoint(latency, 0.0, processes=endpoint_processes)
     base_url = server.base_url
-    sampler = RunSampler(skip=server.process.pid or 0)
+    sampler = RunSampler(skip=server.pids)
     idle_pss, idle_cpu = sampler.sample()
     cmd = [
         sys.executable, str(tree / "batch_runner.py"), f"--dataset_file={dataset}", "--batch_size=1000",
@@ -132,6 +134,7 @@ def run_case(
         "max_inflight": inflight,
         "latency_s": latency,
         "tree": str(tree),
+        "endpoint_processes": endpoint_processes,
         "startup_s": round(first - started, 1),
         "wall_s": round(ended - started, 1),
         "whole_wall_efficiency": round(prompts / ideal / (ended - started), 3),
@@ -167,6 +170,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("local", "ray"))
     parser.add_argument("--workers", default="2", help="the local case's worker counts, comma-separated")
     parser.add_argument("--sandbox", default="auto", help="the local case's --sandbox")
+    parser.add_argument("--endpoint_processes", type=int, default=1, help="the endpoint's, sharing its port")
     parser.add_argument("--base", type=Path, help="another checkout: its local case runs before each of ours")
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -180,7 +184,9 @@ def main() -> None:
                 local = [f"--num_workers={workers}", f"--sandbox={args.sandbox}"]
                 for label, tree in (("base", args.base), ("local", ROOT)):
                     if tree is not None:
-                        result = run_case(f"{label}_{workers}", local, *common, tree=tree.resolve())
+                        result = run_case(
+                            f"{label}_{workers}", local, *common, tree.resolve(), args.endpoint_processes
+                        )
                         print(json.dumps(result), flush=True)
         if args.only != "local":
             cluster = start_cluster(tmp)

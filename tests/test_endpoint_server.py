@@ -339,6 +339,20 @@ def test_lifecycle_port_errors_and_idempotent_stop(replies: Replies) -> None:
         assert probe.connect_ex(("127.0.0.1", server.port)) != 0  # nothing listens any more
 
 
+def test_servers_with_reuse_port_share_one_port_and_both_answer(replies: Replies) -> None:
+    """As the benchmarks run the simulated endpoint in several processes (here, two servers in
+    one): the kernel spreads new connections among the listeners."""
+    with (
+        EndpointServer(replies, reuse_port=True) as first,
+        EndpointServer(replies, port=first.port, reuse_port=True) as second,
+    ):
+        body = json.dumps({"model": "sim-model", "messages": MESSAGES}).encode()
+        codes = [post_raw(f"{first.base_url}/chat/completions", body)[0] for _ in range(64)]
+        assert codes == [200] * 64
+        assert first.requests_total + second.requests_total == 64
+        assert first.requests_total > 0 and second.requests_total > 0
+
+
 def test_serve_forever_runs_in_the_callers_loop(replies: Replies) -> None:
     server = EndpointServer(replies)
 

@@ -44,15 +44,18 @@ class EndpointServer(StartStop):
         model_ids: Sequence[str] = ("sim-model",),
         routes: Mapping[str, Responder] | None = None,
         files: Callable[[str], bytes | None] | None = None,
+        reuse_port: bool = False,
     ) -> None:
         """`routes`: more POST paths answered like chat completions (JSON body in, JSON out,
         faults honoured), e.g. "/v1/images/generations"; `files`: what GET /v1/files/{name}
-        serves (None: 404), e.g. the images an endpoint answered with by URL."""
+        serves (None: 404), e.g. the images an endpoint answered with by URL; `reuse_port`:
+        listen with SO_REUSEPORT, so that servers in several processes share one port (the
+        kernel spreads the connections among them), as a real endpoint serves on many cores."""
         self._responder = responder
         self._routes = dict(routes or {})
         self._files = files
         self._host = host
-        self._requested_port = port
+        self._requested_port, self._reuse_port = port, reuse_port
         self._model_ids = tuple(model_ids)
         self._port: int | None = None
         self._runner: web.AppRunner | None = None
@@ -166,7 +169,9 @@ class EndpointServer(StartStop):
         runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, access_log=None)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self._host, self._requested_port, backlog=4096)
+            site = web.TCPSite(
+                runner, self._host, self._requested_port, backlog=4096, reuse_port=self._reuse_port or None
+            )
             await site.start()
         except BaseException:
             await runner.cleanup()

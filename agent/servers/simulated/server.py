@@ -98,6 +98,7 @@ class SimulatedEndpoint(StartStop):
         tool_url: str = DEFAULT_TOOL_URL,
         token_api: str = "vllm",  # "none": token fields are ignored, as an OpenAI-strict server does
         token_drift: str = "none",  # how earlier turns are re-rendered: tokenizer.DRIFT_MODES
+        reuse_port: bool = False,  # share the port with servers in other processes (EndpointServer)
     ) -> None:
         rates = (rate_429, rate_5xx, rate_hang, rate_drop)
         _check_options(policy, reasoning, rates, (token_api, token_drift))
@@ -112,16 +113,17 @@ class SimulatedEndpoint(StartStop):
         self._default_script: tuple[tuple[Turn, ...], ...] | None = None
         self._attempts: Counter[tuple[str, int]] = Counter()
         self._faults: Counter[str] = Counter()
-        self._serve(host, port, model_ids, reject_unknown_models)
+        self._serve(model_ids, reject_unknown_models, host=host, port=port, reuse_port=reuse_port)
 
-    def _serve(self, host: str, port: int, model_ids: Sequence[str], reject_unknown: bool) -> None:
+    def _serve(self, model_ids: Sequence[str], reject_unknown: bool, **where: Any) -> None:
+        """`where`: how `EndpointServer` listens (host, port, reuse_port)."""
         self._default_model = model_ids[0]
         self._other_models = frozenset(model_ids[1:])
         self._known_models = frozenset(model_ids) if reject_unknown else None
         self._images = ImageStore()
         routes = {"/v1/images/generations": self._generate}
         self.server = EndpointServer(
-            self._respond, host=host, port=port, model_ids=model_ids, routes=routes, files=self._images.get
+            self._respond, model_ids=model_ids, routes=routes, files=self._images.get, **where
         )
 
     # ------------------------------------------------------------ lifecycle
