@@ -116,6 +116,7 @@ def test_the_packed_figures_table_answers_as_the_dict_it_replaced() -> None:
         assert table.get(key, index) == reference[key]
     assert table.get("a:0", 7) is None and table.get("a:0", 99) is None and table.get("a:0", None) is None
     assert table.get("a:0", True) is None  # a bool is not a prompt_index
+    assert table.get("b:0", 0) is None  # the row put last is at 0, but it is a:0's
 
 
 def scripted_run_dir(tmp_path: Path, prompts: int = 6) -> Path:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +12,7 @@ from rich.console import Console
 
 from agent.store.statistics import HISTORY_POINTS, RunStatistics, has_reasoning, merge_histories
 from agent.store.summary_view import render_statistics
+from agent.store.tool_counts import add_tool_stats
 
 EMPTY_THINK = "<think>\n</think>\n"
 
@@ -301,3 +304,34 @@ def test_an_unmerged_summary_counts_nothing_from_the_merged_file() -> None:
     assert "1 discards of 9 prompts" in text
     assert "Tokens in merged file" not in text and "tools available" not in text
     assert "Tool usage and reasoning: not counted (the merged file was not rewritten)" in text
+
+
+def test_tool_rows_of_tools_not_called_are_counted_as_every_other_row() -> None:
+    """`add_tool_stats` skips a row that adds nothing by comparing it whole (most rows of an
+    entry: every tool of the registry is listed); the sums are those of adding each field,
+    odd values (bools, floats, null) and terminal's `nonzero_exit` kept apart at 0 included."""
+
+    def by_field(tools: dict[str, Counter[str]], stats: dict[str, Any]) -> None:
+        for tool, counts in stats.items():
+            row = tools.setdefault(tool, Counter())
+            if isinstance(counts, dict):
+                for key in ("count", "success", "failure"):
+                    if type(counts.get(key)) is int and counts[key]:  # zero: no key
+                        row[key] += counts[key]
+                if type(counts.get("nonzero_exit")) is int:
+                    row["nonzero_exit"] += counts["nonzero_exit"]
+
+    values = [0, 1, False, True, 0.0, None]
+    rows: list[Any] = [[], "x", {}, {"count": 0}]
+    for count, success, failure, exited in itertools.product(values, repeat=4):
+        rows.append({"count": count, "success": success, "failure": failure})
+        rows.append({"count": count, "success": success, "failure": failure, "nonzero_exit": exited})
+    for counts in rows:
+        fast: dict[str, Counter[str]] = {}
+        reference: dict[str, Counter[str]] = {}
+        add_tool_stats(fast, {"t": counts})
+        by_field(reference, {"t": counts})
+        assert {k: dict(v) for k, v in fast.items()} == {k: dict(v) for k, v in reference.items()}, counts
+    zero: dict[str, Counter[str]] = {}
+    add_tool_stats(zero, {"terminal": {"count": 0, "success": 0, "failure": 0, "nonzero_exit": 0}})
+    assert dict(zero["terminal"]) == {"nonzero_exit": 0}

@@ -16,6 +16,7 @@ from agent.report.sample import SAMPLE_SIZE, StratifiedSample
 from agent.report.turns import cut, name, readable
 from agent.store.jsonl import json_int
 from agent.store.statistics import has_reasoning
+from agent.store.tool_counts import not_called
 from agent.store.verification_stats import verdict
 
 EXAMPLES = 3  # failure messages kept per class
@@ -108,7 +109,7 @@ class RunDigest:
     def _count_tools(self, entry: Mapping[str, Any]) -> None:
         stats = entry.get("tool_stats")
         for tool, counts in stats.items() if isinstance(stats, dict) else ():
-            if isinstance(counts, dict) and json_int(counts.get("count")):
+            if not not_called(counts) and isinstance(counts, dict) and json_int(counts.get("count")):
                 row = self.tools.setdefault(name(tool), Counter())
                 row["entries"] += 1
                 for field in ("count", "success", "failure"):

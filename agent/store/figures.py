@@ -62,6 +62,9 @@ class FiguresTable:
         self._at = array("q")  # prompt_index -> its row's offset in `_rows`, -1 for none
         self._far: dict[int, int] = {}  # the same, for an index far past the others (hand-edited)
         self._count = 0
+        # The row put last, as given: the run asks for it right after (its merge check, as it
+        # appends the entry), and need not parse its usage back.
+        self._last: tuple[int, str, EntryFigures] | None = None
 
     def put(self, key: str, index: int, figures: EntryFigures) -> None:
         """The figures of `key`'s entry (at `prompt_index` `index`), replacing earlier ones."""
@@ -80,11 +83,14 @@ class FiguresTable:
         flags = figures.completed | figures.partial << 1 | (figures.usage is not None) << 2
         self._rows += _HEAD.pack(len(key_bytes), len(outcome), len(usage), figures.api_calls, flags)
         self._rows += key_bytes + outcome + usage
+        self._last = (index, key, figures)
 
     def get(self, key: str, index: object) -> EntryFigures | None:
         """The figures counted of `key`'s entry at `index`; None when there are none."""
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             return None
+        if self._last is not None and self._last[0] == index and self._last[1] == key:
+            return self._last[2]
         at = self._at[index] if index < len(self._at) else -1
         at = self._far.get(index, -1) if at < 0 else at
         if at < 0 or self._key(at) != key:

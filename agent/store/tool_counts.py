@@ -40,12 +40,28 @@ def percent(part: int, whole: int) -> float:
     return round(100.0 * part / whole, 2) if whole else 0.0
 
 
+# The row of a tool the entry did not call, as entries hold it (`tool_stats` lists every tool
+# of the registry, ~20 rows of which one or two are called): compared whole, in C, and skipped.
+NOT_CALLED: dict[str, int] = {"count": 0, "success": 0, "failure": 0}
+NOT_CALLED_EXIT: dict[str, int] = {**NOT_CALLED, "nonzero_exit": 0}  # terminal's
+
+
+def not_called(counts: Any) -> bool:
+    """Whether `counts` adds nothing (every count 0, `False` or `0.0` included, as both counts
+    skip those) but, for terminal, the `nonzero_exit` key."""
+    return counts in (NOT_CALLED, NOT_CALLED_EXIT)
+
+
 def add_tool_stats(tools: ToolRows, stats: dict[Any, Any]) -> None:
     """Add one entry's `tool_stats` (parsed JSON: `type(v) is int` excludes bools)."""
     for tool, counts in stats.items():
         row = tools.get(tool)
         if row is None:
             row = tools.setdefault(cut_name(tool), Counter())
+        if not_called(counts):
+            if type(counts.get("nonzero_exit")) is int and "nonzero_exit" not in row:
+                row["nonzero_exit"] = 0  # kept apart also when it is 0
+            continue
         if isinstance(counts, dict):
             for key in ("count", "success", "failure"):
                 value = counts.get(key)
