@@ -8,7 +8,7 @@ The body is a real one: the runner's first call for a `terminal_only` prompt, re
 one-prompt run. The client is cheap on purpose (raw sockets, the requests written as bytes
 prepared beforehand, the replies read with a selector), so that what spreads the replies is the
 endpoint's work and not the client's. Prints, per burst, when the replies came (seconds after
-the last request was written, minus the latency: 0 for an endpoint with no cost) and the
+each request was written, minus the latency: 0 for an endpoint with no cost) and the
 endpoint's CPU per call, with the endpoint in each number of processes given (sharing its port).
 """
 
@@ -54,8 +54,8 @@ def first_call_body() -> bytes:
 
 
 def burst(base_url: str, body: bytes, calls: int) -> list[float]:
-    """Send `calls` requests on as many connections at once; seconds from the last write to
-    each reply's end (a reply ends when the server closes or its whole body came)."""
+    """Send `calls` requests on as many connections at once; per request, seconds from its
+    write to its reply's end (the server closes the connection: `Connection: close`)."""
     url = urlsplit(base_url)
     host, port = url.hostname or "127.0.0.1", url.port or 80
     head = (
@@ -65,22 +65,28 @@ def burst(base_url: str, body: bytes, calls: int) -> list[float]:
     ).encode()
     request = head + body
     sockets = [socket.create_connection((host, port)) for _ in range(calls)]
+    written: dict[socket.socket, float] = {}
     for sock in sockets:
         sock.sendall(request)
-    sent = time.monotonic()
+        written[sock] = time.monotonic()
     selector = selectors.DefaultSelector()
     for sock in sockets:
         sock.setblocking(False)
         selector.register(sock, selectors.EVENT_READ)
+    replies = {sock: b"" for sock in sockets}
     ended: list[float] = []
     while len(ended) < calls:
         for key, _ in selector.select(timeout=60):
             conn = key.fileobj
             assert isinstance(conn, socket.socket)
-            if not conn.recv(1 << 16):  # Connection: close: the reply is whole at EOF
-                ended.append(time.monotonic() - sent)
-                selector.unregister(conn)
-                conn.close()
+            if chunk := conn.recv(1 << 16):
+                replies[conn] += chunk
+                continue
+            ended.append(time.monotonic() - written[conn])
+            if not replies[conn].startswith(b"HTTP/1.1 200"):
+                raise SystemExit(f"the endpoint answered: {replies[conn][:200]!r}")
+            selector.unregister(conn)
+            conn.close()
     return ended
 
 

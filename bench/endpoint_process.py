@@ -111,17 +111,27 @@ class Endpoint(NamedTuple):
 def start_endpoint(
     latency: float, rate_429: float, policy: str = "tool_then_answer", processes: int = 1
 ) -> Endpoint:
-    conns, started, base_url = [], [], ""
-    for n in range(processes):
-        ours, theirs = multiprocessing.Pipe()
-        port = None if processes == 1 else 0 if n == 0 else int(base_url.rsplit(":", 1)[1].split("/")[0])
-        args = (theirs, latency, rate_429, policy, port)
-        server = multiprocessing.get_context("spawn").Process(target=_serve, args=args)
-        server.start()
-        theirs.close()  # ours.recv() then fails, not hangs, if the endpoint dies before it listens
-        base_url = base_url or ours.recv()
-        if n > 0:
-            ours.recv()  # listening too
-        conns.append(ours)
-        started.append(server)
+    conns: list[Connection] = []
+    started: list[multiprocessing.process.BaseProcess] = []
+    base_url = ""
+    try:
+        for n in range(processes):
+            ours, theirs = multiprocessing.Pipe()
+            conns.append(ours)
+            port = None if processes == 1 else 0 if n == 0 else int(base_url.rsplit(":", 1)[1].split("/")[0])
+            server = multiprocessing.get_context("spawn").Process(
+                target=_serve, args=(theirs, latency, rate_429, policy, port)
+            )
+            server.start()
+            started.append(server)
+            theirs.close()  # ours.recv() then fails, not hangs, if the endpoint dies before it listens
+            url = ours.recv()
+            base_url = base_url or url
+    except BaseException:  # one died before it listened: the others must not outlive us
+        for conn in conns:
+            conn.close()
+        for process in started:
+            process.terminate()
+            process.join()
+        raise
     return Endpoint(conns, started, base_url)

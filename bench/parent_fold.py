@@ -85,7 +85,9 @@ def main() -> None:
         entries = make_entries(Path(tmp), args.entries)
         for _ in range(args.rounds):
             for tree in trees:
-                env = {**os.environ, "PYTHONPATH": str(tree)}
+                # the tree first, then what the caller's PYTHONPATH held (packages installed with --target)
+                paths = [str(tree), os.environ.get("PYTHONPATH", "")]
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
                 out = subprocess.run(
                     [sys.executable, "-c", TIMER, str(entries), "1"], cwd=tree, env=env, check=True,
                     capture_output=True, text=True,

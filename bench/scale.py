@@ -147,7 +147,7 @@ def run_case(
         "mean_inflight_in_span": round(stats["requests_total"] * latency / span, 1),
         "prompts_per_s": round(prompts / window, 1),
         "efficiency": round(prompts / window / ideal, 3),
-        "peak_inflight_at_endpoint": stats["peak_inflight"],
+        "peak_inflight_at_endpoint": stats["peak_inflight"],  # several processes: their peaks summed
         "model_calls": stats["requests_total"],
         "cpu_ms_per_call": round(1000 * (runner_cpu + cluster_cpu) / calls, 2),
         "cpu_ms_per_prompt": round(1000 * (runner_cpu + cluster_cpu) / prompts, 2),

@@ -28,6 +28,8 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=2000)
     parser.add_argument("--marginal", type=int, default=0, help="a second, smaller run per round")
     args = parser.parse_args()
+    if args.marginal and args.marginal >= args.prompts:
+        parser.error("--marginal must be below --prompts")
     trees = [tree.resolve() for tree in args.trees]
     figures: list[list[float]] = [[] for _ in trees]
     with tempfile.TemporaryDirectory(prefix="bench-trees-") as tmp:
