@@ -75,10 +75,6 @@ class Endpoint(NamedTuple):
     base_url: str
 
     @property
-    def process(self) -> multiprocessing.process.BaseProcess:
-        return self.processes[0]
-
-    @property
     def pids(self) -> set[int]:
         return {p.pid for p in self.processes if p.pid is not None}
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from endpoint_process import start_endpoint
+from startup import tree_env
 from throughput import ROOT, _dataset
 
 TIMER = r"""
@@ -85,12 +85,9 @@ def main() -> None:
         entries = make_entries(Path(tmp), args.entries)
         for _ in range(args.rounds):
             for tree in trees:
-                # the tree first, then what the caller's PYTHONPATH held (packages installed with --target)
-                paths = [str(tree), os.environ.get("PYTHONPATH", "")]
-                env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
                 out = subprocess.run(
-                    [sys.executable, "-c", TIMER, str(entries), "1"], cwd=tree, env=env, check=True,
-                    capture_output=True, text=True,
+                    [sys.executable, "-c", TIMER, str(entries), "1"], cwd=tree, env=tree_env(tree),
+                    check=True, capture_output=True, text=True,
                 )  # fmt: skip
                 figures[tree] += json.loads(out.stdout)
     base = statistics.median(figures[trees[0]])

@@ -116,7 +116,8 @@ def _wall(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def _env(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+def tree_env(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without model keys, to run `tree`'s code: its checkout first on PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     # The tree first; then what the caller's PYTHONPATH held (packages installed with --target).
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
@@ -124,11 +125,11 @@ def _env(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def help_s(tree: Path) -> tuple[float, float]:
-    return _wall([sys.executable, "batch_runner.py", "--help"], tree, _env(tree))
+    return _wall([sys.executable, "batch_runner.py", "--help"], tree, tree_env(tree))
 
 
 def floor_s(code: str) -> tuple[float, float]:
-    return _wall([sys.executable, "-c", code], ROOT, _env(ROOT))
+    return _wall([sys.executable, "-c", code], ROOT, tree_env(ROOT))
 
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -167,10 +168,10 @@ def first_request_s(
     ]  # fmt: skip
     extra = dict(KEY_ENV)
     if trace is not None:
-        extra |= {TRACE_ENV: str(trace), "PYTHONPATH": f"{trace.parent}:{_env(tree)['PYTHONPATH']}"}
+        extra |= {TRACE_ENV: str(trace), "PYTHONPATH": f"{trace.parent}:{tree_env(tree)['PYTHONPATH']}"}
     started = time.monotonic()
     runner = subprocess.Popen(
-        cmd, cwd=tree, env=_env(tree, extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        cmd, cwd=tree, env=tree_env(tree, extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
         if not ours.poll(60):
