@@ -14,13 +14,13 @@ from agent.batch.dataset import keyed_units
 from agent.batch.dataset_copies import CopyCounter, RowKeys
 from agent.batch.tally import IndexSet, Paced, RunTally
 from agent.store import line_head
-from agent.store.directory import RunDirectory
 from agent.store.figures import EntryFigures, FiguresTable
 from agent.store.index import scan_run
 from agent.store.jsonl import raw_lines, read_lines
 from agent.store.keys import prompt_hash
 from agent.store.line_head import head, index_prefix
 from agent.store.shard_index import line_of
+from tests.support.run_dirs import opened
 from tests.support.scripted_backend import run_scripted, scripted_config
 
 
@@ -44,9 +44,7 @@ ENTRIES = [
 
 
 def test_packed_shard_records_give_back_the_lines_as_line_of_makes_them(tmp_path: Path) -> None:
-    with RunDirectory(tmp_path) as store:
-        store.lock()
-        store.repair()
+    with opened(tmp_path) as store:
         for number, made in enumerate(ENTRIES):
             store.append_result(number % 2, json.dumps(made).encode() + b"\n")
         for name in ("batch_0.jsonl", "batch_1.jsonl"):
@@ -63,9 +61,7 @@ def test_packed_shard_records_give_back_the_lines_as_line_of_makes_them(tmp_path
 
 def test_the_scan_and_merge_of_packed_records_match_a_fresh_read(tmp_path: Path) -> None:
     """What the scan and the merge make of this process's records is what they make of the files."""
-    with RunDirectory(tmp_path) as store:
-        store.lock()
-        store.repair()
+    with opened(tmp_path) as store:
         for number, made in enumerate([*ENTRIES, entry("k:0", 3)]):
             store.append_result(number % 2, json.dumps(made).encode() + b"\n")
         packed = store.scan()

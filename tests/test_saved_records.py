@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.store.directory import RunDirectory
 from agent.store.index import RunIndex, scan_run
 from agent.store.jsonl import read_lines
 from agent.store.merge import merge_run
 from agent.store.records_file import NAMES_FILE, records_path
 from agent.store.shard_index import ShardChanged
+from tests.support.run_dirs import opened
 from tests.test_end_of_run import entry_line
 
 TOOLS = {"terminal", "web_search"}
@@ -29,9 +29,7 @@ def invocation(run_dir: Path, appends: list[tuple[int, bytes]], *, checkpoint_af
     """One invocation of the runner: it appends `appends` (batch number, line) and checkpoints
     after the first `checkpoint_after` of them, then stops without a
     checkpoint (what SIGKILL leaves: every appended line is on disk, the records maybe not)."""
-    with RunDirectory(run_dir) as store:
-        store.lock()
-        store.repair()
+    with opened(run_dir) as store:
         for number, (batch, line) in enumerate(appends, 1):
             store.append_result(batch, line)
             if number == checkpoint_after:
@@ -63,13 +61,6 @@ def same_scan(a: RunIndex, b: RunIndex) -> None:
         b.results,
         b.invalid_lines,
     )
-
-
-def opened(run_dir: Path) -> RunDirectory:
-    store = RunDirectory(run_dir)
-    store.lock()
-    store.repair()
-    return store
 
 
 def test_a_resume_loads_the_saved_records_and_records_the_lines_after_them(tmp_path: Path) -> None:
@@ -230,9 +221,7 @@ def test_a_line_that_cannot_be_recorded_removes_every_records_file(tmp_path: Pat
     run = tmp_path / "run"
     invocation(run, lines("ab") + lines("c", start=50, batch=1), checkpoint_after=3)
     assert len(list(run.glob(".*.records"))) == 2
-    with RunDirectory(run) as store:
-        store.lock()
-        store.repair()
+    with opened(run) as store:
         store.append_result(0, {"conversations": [{"from": "human", "value": "no key"}]})
         store.write_json("checkpoint.json", {})
     assert list(run.glob(".*.records")) == []

@@ -22,6 +22,7 @@ from agent.store.directory import RunDirectory
 from agent.store.layout import batch_files
 from agent.store.summary_lines import token_capture_lines
 from agent.store.token_merge import token_capture
+from tests.support.run_dirs import opened
 from tests.support.token_entries import discarded, entry, finished, key_of, token_record
 
 
@@ -33,15 +34,8 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_bytes().splitlines()]
 
 
-def _open(path: Path) -> RunDirectory:
-    run = RunDirectory(path)
-    run.lock()
-    run.repair()
-    return run
-
-
 def test_sidecar_lines_go_before_their_entry_in_the_entrys_shard(tmp_path: Path) -> None:
-    with _open(tmp_path) as run:
+    with opened(tmp_path) as run:
         for n in (0, 1, 5):
             write_answer(run, finished(n, batch_size=4), 4, 0)
         write_answer(run, discarded(6, batch_size=4), 4, 0)
@@ -74,7 +68,7 @@ def _record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_sidecars_are_fsynced_before_the_results_that_name_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with _open(tmp_path) as run:
+    with opened(tmp_path) as run:
         write_answer(run, finished(0, batch_size=1), 1, 0)
         write_answer(run, discarded(1, batch_size=1), 1, 0)
         synced = _record_fsyncs(monkeypatch)
@@ -108,7 +102,7 @@ def _write(
 
 def test_the_merge_writes_one_line_per_entry_in_the_output_order(tmp_path: Path) -> None:
     records = {n: token_record(key_of(n), n, turns=1 + n % 3, drift=n == 4) for n in range(6)}
-    with _open(tmp_path) as run:
+    with opened(tmp_path) as run:
         for n in (3, 1, 0, 2):  # finished out of order in shard 0 (batch_size 4)
             _write(run, 0, n, records[n])
         for n in (5, 4):
@@ -137,7 +131,7 @@ def test_lines_no_merged_entry_names_are_never_merged(tmp_path: Path) -> None:
     and a discarded entry's: none reaches tokens.jsonl; the first line of an id wins."""
     kept, crashed, second = (token_record(key_of(n), n) for n in (0, 1, 0))
     withdrawn = token_record(key_of(2), 2)
-    with _open(tmp_path) as run:
+    with opened(tmp_path) as run:
         run.append_tokens(0, crashed.line(), b"{}")  # killed before its result: rerun with a fresh id
         _write(run, 0, 0, kept)
         run.append_tokens(0, kept.line().replace(b'"turns":[', b'"turns":[{"bogus":1},', 1), b"{}")
@@ -152,7 +146,7 @@ def test_lines_no_merged_entry_names_are_never_merged(tmp_path: Path) -> None:
 
 def test_an_entry_naming_tokens_its_sidecar_lacks_is_counted_missing(tmp_path: Path) -> None:
     lost, elsewhere, fine = (token_record(key_of(n), n) for n in range(3))
-    with _open(tmp_path) as run:
+    with opened(tmp_path) as run:
         _write(run, 0, 0, lost, sidecar=False)
         run.append_tokens(1, elsewhere.line(), b"{}")  # another shard's sidecar: not this entry's
         _write(run, 0, 1, elsewhere, sidecar=False)
@@ -183,7 +177,7 @@ def test_an_entry_naming_tokens_its_sidecar_lacks_is_counted_missing(tmp_path: P
 
 def test_a_torn_sidecar_line_is_repaired_and_no_sidecar_is_read_as_a_shard(tmp_path: Path) -> None:
     record = token_record(key_of(0), 0)
-    with _open(tmp_path) as run:
+    with opened(tmp_path) as run:
         _write(run, 0, 0, record)
     torn = token_record(key_of(1), 1).line()[:40]
     with (tmp_path / "tokens_0.jsonl").open("ab") as handle:
@@ -203,7 +197,7 @@ def test_a_torn_sidecar_line_is_repaired_and_no_sidecar_is_read_as_a_shard(tmp_p
 
 def test_tokens_json_is_replaced_atomically_and_absent_without_sidecars(tmp_path: Path) -> None:
     record = token_record(key_of(0), 0)
-    with _open(tmp_path) as run:
+    with opened(tmp_path) as run:
         _write(run, 0, 0, record)
         run.merge(set())
         before = (tmp_path / "tokens.jsonl").read_bytes()
@@ -223,7 +217,7 @@ def test_tokens_json_is_replaced_atomically_and_absent_without_sidecars(tmp_path
 
 
 def test_a_run_without_capture_gets_no_tokens_file_nor_section(tmp_path: Path) -> None:
-    with _open(tmp_path) as run:
+    with opened(tmp_path) as run:
         _write(run, 0, 0, None)
         report = run.merge(set())
     assert report.tokens is None and not (tmp_path / "tokens.jsonl").exists()
