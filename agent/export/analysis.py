@@ -28,6 +28,7 @@ from agent.protocols.turns import (
     is_failure,
     result_value,
 )
+from agent.store.tool_counts import NOT_CALLED, NOT_CALLED_EXIT
 
 __all__ = [
     "EXIT_CODE_TOOLS",
@@ -182,8 +183,8 @@ def exited_nonzero(content: str) -> bool:
 
 
 def _zero(name: str) -> ToolCounts:
-    counts = {"count": 0, "success": 0, "failure": 0}
-    return counts | {"nonzero_exit": 0} if name in EXIT_CODE_TOOLS else counts
+    """A tool's row before its calls are counted: the not-called row the counting skips whole."""
+    return dict(NOT_CALLED_EXIT if name in EXIT_CODE_TOOLS else NOT_CALLED)
 
 
 def count_tools(
