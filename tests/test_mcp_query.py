@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
+from tests.fixtures.containers import ENGINES, connect
 from tests.support.cli import ROOT, endpoint_flags, run_cli
 from tests.support.mcp_files import SECRET, servers_left, stdio_entry, work_fixture, write_mcp_config
 from tests.support.mcp_fixtures import STDIO_SERVER, McpHttpServer
@@ -42,6 +43,18 @@ def offered(endpoint: SimulatedEndpoint) -> list[str]:
     return sorted(t["function"]["name"] for t in endpoint.requests[0].body["tools"])
 
 
+def _backend_env(sandbox: str, request: pytest.FixtureRequest) -> dict[str, str] | None:
+    """What the run needs for `sandbox`, which must be here: bwrap, or an engine (Docker's, or
+    Podman's compat socket for the docker backend); without it the test skips, or fails under
+    CI=true (tests/fixtures/containers.py)."""
+    if sandbox == "bwrap":
+        request.getfixturevalue("bwrap_available")
+    if sandbox not in ENGINES:
+        return None
+    connect(sandbox).close()
+    return {"DOCKER_HOST": os.environ[ENGINES[sandbox]]}
+
+
 @pytest.mark.parametrize(
     "sandbox",
     [
@@ -53,8 +66,9 @@ def offered(endpoint: SimulatedEndpoint) -> list[str]:
     ],
 )
 def test_a_stdio_server_in_the_sandbox_is_called_with_the_models_arguments(
-    sim_endpoint: SimulatedEndpoint, work: Path, sandbox: str
+    sim_endpoint: SimulatedEndpoint, work: Path, sandbox: str, request: pytest.FixtureRequest
 ) -> None:
+    env = _backend_env(sandbox, request)
     config = write_mcp_config(work / "mcp.json", {"notes": stdio_entry(work, env={"NOTE_KEY": SECRET})})
     query = f"add and write on {sandbox}"
     script(
@@ -66,8 +80,6 @@ def test_a_stdio_server_in_the_sandbox_is_called_with_the_models_arguments(
         ("env_value", {"name": "NOTE_KEY"}),
     )
     flags = endpoint_flags(sim_endpoint, query)
-    # podman: the docker backend at Podman's compat socket (as tests/fixtures/containers.py)
-    env = {"DOCKER_HOST": os.environ["PODMAN_HOST"]} if sandbox == "podman" else None
     done = run_cli(
         work, *flags, f"--mcp_config={config}", "--enabled_toolsets=notes",
         f"--sandbox={'docker' if sandbox == 'podman' else sandbox}", "--save_trajectories", env=env,
