@@ -21,20 +21,18 @@ stale one is left).
 
 from __future__ import annotations
 
-import os
-import zlib
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from agent.store.durable import atomic_write, fsync_directory
 from agent.store.jsonl import encode_line, parse_object
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import TRAJECTORIES_FILE, batch_files
-from agent.store.line_head import index_prefix
+from agent.store.merge_shard import Copied, copy_shard, copyable, in_index_order
 from agent.store.shard_index import Line, Shard, ShardChanged, ShardRecords
 from agent.store.token_merge import TokenMerge, captured, tokens_output
 from agent.store.tool_counts import TOOL_ROWS, cut_name
@@ -57,6 +55,14 @@ class MergeReport:
     unkept: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)  # (key, entry)
     # --capture_tokens: the merged sidecar's counts (`TokenCounts`), None when the run captured none
     tokens: dict[str, Any] | None = field(default=None, repr=False)
+
+    def add(self, copied: Copied) -> None:
+        """Count a file's lines merged by `copy_shard` (its keys are in `kept_keys` already)."""
+        self.written += copied.written
+        self.tombstones += copied.tombstones
+        self.withdrawn += copied.withdrawn
+        self.duplicates += copied.duplicates
+        self.counted_left_out += copied.counted_left_out
 
     def as_dict(self) -> dict[str, Any]:
         """The `merge` section of statistics.json (counts, no keys or entries). The model
@@ -109,40 +115,68 @@ def merge_run(
     with ExitStack() as stack:
         sidecar = _sidecar(stack, directory, output)
         out = stack.enter_context(atomic_write(directory / output))  # renamed before the sidecar
-        for item in _keyed_lines(files, records, resolver, report, sidecar):
-            merged = _merge_line(report, item, valid_tools, exclude, keep_unknown)
-            recorded = item.recorded
-            if merged is None:
-                report.counted_left_out += counted and recorded is not None and not recorded.tombstone
-                continue
-            line, entry = merged
-            out.write(line + b"\n")
-            if sidecar is not None:
-                sidecar.add(item.key, entry if entry is not None else _parsed(line))
-            if on_entry is not None and not (counted and recorded is not None):
-                on_entry(entry if entry is not None else _parsed(line))
+        for path in files:
+            shard = records.of(path) if records is not None else None
+            if copyable(shard, counted, sidecar is not None):
+                assert shard is not None  # copyable
+                copied = copy_shard(path, shard, valid_tools, exclude, report.kept_keys, out)
+                if copied is not None:
+                    report.add(copied)
+                    continue
+            lines = _keyed_lines(path, shard, resolver, report, sidecar)
+            _copy_lines(
+                lines, report, out, sidecar, _Rules(valid_tools, exclude, keep_unknown, counted), on_entry
+            )
         report.tokens = None if sidecar is None else dict(vars(sidecar.counts))
     return report
 
 
+class _Rules(NamedTuple):
+    valid_tools: Collection[str]
+    exclude: Collection[str]
+    keep_unknown: bool
+    counted: bool
+
+
+def _copy_lines(
+    lines: Iterator[_Line],
+    report: MergeReport,
+    out: BinaryIO,
+    sidecar: TokenMerge | None,
+    rules: _Rules,
+    on_entry: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    """The slow path: each line merged (or not) and written on its own."""
+    for item in lines:
+        merged = _merge_line(report, item, rules.valid_tools, rules.exclude, rules.keep_unknown)
+        recorded = item.recorded
+        if merged is None:
+            report.counted_left_out += rules.counted and recorded is not None and not recorded.tombstone
+            continue
+        line, entry = merged
+        out.write(line + b"\n")
+        if sidecar is not None:
+            sidecar.add(item.key, entry if entry is not None else _parsed(line))
+        if on_entry is not None and not (rules.counted and recorded is not None):
+            on_entry(entry if entry is not None else _parsed(line))
+
+
 def _keyed_lines(
-    files: list[Path],
-    records: ShardRecords | None,
+    path: Path,
+    shard: Shard | None,
     resolver: KeyResolver,
     report: MergeReport,
     sidecar: TokenMerge | None,
 ) -> Iterator[_Line]:
-    """Every batch file's lines with a key, in the merge's order (bad lines counted, skipped)."""
-    for path in files:
-        if sidecar is not None:
-            sidecar.shard(path)
-        shard = records.of(path) if records is not None else None
-        for line, entry, recorded in _in_index_order(path, shard):
-            key = recorded.key if recorded is not None else _key(resolver, entry)
-            if key is None:
-                report.invalid_lines += 1
-                continue
-            yield _Line(line, entry, recorded, key)
+    """A batch file's lines with a key, in the merge's order (bad lines counted, skipped)."""
+    if sidecar is not None:
+        sidecar.shard(path)
+    for line, entry, recorded in in_index_order(path, shard):
+        key = recorded.key if recorded is not None else _key(resolver, entry)
+        if key is None:
+            report.invalid_lines += 1
+            continue
+        yield _Line(line, entry, recorded, key)
 
 
 class _Line(NamedTuple):
@@ -242,50 +276,3 @@ def _labelled(line: bytes, entry: dict[str, Any], report: MergeReport) -> tuple[
     report.labelled += 1
     entry = {**entry, "metadata": {**metadata, "discard_reasons": [*reasons, UNKNOWN_TOOL_REASON]}}
     return encode_line(entry).rstrip(b"\n"), entry
-
-
-def _in_index_order(
-    path: Path, shard: Shard | None
-) -> Iterator[tuple[bytes, dict[str, Any] | None, Line | None]]:
-    """The non-blank lines of a batch file (as `read_lines`), sorted by each line's
-    `prompt_index` (stable; a line without one sorts first): (line, entry, None) for a line
-    read, (line, None, its record) for a line this process appended (`shard`'s from its
-    `start`). Every recorded line's CRC is checked; one loaded from the saved records (before
-    `start`) is parsed, as a line read. The lines read are read twice: the first pass keeps
-    only (index, offset, length, None) per line, so a shard is never held in memory."""
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        return
-    with handle:
-        order: list[tuple[int, int, int, Line | None]] = []
-        offset, end = 0, None if shard is None else shard.base
-        for raw in handle:
-            if end is not None and offset >= end:
-                break
-            if raw.strip():
-                order.append((_index_of(raw), offset, len(raw), None))
-            offset += len(raw)
-        order += [(line.number, line.offset, line.length, line) for line in shard.lines] if shard else []
-        order.sort(key=lambda item: item[0])  # stable: file order among equal indices
-        for _index, start, length, recorded in order:
-            line = os.pread(handle.fileno(), length, start).rstrip(b"\r\n")
-            if recorded is None:
-                yield line, parse_object(line), None
-            elif zlib.crc32(line) != recorded.crc:
-                raise ShardChanged(f"{path.name}: a recorded line changed before the merge")
-            elif shard is not None and recorded.offset < shard.start:
-                yield line, parse_object(line), None
-            else:
-                yield line, None, recorded
-
-
-def _index_of(raw: bytes) -> int:
-    """A line's `prompt_index` for the sort: read from its first bytes when it has the runner's
-    layout (`index_prefix`: the line is parsed once, when copied, not twice), else parsed."""
-    prefixed = index_prefix(raw)
-    if prefixed is not None:
-        return prefixed
-    entry = parse_object(raw.rstrip(b"\r\n"))
-    number = entry.get("prompt_index") if entry is not None else None
-    return number if isinstance(number, int) and not isinstance(number, bool) else -1
