@@ -280,3 +280,31 @@ def test_shards_rewritten_after_the_records_were_loaded_are_loaded_again_at_the_
         reloaded = store.records.of(run / "batch_0.jsonl")
         assert store.records.usable and reloaded is not None and reloaded.saved == 0 and reloaded.count == 3
         same_scan(store.scan(), as_read(run))
+
+
+def test_the_scan_of_recorded_lines_matches_reading_them_tombstones_labels_and_all(tmp_path: Path) -> None:
+    def labelled(key: str, index: int, reasons: list[str]) -> bytes:
+        entry = json.loads(entry_line(key, index))
+        entry["metadata"]["discard_reasons"] = reasons
+        return (json.dumps(entry) + "\n").encode()
+
+    def tombstone(key: str, index: int) -> bytes:
+        return (
+            json.dumps({"prompt_index": index, "discarded": True, "metadata": {"prompt_key": key}}) + "\n"
+        ).encode()
+
+    run = tmp_path / "run"
+    appends = [(0, labelled("a", 0, ["too_short"])), (0, labelled("a", 0, ["other"])), (0, tombstone("b", 1))]
+    appends += [
+        (0, entry_line("c", 2)),
+        (0, tombstone("c", 2)),
+        (0, labelled("c", 2, ["late"])),
+    ]  # back again
+    appends += [(1, tombstone("d", 10)), (1, entry_line("e", 11)), (1, labelled("f", -1, []))]  # f: no index
+    with opened(run) as store:
+        for batch, line in appends:
+            store.append_result(batch, line)
+        found = store.scan()
+        same_scan(found, as_read(run))
+    assert found.labels == {"a": ["too_short"], "c": ["late"]} and found.tombstoned == {"b", "d"}
+    assert found.done == {"a", "c", "e", "f"} and found.results == 6 and "f" not in found.indices

@@ -19,7 +19,7 @@ from agent.store.jsonl import read_lines
 from agent.store.keys import KeyResolver, is_tombstone, record_key
 from agent.store.layout import DISCARDED_FILE, FAILURES_FILE, batch_files
 from agent.store.line_head import read_heads
-from agent.store.shard_index import ShardRecords
+from agent.store.shard_index import ROW, Shard, ShardRecords
 
 
 @dataclass
@@ -65,9 +65,30 @@ def _scan_results(directory: Path, index: RunIndex, records: ShardRecords | None
                 continue
             reasons = discard_reasons(entry)
             _note_line(index, key, entry.get("prompt_index"), is_tombstone(entry), reasons)
-        for line in shard.lines if shard is not None else ():
-            _note_line(index, line.key, line.number, line.tombstone, line.labels)
+        if shard is not None:
+            _note_shard(index, shard)
     index.discarded |= index.tombstoned
+
+
+def _note_shard(index: RunIndex, shard: Shard) -> None:
+    """`_note_line` for each of a shard's recorded lines, unpacked in place: at 200,000
+    entries making each `Line` cost ~0.5 s of the end of a run, and the end scans twice."""
+    at, names = 0, shard.names
+    done, indices, tombstoned, labels = index.done, index.indices, index.tombstoned, index.labels
+    for _offset, _length, number, _crc, size, tombstone, listed, _tools in ROW.iter_unpack(shard.rows):
+        key = shard.keys[at : at + size].decode("utf-8")
+        at += size
+        if tombstone:
+            _note_line(index, key, number, True, ())
+            continue
+        if number >= 0 and key not in indices:
+            indices[key] = number
+        index.results += 1
+        done.add(key)
+        if tombstoned:
+            tombstoned.discard(key)
+        if names[listed] and key not in labels:
+            labels[key] = list(names[listed])  # the first result line is the one merged
 
 
 def _note_line(index: RunIndex, key: str, number: Any, tombstone: bool, reasons: Sequence[str]) -> None:
