@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from agent.batch.completion import PlannedUnits, Unit
+from agent.batch.completion import Completion, PlannedUnits, Unit
 from agent.batch.dataset import keyed_units
 from agent.batch.dataset_copies import CopyCounter, RowKeys
 from agent.batch.tally import IndexSet, Paced, RunTally
 from agent.store import line_head
 from agent.store.figures import EntryFigures, FiguresTable
-from agent.store.index import scan_run
+from agent.store.index import RunIndex, scan_run
 from agent.store.jsonl import raw_lines, read_lines
 from agent.store.keys import prompt_hash
 from agent.store.line_head import head, index_prefix
@@ -187,6 +187,37 @@ def test_the_planned_units_are_the_row_keys_times_the_samples() -> None:
     assert [(u.index, u.sample_index) for u in three][-3:] == [(6, 0), (7, 1), (8, 2)] and len(three) == 9
     assert [three.key(i) for i in range(9)] == [unit.key for unit in three]
     assert list(keyed_units(rows, 3)) == [(unit.key, unit.index, unit.sample_index) for unit in three]
+
+
+def planned_index(planned: PlannedUnits, key: str) -> int:
+    return next(unit.index for unit in planned if unit.key == key)
+
+
+def test_the_completion_of_the_planned_units_is_the_split_of_the_units_one_by_one() -> None:
+    """`Completion.of` walks PlannedUnits as tuples, every other iterable as rows: the same split."""
+    rows = RowKeys()
+    for n in range(12):
+        rows.append(f"{n:02d}" * 10, 0)
+    for samples in (1, 3):
+        planned = PlannedUnits(rows, samples)
+        keys = [unit.key for unit in planned]
+        extra = f"{keys[0]}#{samples}"  # a sample beyond --samples_per_prompt, from a larger N
+        stored = RunIndex(done={*keys[:6], extra}, discarded={*keys[6:9]})
+        failed, cancelled, merged = {keys[9], keys[1]}, {keys[10]}, set(keys[:5]) | {extra}
+        state = {"cancelled": cancelled, "merged": merged, "samples_per_prompt": samples}
+        fast, slow = (
+            Completion.of(planned, stored, failed, **state),
+            Completion.of(list(planned), stored, failed, **state),
+        )
+        assert fast == slow and fast.extra_samples == 1 and fast.lost == [planned_index(planned, keys[5])]
+        assert (fast.valid, fast.prompts, fast.in_output, fast.discarded, fast.failed) == (
+            12 * samples,
+            12,
+            5,
+            3,
+            1,
+        )
+        assert len(fast.in_flight) == 1 and len(fast.not_started) == 12 * samples - 11
 
 
 def test_a_paced_write_takes_at_most_its_share_of_the_time() -> None:

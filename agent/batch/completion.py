@@ -17,7 +17,7 @@ from typing import Any
 from agent.batch.dataset import DatasetRow, keyed_units
 from agent.batch.dataset_copies import RowKeys
 from agent.protocols import StoredKeys
-from agent.store.keys import sample_key, split_key
+from agent.store.keys import SAMPLE_MARK, sample_key, split_key
 
 log = logging.getLogger("agent.batch.run")
 
@@ -52,7 +52,11 @@ class PlannedUnits:
         return sample_key(self.rows.key(row), sample)
 
     def __iter__(self) -> Iterator[Unit]:
-        return (Unit(*unit) for unit in keyed_units(self.rows, self.samples))
+        return (Unit(*unit) for unit in self.units())
+
+    def units(self) -> Iterator[tuple[str, int, int]]:
+        """Each unit as (key, index, sample index), no object made."""
+        return keyed_units(self.rows, self.samples)
 
 
 @dataclass
@@ -88,24 +92,49 @@ class Completion:
         `merged` (the keys the merge wrote), a done prompt missing from it is `lost`."""
         done = cls(**state)
         n = done.samples_per_prompt
-        done.extra_samples = sum(1 for key in stored.done | stored.discarded if split_key(key)[1] >= n)
-        for row in rows:
-            done.valid += 1
-            done.prompts += row.sample_index == 0
-            if row.key in stored.done:
-                if merged is None or row.key in merged:
-                    done.in_output += 1
-                else:
-                    done.lost.append(row.index)
-            elif row.key in stored.discarded:
-                done.discarded += 1
-            elif row.key in failed_keys:
-                done.failed += 1
-            elif row.key in cancelled:
-                done.in_flight.append(row.index)
-            else:
-                done.not_started.append(row.index)
+        held = stored.done | stored.discarded  # a key without the mark is a sample 0
+        done.extra_samples = sum(1 for key in held if SAMPLE_MARK in key and split_key(key)[1] >= n)
+        units = (
+            rows.units()
+            if isinstance(rows, PlannedUnits)
+            else ((r.key, r.index, r.sample_index) for r in rows)
+        )
+        done._split(units, stored, failed_keys, cancelled, merged)
         return done
+
+    def _split(
+        self,
+        units: Iterable[tuple[str, int, int]],
+        stored: StoredKeys,
+        failed_keys: Collection[str],
+        cancelled: Collection[str],
+        merged: Collection[str] | None,
+    ) -> None:
+        """Count each (key, index, sample index) into its part (in locals: at 200,000 prompts
+        the end of a run waited ~0.5 s on this loop as attributes and a `Unit` per row)."""
+        on_disk, discards = stored.done, stored.discarded
+        valid = prompts = in_output = discarded = failed = 0
+        for key, index, sample in units:
+            valid += 1
+            prompts += sample == 0
+            if key in on_disk:
+                if merged is None or key in merged:
+                    in_output += 1
+                else:
+                    self.lost.append(index)
+            elif key in discards:
+                discarded += 1
+            elif key in failed_keys:
+                failed += 1
+            elif key in cancelled:
+                self.in_flight.append(index)
+            else:
+                self.not_started.append(index)
+        self.valid += valid
+        self.prompts += prompts
+        self.in_output += in_output
+        self.discarded += discarded
+        self.failed += failed
 
     @property
     def missing(self) -> int:
