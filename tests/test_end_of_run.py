@@ -92,6 +92,7 @@ def test_a_run_and_its_resume_report_the_numbers_of_a_full_recount(
     stats = read_json(run_dir / "statistics.json")
     assert stats["trajectories"]["entries"] == 8 and stats["merge_check"]["ok"] is True
     assert stats["tool_statistics"]["terminal"]["count"] == 8  # one tool call per prompt
+    assert stats["merge"]["ahead_files"] == 2  # both batches merged ahead: at the last answer at the latest
     assert_as_recounted(run_dir, tmp_path)
 
     # batch_1.jsonl (indices 5-9) gains this invocation's lines after the first's
@@ -102,6 +103,7 @@ def test_a_run_and_its_resume_report_the_numbers_of_a_full_recount(
     assert second.returncode == 0, second
     stats = read_json(run_dir / "statistics.json")
     assert stats["trajectories"]["entries"] == 11 and stats["merge_check"]["entries_checked"] == 3
+    assert stats["merge"]["ahead_files"] == 0  # batch_0 is the first invocation's: merged at the end
     assert_as_recounted(run_dir, tmp_path)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,10 @@ import pytest
 from agent.store import merge_shard
 from agent.store.directory import RunDirectory
 from agent.store.jsonl import read_lines
-from agent.store.merge import MergeReport, merge_run
+from agent.store.merge import MergeReport
 from agent.store.shard_index import ShardChanged
+from tests.support.merges import merged_both_ways
+from tests.support.run_dirs import opened
 from tests.test_end_of_run import entry_line
 
 TOOLS = {"terminal", "web_search"}
@@ -44,21 +45,11 @@ def fast_and_slow(
         copies += copied is not None
         return copied
 
-    slow_dir = run.parent / "slow"
-    slow_dir.mkdir()
-    with pytest.MonkeyPatch.context() as patch, RunDirectory(run) as store:
+    with pytest.MonkeyPatch.context() as patch, opened(run) as store:
         patch.setattr("agent.store.merge.copy_shard", counting)
-        store.lock()
         for batch, line in appends:
             store.append_result(batch, line)
-        store.take_appended()
-        store.sync()
-        for shard in run.glob("batch_*.jsonl"):
-            shutil.copyfile(shard, slow_dir / shard.name)
-        fast = store.merge(TOOLS, exclude=exclude, counted=True)
-    slow = merge_run(slow_dir, TOOLS, exclude=exclude)
-    assert (run / "trajectories.jsonl").read_bytes() == (slow_dir / "trajectories.jsonl").read_bytes()
-    assert fast.as_dict() == slow.as_dict() and fast.kept_keys == slow.kept_keys
+        fast, slow = merged_both_ways(run, store, TOOLS, exclude)
     return fast, slow, copies
 
 

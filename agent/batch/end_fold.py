@@ -37,10 +37,15 @@ class EndFold:
     """The merged output's figures of the lines appended so far (`take`), and the merge that
     counts the rest (`merge`)."""
 
-    def __init__(self, run_dir: Path, tally: RunTally) -> None:
+    def __init__(self, run_dir: Path, tally: RunTally, *, ahead: bool = False) -> None:
+        """`ahead`: merge the output ahead as batches complete (not with token sidecars: the
+        merged sidecar is written line for line beside the output, at the end)."""
         self.run_dir, self.tally = run_dir, tally
         self.report = RunReport(run_dir)
         self.check = tally.merge_check()
+        self._batches: list[int] | None = None  # the planned batches in order, once the run starts
+        self._ahead = 0  # the next of them to merge ahead
+        self._merges_ahead = ahead
 
     def add_entry(self, entry: dict[str, Any]) -> None:
         """One entry of the output, counted as the merge counts it."""
@@ -53,6 +58,24 @@ class EndFold:
             for entry, line in store.take_appended():
                 if not line.tombstone:
                     self.add_entry(entry)
+
+    def merge_ahead(self, store: RunStore) -> None:
+        """Copy each next batch file whose prompts are all answered (done, discarded or failed)
+        into trajectories.jsonl ahead of the end (`agent.store.merge_ahead`): O(1) an event."""
+        if not isinstance(store, RunDirectory):
+            return
+        if self._batches is None:
+            self._batches = sorted(self.tally.batches) if self._merges_ahead else []
+        batches = self.tally.batches
+        while self._ahead < len(self._batches):
+            number = self._batches[self._ahead]
+            batch = batches[number]
+            if batch["processed"] + batch["failed"] < batch["total"]:
+                return
+            if not store.merge_ahead(number, set(TOOL_TO_TOOLSET_MAP)):  # the registry's, as `merge`
+                self._batches = []  # none after it can be
+                return
+            self._ahead += 1
 
     def merge(self, config: RunConfig, store: RunStore, exclude: set[str]) -> MergeSummary:
         """Merge trajectories.jsonl, `exclude`'s keys left out; the lines taken are not counted

@@ -127,7 +127,7 @@ class BatchRun:
         self.store.write_json("run_config.json", self.config.public())
         self.tally.withdrawn, self.tally.recovered = reapply_filters_and_keep(self.config, self.store, index)
         self.tombstoned = set(index.tombstoned)
-        self.fold = EndFold(self.config.run_dir, self.tally)
+        self.fold = EndFold(self.config.run_dir, self.tally, ahead=self.config.agent.token_api is None)
         self.fold.take(self.store)  # the discards the filters moved back into the output
         return index
 
@@ -192,6 +192,7 @@ class BatchRun:
         advance = self.tally.count(event)
         if self.fold is not None:
             self.fold.take(self.store)  # after `count`: the check compares the line with what was counted
+            self.fold.merge_ahead(self.store)
         if self.monitor is not None:
             self.monitor.show(event, advance)
         self._check_budget(isinstance(event, Failed) and event.error_class == FailureClass.BUDGET)

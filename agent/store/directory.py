@@ -35,6 +35,7 @@ from agent.store.layout import (
     tokens_file_name,
 )
 from agent.store.merge import MergeReport, merge_run
+from agent.store.merge_ahead import MergeAhead
 from agent.store.records_file import load_records, remove_all, save_all
 from agent.store.shard_index import Line, ShardChanged, ShardRecords
 
@@ -60,6 +61,7 @@ class RunDirectory:
         self.records = ShardRecords()
         self._appended: list[tuple[dict[str, Any], Line]] = []  # since the last `take_appended`
         self._records_removed = False  # the saved records, once they can no longer be trusted
+        self._ahead: MergeAhead | None = None  # trajectories.jsonl's first files, copied ahead
 
     # ------------------------------------------------------------ lifecycle
 
@@ -94,6 +96,8 @@ class RunDirectory:
             self.sync()
         finally:
             self._logs.close()
+            if self._ahead is not None:  # not merged (interrupted, failed): never renamed
+                self._ahead.drop()
             if self._lock_fd is not None:
                 fd, self._lock_fd = self._lock_fd, None
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -234,12 +238,29 @@ class RunDirectory:
         raised when they (or the saved records loaded at the start) can no longer be trusted.
         Without it every line is read, as it is after a ShardChanged."""
         self.sync()
+        ahead, self._ahead = self._ahead, None
         records = self._trusted() if counted else None
+        if ahead is not None and (records is None or _plain(output) != TRAJECTORIES_FILE):
+            ahead.drop()
+            ahead = None
         if counted and records is None:
             raise ShardChanged("a batch file changed since this run appended to it")
         return merge_run(
-            self.path, valid_tools, on_entry, _plain(output), exclude, keep_unknown, records, counted
+            self.path, valid_tools, on_entry, _plain(output), exclude, keep_unknown, records, counted, ahead
         )
+
+    def merge_ahead(self, batch_num: int, valid_tools: Collection[str]) -> bool:
+        """Copy batch `batch_num`'s file, whose prompts are all answered, into trajectories.jsonl
+        ahead of the end (`agent.store.merge_ahead`), the files before it copied already; False
+        once a file cannot be (none after it can then). A batch without a file is passed over."""
+        path = self.path / batch_file_name(batch_num)
+        if not self.records.usable:
+            return False
+        if not path.exists():
+            return True
+        if self._ahead is None:
+            self._ahead = MergeAhead(self.path, TRAJECTORIES_FILE)
+        return self._ahead.add(path, self.records.of(path), valid_tools)
 
     def _save_records(self) -> None:
         if not self.records.usable:  # a line could not be recorded: a resume reads the files

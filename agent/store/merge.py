@@ -32,6 +32,7 @@ from agent.store.durable import atomic_write, fsync_directory
 from agent.store.jsonl import encode_line, parse_object
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import TRAJECTORIES_FILE, batch_files
+from agent.store.merge_ahead import MergeAhead
 from agent.store.merge_shard import Copied, copy_shard, copyable, in_index_order
 from agent.store.shard_index import Line, Shard, ShardChanged, ShardRecords
 from agent.store.token_merge import TokenMerge, captured, tokens_output
@@ -50,6 +51,7 @@ class MergeReport:
     withdrawn: int = 0  # result lines of keys a tombstone moved to discarded.jsonl
     not_kept: int = 0  # entries calling unknown tools, not written (`unkept`)
     counted_left_out: int = 0  # lines the caller counted as it wrote them that were not merged
+    ahead_files: int = 0  # files copied during the run (`agent.store.merge_ahead`), not at the end
     # the keys written: the caller checks every prompt it calls done is among them
     kept_keys: set[str] = field(default_factory=set, repr=False)
     unkept: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)  # (key, entry)
@@ -57,12 +59,9 @@ class MergeReport:
     tokens: dict[str, Any] | None = field(default=None, repr=False)
 
     def add(self, copied: Copied) -> None:
-        """Count a file's lines merged by `copy_shard` (its keys are in `kept_keys` already)."""
-        self.written += copied.written
-        self.tombstones += copied.tombstones
-        self.withdrawn += copied.withdrawn
-        self.duplicates += copied.duplicates
-        self.counted_left_out += copied.counted_left_out
+        """Count lines merged by `copy_shard` (their keys are in `kept_keys` already)."""
+        for name, value in copied._asdict().items():
+            setattr(self, name, getattr(self, name) + value)
 
     def as_dict(self) -> dict[str, Any]:
         """The `merge` section of statistics.json (counts, no keys or entries). The model
@@ -103,18 +102,22 @@ def merge_run(
     keep_unknown: bool = True,
     records: ShardRecords | None = None,
     counted: bool = False,
+    ahead: MergeAhead | None = None,
 ) -> MergeReport:
     """Rewrite `output` atomically from every batch file: first line per prompt key, keys in
     `exclude` left out. Each kept line is copied as read (an entry calling unknown tools gains
     its label first, and is only kept with `keep_unknown`), newline-terminated. The lines in
     `records` (this process's appends) are not parsed, only checked (`ShardChanged`); with
     `counted`, the caller has counted them already: `on_entry` gets only the other lines, and a
-    recorded line left out is counted in `counted_left_out` (the caller's count is then wrong)."""
+    recorded line left out is counted in `counted_left_out` (the caller's count is then wrong).
+    `ahead`: the first files copied during the run, continued from when it still holds
+    (`agent.store.merge_ahead`), else dropped."""
     files = batch_files(directory)
     report, resolver = MergeReport(files=len(files)), KeyResolver()
     with ExitStack() as stack:
         sidecar = _sidecar(stack, directory, output)
-        out = stack.enter_context(atomic_write(directory / output))  # renamed before the sidecar
+        usable = ahead is not None and counted and sidecar is None and ahead.holds(files, exclude)
+        out, files = _output(stack, directory / output, files, report, ahead, usable)
         for path in files:
             shard = records.of(path) if records is not None else None
             if copyable(shard, counted, sidecar is not None):
@@ -129,6 +132,25 @@ def merge_run(
             )
         report.tokens = None if sidecar is None else dict(vars(sidecar.counts))
     return report
+
+
+def _output(
+    stack: ExitStack,
+    target: Path,
+    files: list[Path],
+    report: MergeReport,
+    ahead: MergeAhead | None,
+    usable: bool,
+) -> tuple[BinaryIO, list[Path]]:
+    """The merged file's writer (renamed over `target` as the stack closes, before the sidecar)
+    and the files left to copy into it: continued from `ahead` when `usable`, else new."""
+    if ahead is not None and usable:
+        report.add(ahead.counts)
+        report.kept_keys, report.ahead_files = ahead.kept, len(ahead.copies)
+        return stack.enter_context(ahead.continued(target)), files[len(ahead.copies) :]
+    if ahead is not None:
+        ahead.drop()
+    return stack.enter_context(atomic_write(target)), files
 
 
 class _Rules(NamedTuple):

@@ -1,0 +1,111 @@
+"""The merged output written ahead, while the run goes: a batch file whose prompts are all
+answered is copied into a temp file beside trajectories.jsonl (`copy_shard`, the merge's
+fast path), so the end of a run copies only the last few files and renames (issue 26: at
+200,000 entries, copying and fsyncing 1.8 GB after the last reply was most of the user's wait,
+and more than the 3 s the end may take).
+
+Nothing is trusted that the end cannot check. The end's merge takes the temp file only when
+the batch files it holds are still the first ones the merge reads, each exactly as it was
+copied (size, inode and mtime), and none of their keys is left out at the end (`exclude`);
+otherwise the temp file is dropped and the merge writes everything, as before. The temp file
+is never renamed before the end, so a kill leaves trajectories.jsonl as it was and the temp
+file for the next invocation's repair to remove (`TEMP_SUFFIX`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+from agent.store.durable import TEMP_SUFFIX, fsync_directory
+from agent.store.merge_shard import Copied, copy_shard, copyable
+from agent.store.shard_index import Shard, ShardChanged
+
+log = logging.getLogger(__name__)
+
+
+class Copy(NamedTuple):
+    name: str
+    size: int
+    stamp: tuple[int, int]  # (inode, mtime_ns) when copied
+
+
+class MergeAhead:
+    """The batch files copied so far, in the merge's order, into one temp file."""
+
+    def __init__(self, directory: Path, output: str) -> None:
+        self.temp = directory / f".{output}.ahead.{os.getpid()}{TEMP_SUFFIX}"
+        self.copies: list[Copy] = []
+        self.kept: set[str] = set()  # the keys written so far
+        self.counts = Copied(0, 0, 0, 0, 0)
+        self._handle: BinaryIO | None = None
+        self.stopped = False  # a file could not be copied: nothing after it can be
+
+    def add(self, path: Path, shard: Shard | None, valid_tools: Collection[str]) -> bool:
+        """Copy `path` (the next batch file in the merge's order, its prompts all answered) if
+        the fast path can; False, and no file copied from now on, when it cannot."""
+        if self.stopped or not copyable(shard, True, False) or shard is None:
+            return self._stop()
+        status = os.stat(path)
+        if status.st_size != shard.end:
+            return self._stop()
+        try:
+            if self._handle is None:
+                self._handle = self.temp.open("wb")
+            copied = copy_shard(path, shard, valid_tools, (), self.kept, self._handle)
+        except (ShardChanged, OSError) as exc:  # the end's merge reads the files, and says why
+            log.debug("merging ahead stopped at %s: %s", path.name, exc)
+            self.drop()
+            return False
+        if copied is None:
+            return self._stop()
+        self.copies.append(Copy(path.name, status.st_size, (status.st_ino, status.st_mtime_ns)))
+        self.counts = Copied(*(a + b for a, b in zip(self.counts, copied, strict=True)))
+        return True
+
+    def _stop(self) -> bool:
+        self.stopped = True
+        return False
+
+    def holds(self, files: Sequence[Path], exclude: Collection[str]) -> bool:
+        """Whether the copies are still the first of `files`, as they were copied, with no key
+        of theirs in `exclude` (the end's merge may then continue from them)."""
+        if not self.copies or self._handle is None or len(files) < len(self.copies):
+            return False
+        for path, copy in zip(files, self.copies, strict=False):
+            try:
+                status = os.stat(path)
+            except FileNotFoundError:
+                return False
+            if (path.name, status.st_size, (status.st_ino, status.st_mtime_ns)) != copy:
+                return False
+        return self.kept.isdisjoint(exclude)
+
+    @contextmanager
+    def continued(self, target: Path) -> Iterator[BinaryIO]:
+        """The temp file to append the rest to; on leaving, fsynced and renamed over `target`
+        (as `atomic_write`); removed if the block raises."""
+        assert self._handle is not None  # holds()
+        handle, self._handle = self._handle, None
+        try:
+            with handle:
+                yield handle
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(self.temp, target)
+        except BaseException:
+            self.temp.unlink(missing_ok=True)
+            raise
+        fsync_directory(target.parent)
+
+    def drop(self) -> None:
+        """Remove the temp file (the end's merge writes everything)."""
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        self.temp.unlink(missing_ok=True)
+        self.copies, self.kept, self.stopped = [], set(), True

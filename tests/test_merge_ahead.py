@@ -1,0 +1,119 @@
+"""trajectories.jsonl merged ahead (`agent.store.merge_ahead`): batch files whose prompts are all
+answered are copied into a temp file as the run goes, and the end's merge continues from it only
+while every copied file is as it was copied and none of its keys is left out. Each test writes a
+real run directory through `RunDirectory` and compares the merged bytes and counts with a merge
+of a copy of the same batch files read line by line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.store.directory import RunDirectory
+from agent.store.durable import TEMP_SUFFIX
+from agent.store.merge import MergeReport
+from agent.store.merge_ahead import MergeAhead
+from tests.support.merges import merged_both_ways
+from tests.support.run_dirs import opened
+from tests.test_end_of_run import entry_line
+from tests.test_merge_shard import tombstone
+
+TOOLS = {"terminal", "web_search"}
+
+
+def batch(number: int, keys: str) -> list[tuple[int, bytes]]:
+    return [(number, entry_line(key, number * 10 + i)) for i, key in enumerate(keys)]
+
+
+def temps(run: Path) -> list[str]:
+    return sorted(p.name for p in run.glob(f".*{TEMP_SUFFIX}"))
+
+
+class Continued:
+    """Counts the merges that continued from the files copied ahead."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.times = 0
+        real = MergeAhead.continued
+
+        def counting(ahead: MergeAhead, target: Path):  # type: ignore[no-untyped-def]
+            self.times += 1
+            return real(ahead, target)
+
+        monkeypatch.setattr(MergeAhead, "continued", counting)
+
+
+def checked(run: Path, store: RunDirectory, exclude: frozenset[str] = frozenset()) -> MergeReport:
+    merged, _read = merged_both_ways(run, store, TOOLS, exclude)
+    assert temps(run) == []
+    return merged
+
+
+def test_the_end_continues_from_the_files_merged_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    continued, run = Continued(monkeypatch), tmp_path / "run"
+    with opened(run) as store:
+        for number, line in batch(0, "cab") + batch(1, "ed") + [(1, tombstone("t", 12))]:
+            store.append_result(number, line)
+        assert store.merge_ahead(0, TOOLS) and store.merge_ahead(1, TOOLS)
+        assert store.merge_ahead(2, TOOLS)  # no file (every prompt discarded): passed over
+        assert len(temps(run)) == 1 and not (run / "trajectories.jsonl").exists()  # not renamed yet
+        for number, line in [*batch(3, "gf"), (3, entry_line("a", 0))]:  # a again: a duplicate
+            store.append_result(number, line)
+        merged = checked(run, store)
+    assert continued.times == 1 and merged.ahead_files == 2
+    assert (merged.written, merged.duplicates, merged.tombstones) == (7, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["a line appended to a copied file", "a copied key left out", "a file before the copied ones"],
+)
+def test_the_end_merges_everything_when_the_files_merged_ahead_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    continued, run = Continued(monkeypatch), tmp_path / "run"
+    with opened(run) as store:
+        for number, line in batch(1, "ab") + batch(2, "cd"):
+            store.append_result(number, line)
+        assert store.merge_ahead(1, TOOLS) and store.merge_ahead(2, TOOLS)
+        if change == "a line appended to a copied file":
+            store.append_result(1, entry_line("late", 13))
+        elif change == "a file before the copied ones":
+            store.append_result(0, entry_line("first", 0))
+        exclude = frozenset({"c"} if change == "a copied key left out" else ())
+        checked(run, store, exclude)
+    assert continued.times == 0  # and the output is still every line, as read (`checked`)
+
+
+def test_a_file_the_fast_copy_cannot_take_stops_the_merge_ahead(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with opened(run) as store:
+        for number, line in [*batch(0, "ab"), (1, entry_line("x", 10, ("invented",))), *batch(2, "c")]:
+            store.append_result(number, line)
+        assert store.merge_ahead(0, TOOLS)
+        assert not store.merge_ahead(1, TOOLS)  # an unknown tool: labelled at the end
+        assert not store.merge_ahead(2, TOOLS)  # nothing after it
+        merged = checked(run, store)
+    assert merged.labelled == 1 and merged.written == 4
+
+
+def test_a_run_that_ends_unmerged_leaves_no_temp_file_and_the_old_output(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trajectories.jsonl").write_bytes(earlier := entry_line("old", 5))
+    with opened(run) as store:
+        store.append_result(0, entry_line("a", 0))
+        assert store.merge_ahead(0, TOOLS) and len(temps(run)) == 1
+    assert temps(run) == [] and (run / "trajectories.jsonl").read_bytes() == earlier
+
+
+def test_a_killed_runs_merge_ahead_is_removed_by_the_next_invocation(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    left = MergeAhead(run, "trajectories.jsonl").temp  # what kill -9 leaves: the temp file, half written
+    left.write_bytes(b'{"prompt_index": 0')
+    with opened(run):
+        assert not left.exists() and not (run / "trajectories.jsonl").exists()
