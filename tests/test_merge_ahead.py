@@ -6,6 +6,9 @@ of a copy of the same batch files read line by line."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from agent.store.directory import RunDirectory
 from agent.store.durable import TEMP_SUFFIX
 from agent.store.merge import MergeReport
 from agent.store.merge_ahead import MergeAhead
+from agent.store.shard_index import ShardChanged
 from tests.support.merges import merged_both_ways
 from tests.support.run_dirs import opened
 from tests.test_end_of_run import entry_line
@@ -117,3 +121,54 @@ def test_a_killed_runs_merge_ahead_is_removed_by_the_next_invocation(tmp_path: P
     left.write_bytes(b'{"prompt_index": 0')
     with opened(run):
         assert not left.exists() and not (run / "trajectories.jsonl").exists()
+
+
+def test_a_copied_file_edited_in_place_is_caught_even_with_its_size_and_mtime_put_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    continued, run = Continued(monkeypatch), tmp_path / "run"
+    with opened(run) as store:
+        for number, line in [*batch(0, "ab"), *batch(1, "c")]:
+            store.append_result(number, line)
+        assert store.merge_ahead(0, TOOLS)
+        shard, was = run / "batch_0.jsonl", (run / "batch_0.jsonl").stat()
+        shard.write_bytes(shard.read_bytes().replace(b'"value": "b"', b'"value": "B"'))
+        os.utime(shard, ns=(was.st_atime_ns, was.st_mtime_ns))  # the change time moves on regardless
+        with pytest.raises(ShardChanged, match="changed before the merge"):  # as without merging ahead
+            store.merge(TOOLS, counted=True)
+    assert continued.times == 0 and temps(run) == [] and not (run / "trajectories.jsonl").exists()
+
+
+# A child process: the file size limit makes the temp file's writes fail (EFBIG, as a full disk
+# fails them with ENOSPC) once the batch files are written.
+FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+from tests.support.run_dirs import opened
+from tests.test_end_of_run import entry_line
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+run = Path(sys.argv[1])
+with opened(run) as store:
+    for b in range(6):
+        for i in range(10):
+            store.append_result(b, entry_line(f"k{b}-{i}", b * 10 + i))
+    limit = 3 * (run / "batch_0.jsonl").stat().st_size
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+    print([store.merge_ahead(b, {"terminal"}) for b in range(6)])
+    print(sorted(p.name for p in run.glob(".*.tmp")))
+"""
+
+
+def test_a_full_disk_stops_the_merge_ahead_and_the_run_goes_on(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(tmp_path / "run")],
+        cwd=root, capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    copied, left = done.stdout.splitlines()
+    first_failed = copied.index("False")  # where the buffered writes hit the limit
+    assert copied[1:first_failed].count("True") >= 2 and "True" not in copied[first_failed:]
+    assert left == "[]"  # the temp file is removed
+    assert "merging trajectories.jsonl ahead stopped (the end merges it all)" in done.stderr

@@ -4,12 +4,16 @@ fast path), so the end of a run copies only the last few files and renames (issu
 200,000 entries, copying and fsyncing 1.8 GB after the last reply was most of the user's wait,
 and more than the 3 s the end may take).
 
-Nothing is trusted that the end cannot check. The end's merge takes the temp file only when
-the batch files it holds are still the first ones the merge reads, each exactly as it was
-copied (size, inode and mtime), and none of their keys is left out at the end (`exclude`);
-otherwise the temp file is dropped and the merge writes everything, as before. The temp file
-is never renamed before the end, so a kill leaves trajectories.jsonl as it was and the temp
-file for the next invocation's repair to remove (`TEMP_SUFFIX`).
+Each line's CRC is checked as it is copied (against its record). The end's merge takes the temp
+file only when the batch files it holds are still the first ones the merge reads, each the same
+file with the same size, modification and change times (an edit in place moves the change time
+on, whatever it puts back), and none of their keys is left out at the end (`exclude`);
+otherwise the temp file is dropped and the merge writes everything, as before. Files are copied
+in the merge's order only: the first that cannot be (lines of an earlier invocation, a tool the
+registry does not know, over WHOLE_READ_BYTES) stops the copying there. A write that fails (the
+disk full) drops the temp file, and the run goes on. The temp file is never renamed before the
+end, so a kill leaves trajectories.jsonl as it was and the temp file for the next invocation's
+repair to remove (`TEMP_SUFFIX`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
@@ -31,7 +35,13 @@ log = logging.getLogger(__name__)
 class Copy(NamedTuple):
     name: str
     size: int
-    stamp: tuple[int, int]  # (inode, mtime_ns) when copied
+    # (inode, mtime_ns, ctime_ns) when copied: an edit in place changes the change time even
+    # when its size and modification time are put back (utime sets the change time too)
+    stamp: tuple[int, int, int]
+
+
+def _stamp(status: os.stat_result) -> tuple[int, int, int]:
+    return status.st_ino, status.st_mtime_ns, status.st_ctime_ns
 
 
 class MergeAhead:
@@ -57,13 +67,17 @@ class MergeAhead:
             if self._handle is None:
                 self._handle = self.temp.open("wb")
             copied = copy_shard(path, shard, valid_tools, (), self.kept, self._handle)
-        except (ShardChanged, OSError) as exc:  # the end's merge reads the files, and says why
+        except ShardChanged as exc:  # the end's merge finds it too, and counts from the files
             log.debug("merging ahead stopped at %s: %s", path.name, exc)
+            self.drop()
+            return False
+        except OSError as exc:  # the disk full: the run goes on, the end merges everything
+            log.warning("merging trajectories.jsonl ahead stopped (the end merges it all): %s", exc)
             self.drop()
             return False
         if copied is None:
             return self._stop()
-        self.copies.append(Copy(path.name, status.st_size, (status.st_ino, status.st_mtime_ns)))
+        self.copies.append(Copy(path.name, status.st_size, _stamp(status)))
         self.counts = Copied(*(a + b for a, b in zip(self.counts, copied, strict=True)))
         return True
 
@@ -81,7 +95,7 @@ class MergeAhead:
                 status = os.stat(path)
             except FileNotFoundError:
                 return False
-            if (path.name, status.st_size, (status.st_ino, status.st_mtime_ns)) != copy:
+            if (path.name, status.st_size, _stamp(status)) != copy:
                 return False
         return self.kept.isdisjoint(exclude)
 
@@ -103,9 +117,14 @@ class MergeAhead:
         fsync_directory(target.parent)
 
     def drop(self) -> None:
-        """Remove the temp file (the end's merge writes everything)."""
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-        self.temp.unlink(missing_ok=True)
+        """Remove the temp file (the end's merge writes everything). Never raises: it runs
+        after a failed write (the disk full) and as the run directory closes."""
+        handle, self._handle = self._handle, None
         self.copies, self.kept, self.stopped = [], set(), True
+        try:
+            if handle is not None:
+                with suppress(OSError):  # what is still buffered cannot be written: closed anyway
+                    handle.close()
+            self.temp.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("could not remove %s (the next start removes it): %s", self.temp.name, exc)
