@@ -6,6 +6,7 @@ of a copy of the same batch files read line by line."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.config.verify_config import VerifyOptions
 from agent.store.directory import RunDirectory
 from agent.store.durable import TEMP_SUFFIX
 from agent.store.merge import MergeReport
@@ -20,6 +22,7 @@ from agent.store.merge_ahead import MergeAhead
 from agent.store.shard_index import ShardChanged
 from tests.support.merges import merged_both_ways
 from tests.support.run_dirs import opened
+from tests.support.scripted_backend import run_scripted, scripted_config
 from tests.test_end_of_run import entry_line
 from tests.test_merge_shard import tombstone
 
@@ -145,6 +148,7 @@ FULL_DISK = """
 import resource, signal, sys
 from pathlib import Path
 from tests.support.run_dirs import opened
+from tests.support.scripted_backend import run_scripted, scripted_config
 from tests.test_end_of_run import entry_line
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 run = Path(sys.argv[1])
@@ -172,3 +176,17 @@ def test_a_full_disk_stops_the_merge_ahead_and_the_run_goes_on(tmp_path: Path) -
     assert copied[1:first_failed].count("True") >= 2 and "True" not in copied[first_failed:]
     assert left == "[]"  # the temp file is removed
     assert "merging trajectories.jsonl ahead stopped (the end merges it all)" in done.stderr
+
+
+@pytest.mark.parametrize(("keep", "ahead"), [("all", True), ("passing", False)])
+def test_a_run_merges_ahead_unless_keep_may_withdraw_entries_at_the_end(
+    tmp_path: Path, keep: str, ahead: bool
+) -> None:
+    config = scripted_config(
+        tmp_path, [f"prompt {i}" for i in range(6)], "ahead", verify=VerifyOptions(keep=keep)
+    )
+    seen: list[list[str]] = []
+    run_scripted(config, after=lambda: seen.append(temps(config.run_dir)))  # every job done, before the end
+    assert bool(seen[0]) is ahead and temps(config.run_dir) == []
+    stats = json.loads((config.run_dir / "statistics.json").read_text())
+    assert stats["merge"]["ahead_files"] == (3 if ahead else 0)  # batches of 2

@@ -38,8 +38,7 @@ class EndFold:
     counts the rest (`merge`)."""
 
     def __init__(self, run_dir: Path, tally: RunTally, *, ahead: bool = False) -> None:
-        """`ahead`: merge the output ahead as batches complete (not with token sidecars: the
-        merged sidecar is written line for line beside the output, at the end)."""
+        """`ahead`: merge the output ahead as batches complete (`merge_ahead`)."""
         self.run_dir, self.tally = run_dir, tally
         self.report = RunReport(run_dir)
         self.check = tally.merge_check()

@@ -127,7 +127,10 @@ class BatchRun:
         self.store.write_json("run_config.json", self.config.public())
         self.tally.withdrawn, self.tally.recovered = reapply_filters_and_keep(self.config, self.store, index)
         self.tombstoned = set(index.tombstoned)
-        self.fold = EndFold(self.config.run_dir, self.tally, ahead=self.config.agent.token_api is None)
+        # not with token sidecars (merged line for line at the end), nor where --keep may withdraw
+        # entries from any batch file at the end (every file copied ahead would be dropped)
+        ahead = self.config.agent.token_api is None and self.config.verify.keep == "all"
+        self.fold = EndFold(self.config.run_dir, self.tally, ahead=ahead)
         self.fold.take(self.store)  # the discards the filters moved back into the output
         return index
 
