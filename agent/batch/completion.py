@@ -110,8 +110,8 @@ class Completion:
         cancelled: Collection[str],
         merged: Collection[str] | None,
     ) -> None:
-        """Count each (key, index, sample index) into its part (in locals: at 200,000 prompts
-        the end of a run waited ~0.5 s on this loop as attributes and a `Unit` per row)."""
+        """Count each (key, index, sample index) into its part, in locals: with attributes and
+        a `Unit` per row, this loop took 0.4 s of CPU at 200,000 units, 0.2 s now."""
         on_disk, discards = stored.done, stored.discarded
         valid = prompts = in_output = discarded = failed = 0
         for key, index, sample in units:

@@ -71,8 +71,8 @@ def _scan_results(directory: Path, index: RunIndex, records: ShardRecords | None
 
 
 def _note_shard(index: RunIndex, shard: Shard) -> None:
-    """`_note_line` for each of a shard's recorded lines, unpacked in place: at 200,000
-    entries making each `Line` cost ~0.5 s of the end of a run, and the end scans twice."""
+    """`_note_line` for each of a shard's recorded lines, unpacked in place: making each
+    `Line` took a scan 0.19 s at 50,000 entries, 0.06 s without, and the end scans twice."""
     at, names = 0, shard.names
     done, indices, tombstoned, labels = index.done, index.indices, index.tombstoned, index.labels
     for _offset, _length, number, _crc, size, tombstone, listed, _tools in ROW.iter_unpack(shard.rows):
