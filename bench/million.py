@@ -7,7 +7,7 @@ same command with `--resume`, run to its end. Printed: `killed_at` (lines on dis
 `first_request_s` (the fresh run's start to its first model request: the start-up alone),
 `resume_s` (the resume's start to its first model request: start-up, the run directory
 scanned, the rest planned; `resume_s - first_request_s` is what finding its place cost),
-`resume_wall_s`, both runs' parent RSS, and `exactly_once`
+`resume_wall_s`, `resume_tail_s` (last reply to exit), both runs' parent RSS, and `exactly_once`
 (trajectories.jsonl holds each prompt index once and every one of them).
 """
 
@@ -64,6 +64,9 @@ def kill_and_resume(
         "resume_s": round(begun - started, 2) if begun is not None else None,
         "resume_model_calls": stats["requests_total"],
         "resume_wall_s": round(ended - started, 2),
+        # from the endpoint's last reply to the resume's exit: its end, which counts the earlier
+        # invocations' lines (nothing of theirs is merged ahead)
+        "resume_tail_s": round(ended - last, 3) if (last := stats["last_reply_at"]) is not None else None,
         "exactly_once": exactly_once(run_dir / "trajectories.jsonl", args.prompts),
         "resume": _rss(sampler, started, stats["last_reply_at"] or ended, args.curve),
     }
