@@ -39,8 +39,17 @@ def atomic_write(path: Path) -> Iterator[BinaryIO]:
     """Write `path` all or nothing: a temp file in the same directory, fsynced, then renamed
     over it. If the block raises, the old file stays as it was and the temp file is removed."""
     temp = path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
+    with replacing(temp.open("wb"), temp, path) as handle:
+        yield handle
+
+
+@contextmanager
+def replacing(handle: BinaryIO, temp: Path, path: Path) -> Iterator[BinaryIO]:
+    """`handle`, open for writing on `temp` (beside `path`, perhaps written already), to
+    finish: on leaving, fsynced and renamed over `path`; if the block raises, closed and
+    removed, the old `path` as it was (`atomic_write`'s second half)."""
     try:
-        with temp.open("wb") as handle:
+        with handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())

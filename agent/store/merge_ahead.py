@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Collection, Sequence
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from agent.store.durable import TEMP_SUFFIX, fsync_directory
+from agent.store.durable import TEMP_SUFFIX, replacing
 from agent.store.merge_shard import Copied, copy_shard, copyable
 from agent.store.shard_index import Shard, ShardChanged
 
@@ -58,7 +58,7 @@ class MergeAhead:
     def add(self, path: Path, shard: Shard | None, valid_tools: Collection[str]) -> bool:
         """Copy `path` (the next batch file in the merge's order, its prompts all answered) if
         the fast path can; False, and no file copied from now on, when it cannot."""
-        if self.stopped or not copyable(shard, True, False) or shard is None:
+        if self.stopped or shard is None or not copyable(shard, True, False):
             return self._stop()
         status = os.stat(path)
         if status.st_size != shard.end:
@@ -99,22 +99,12 @@ class MergeAhead:
                 return False
         return self.kept.isdisjoint(exclude)
 
-    @contextmanager
-    def continued(self, target: Path) -> Iterator[BinaryIO]:
+    def continued(self, target: Path) -> AbstractContextManager[BinaryIO]:
         """The temp file to append the rest to; on leaving, fsynced and renamed over `target`
-        (as `atomic_write`); removed if the block raises."""
+        (`durable.replacing`); removed if the block raises."""
         assert self._handle is not None  # holds()
         handle, self._handle = self._handle, None
-        try:
-            with handle:
-                yield handle
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(self.temp, target)
-        except BaseException:
-            self.temp.unlink(missing_ok=True)
-            raise
-        fsync_directory(target.parent)
+        return replacing(handle, self.temp, target)
 
     def drop(self) -> None:
         """Remove the temp file (the end's merge writes everything). Never raises: it runs
