@@ -150,6 +150,24 @@ def test_failures_done_since_are_not_counted_as_failed() -> None:
     assert digest.failures["server_error"] == 2 and digest.still_failed() == {"server_error": 1}
 
 
+def test_a_digest_fed_unkeyed_holds_no_key_per_entry_and_takes_the_outputs_keys() -> None:
+    digest = RunDigest(keyed=False)  # a run's fold: the merge gives the keys at the end
+    for key in ("a:0", "b:0"):
+        digest.add_failure({"prompt_key": key, "error_class": "server_error", "message": "503"})
+    entry = synthetic_entry(0, random.Random(0))
+    entry["metadata"]["prompt_key"] = "a:0"
+    digest.add_entry(entry)
+    assert digest.done_keys == set() and digest.still_failed() == {"server_error": 2}
+    digest.output_keys = {"a:0"}
+    assert digest.still_failed() == {"server_error": 1}
+    digest.add_discard({"prompt_key": "a:0", "reason": "no_reasoning", "entry": entry})  # in the output
+    discarded = synthetic_entry(1, random.Random(1))
+    discarded["metadata"]["prompt_key"] = "c:0"
+    for _ in range(2):  # the second record of c:0 is its prompt's, counted already
+        digest.add_discard({"prompt_key": "c:0", "reason": "no_reasoning", "entry": discarded})
+    assert digest.discards == {"no_reasoning": 1} and digest.done_keys == {"c:0"}
+
+
 def test_a_discard_moved_into_the_output_since_counts_once() -> None:
     digest = RunDigest()
     entry = synthetic_entry(0, random.Random(0))

@@ -265,6 +265,7 @@ class BatchRun:
         for entry in current_discards(self.config.run_dir, merged.kept_keys):
             self.tally.stats.add_discarded_entry(entry)
         moved = {key for key, _entry in merged.unkept} | self.kept.withdrawn_keys
+        fold.report.output_keys(merged.kept_keys)
         return merged.kept_keys, {"merge_check": fold.check.report(merged.kept_keys, moved)}, fold.report
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +55,15 @@ def unmerged_entries(run_dir: Path) -> Iterator[dict[str, Any]]:
 class RunReport:
     """The report of the run in `run_dir`."""
 
-    def __init__(self, run_dir: Path, sample_size: int = SAMPLE_SIZE) -> None:
+    def __init__(self, run_dir: Path, sample_size: int = SAMPLE_SIZE, *, keyed: bool = True) -> None:
+        """`keyed=False`: the merge gives the output's keys (`output_keys`) before `write`."""
         self.run_dir = Path(run_dir)
-        self.digest = RunDigest(sample_size)
+        self.digest = RunDigest(sample_size, keyed=keyed)
         self._fed = False
+
+    def output_keys(self, keys: Collection[str]) -> None:
+        """The keys of the output's entries (the merge's), for a report fed `keyed=False`."""
+        self.digest.output_keys = keys
 
     def add_entry(self, entry: dict[str, Any]) -> None:
         """One entry of the output, as the merge writes it."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -47,16 +47,22 @@ def _timestamp(value: Any) -> float | None:
 
 class RunDigest:
     """Accumulates what the report shows; `add_entry` for each output entry, `add_discard` and
-    `add_failure` for each record of discarded.jsonl and failures.jsonl."""
+    `add_failure` for each record of discarded.jsonl and failures.jsonl.
 
-    def __init__(self, sample_size: int = SAMPLE_SIZE, seed: int = 0) -> None:
+    Those records name a prompt that may be in the output since. `keyed`: the output's keys
+    are noted as its entries are added; else they are given once known (`output_keys`, the
+    merge's), so a run's fold holds no string per entry while it runs (issue 26)."""
+
+    def __init__(self, sample_size: int = SAMPLE_SIZE, seed: int = 0, *, keyed: bool = True) -> None:
         self.entries = 0
         self.outcomes: Counter[str] = Counter()
         self.discards: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
         self.failure_examples: dict[str, list[dict[str, Any]]] = {}
         self.failed_keys: dict[str, str] = {}  # prompt key -> class of its latest failure
-        self.done_keys: set[str] = set()
+        self.done_keys: set[str] = set()  # keys of the entries added (when keyed) and discarded
+        self.output_keys: Collection[str] = frozenset()  # the output's, when not keyed
+        self._keyed = keyed
         self.tools: dict[str, Counter[str]] = {}  # calls, success, failure, entries
         self.toolsets: Counter[str] = Counter()  # entries offered each toolset
         self.reasoning: Counter[str] = Counter()  # turns, with_reasoning, and entries per coverage
@@ -71,7 +77,7 @@ class RunDigest:
         metadata = metadata if isinstance(metadata, dict) else {}
         outcome = name(metadata.get("outcome") or "unknown")
         key = metadata.get("prompt_key")
-        if isinstance(key, str):
+        if isinstance(key, str) and (self._keyed or discarded is not None):
             self.done_keys.add(key)
         checked = verdict(metadata)
         if checked is not None:
@@ -121,7 +127,7 @@ class RunDigest:
     def add_discard(self, record: Mapping[str, Any]) -> None:
         """A record of discarded.jsonl; read after the entries, so one whose prompt has joined
         the output since (its filter turned off, `agent.batch.recovery`) is not counted again."""
-        if record.get("prompt_key") in self.done_keys:
+        if self._done(record.get("prompt_key")):
             return
         reason = name(record.get("reason") or "unknown")
         self.discards[reason] += 1
@@ -147,7 +153,10 @@ class RunDigest:
 
     def still_failed(self) -> Counter[str]:
         """Prompts whose latest record is a failure and that are not done since, per class."""
-        return Counter(c for key, c in self.failed_keys.items() if key not in self.done_keys)
+        return Counter(c for key, c in self.failed_keys.items() if not self._done(key))
+
+    def _done(self, key: object) -> bool:
+        return isinstance(key, str) and (key in self.done_keys or key in self.output_keys)
 
     def _system_id(self, text: str) -> int:
         return self.systems.setdefault(text, len(self.systems))
