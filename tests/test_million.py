@@ -4,6 +4,7 @@ parent keeps is packed, and gives the same answers as the objects it replaced.""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,38 @@ def test_the_packed_figures_table_answers_as_the_dict_it_replaced() -> None:
     assert table.get("a:0", 7) is None and table.get("a:0", 99) is None and table.get("a:0", None) is None
     assert table.get("a:0", True) is None  # a bool is not a prompt_index
     assert table.get("b:0", 0) is None  # the row put last is at 0, but it is a:0's
+
+
+@pytest.mark.parametrize("spill_bytes", [1, 200, 1 << 20])
+def test_the_figures_table_spilled_to_its_file_answers_as_a_dict(tmp_path: Path, spill_bytes: int) -> None:
+    rng = random.Random(spill_bytes)
+    table, reference = FiguresTable(tmp_path, spill_bytes), {}
+    for step in range(3000):
+        index = rng.choice([rng.randrange(400), 10**12 + rng.randrange(3)])  # replaced, far
+        key = f"k{index}ü:{rng.randrange(2)}"
+        usage = {"prompt_tokens": step, "note": "x" * rng.choice([0, 10, 400])} if step % 3 else None
+        figures = EntryFigures(step % 2 == 0, step % 5 == 0, step, rng.choice(["completed", "错"]), usage)
+        table.put(key, index, figures)
+        reference[index] = (key, figures)
+        if step % 7 == 0:  # one put earlier: read back from the file
+            earlier = rng.choice(list(reference))
+            assert table.get(reference[earlier][0], earlier) == reference[earlier][1]
+    assert len(table) == len(reference) and sorted(table) == sorted(k for k, _ in reference.values())
+    for index, (key, figures) in reference.items():
+        assert table.get(key, index) == figures and table.get(key + "x", index) is None
+    assert len(table._rows) < max(spill_bytes, 1024)  # the rows are in the file, not held
+    assert list(tmp_path.iterdir()) == []  # the file has no name: nothing left behind
+
+
+def test_the_figures_table_keeps_its_rows_when_its_file_cannot_be_made(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    table, figures = FiguresTable(tmp_path / "gone", spill_bytes=1), EntryFigures(True, False, 1, "done", {})
+    for index in range(3):
+        table.put(f"{index}:0", index, figures)
+    assert [table.get(f"{index}:0", index) for index in range(3)] == [figures] * 3
+    assert sorted(table) == ["0:0", "1:0", "2:0"]
+    assert caplog.text.count("the run's figures stay in memory") == 1
 
 
 def scripted_run_dir(tmp_path: Path, prompts: int = 6) -> Path:

@@ -121,7 +121,7 @@ class BatchRun:
             log.warning("%s", note)
         self._reap_sandboxes()
         index = self.store.scan()
-        self.tally = RunTally(self.config.batch_size, index.failures)
+        self.tally = RunTally(self.config.batch_size, index.failures, self.config.run_dir)
         # a resume continues the run's figures; a fresh run's directory has no results to add to
         self.previous = self.store.read_json("statistics.json") if self.config.resume else None
         self.store.write_json("run_config.json", self.config.public())

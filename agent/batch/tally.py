@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress
+from pathlib import Path
 from typing import Any, Literal
 
 from agent.batch.events import Cancelled, Discarded, Failed, Finished, LimiterReport, WorkerEvent
@@ -142,7 +143,10 @@ class RunTally:
     """Every counter of one invocation, fed by `count` (each event) and `plan` (the prompts
     found done when it started)."""
 
-    def __init__(self, batch_size: int, failures: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self, batch_size: int, failures: Mapping[str, int] | None = None, spill_dir: Path | None = None
+    ) -> None:
+        """`spill_dir`: where the figures of the entries written go (`FiguresTable`), unnamed."""
         self.batch_size = batch_size
         self.stats = RunStatistics()
         self.done_indices = IndexSet()  # one byte per prompt_index, not a set's ~60
@@ -150,7 +154,7 @@ class RunTally:
         self.attempts = dict(failures or {})  # key -> failed attempts before this invocation
         self.failed_keys: set[str] = set()
         self.cancelled_keys: set[str] = set()  # in flight when the run was stopped
-        self.written = FiguresTable()  # key -> what was counted of the entry written
+        self.written = FiguresTable(spill_dir)  # key -> what was counted of the entry written
         # entries the re-applied filters moved, per reason (`agent.batch.recovery`)
         self.recovered, self.withdrawn = Counter[str](), Counter[str]()
 
