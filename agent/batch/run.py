@@ -32,6 +32,7 @@ from agent.batch.recovery import current_discards, withdraw_unkept, write_answer
 from agent.batch.rescore import rescore_step
 from agent.batch.run_summary import filters_and_budget, run_summary, sample_counts, worker_losses
 from agent.batch.tally import Paced, RunTally
+from agent.common import heap
 from agent.config.run_config import RunConfig
 from agent.errors import FailureClass
 from agent.protocols import RunStore, StoredKeys
@@ -183,7 +184,7 @@ class BatchRun:
             return ended
 
     def _tick(self) -> None:
-        self.checkpoints.tick(self._checkpoint, self.store.sync)  # the group commit every tick
+        self.checkpoints.tick(self._checkpoint_and_trim, self.store.sync)  # the group commit every tick
         if self.monitor is not None and self.workers is not None:
             self.monitor.tick(len(self.workers.tally.running))
 
@@ -209,6 +210,12 @@ class BatchRun:
         if self.workers.tally.stopped_by is None:
             log.warning("--max_cost=%g reached: no model call starts; cut prompts fail as budget", budget)
             self.workers.stop_feeding("max_cost")
+
+    def _checkpoint_and_trim(self) -> None:
+        """The paced checkpoint, and the heap's free pages given back (`heap.trim`): the
+        parent's RSS follows what it holds, not what it parsed."""
+        self._checkpoint()
+        heap.trim()
 
     def _checkpoint(self) -> None:
         """Group commit: write_json makes the appended lines durable before describing them."""
