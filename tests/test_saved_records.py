@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,19 @@ def test_a_resume_loads_the_saved_records_and_records_the_lines_after_them(tmp_p
     with opened(run) as again:  # the third invocation loads what the second saved: i, j and k included
         assert [line.key for line in again.records.of(run / "batch_0.jsonl").lines] == list("abcdeijk")
         same_scan(again.scan(), as_read(run))
+
+
+def test_the_ends_unnumbered_scan_is_the_scan_without_its_numbers(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    written = lines("abcde") + lines("fgh", start=100, batch=1) + lines("ij", start=5)
+    invocation(run, written, checkpoint_after=8)
+    (run / "failures.jsonl").write_text(json.dumps({"prompt_key": "z", "prompt_index": 40}) + "\n")
+    with opened(run) as store:  # the recorded lines, and those after the last checkpoint read
+        numbered, bare = store.scan(), store.scan(numbered=False)
+        assert numbered.indices["z"] == 40 and numbered.indices["f"] == 100
+        assert bare.indices == {} and replace(bare, numbered=True) == replace(numbered, indices={})
+    read, bare_read = scan_run(run), scan_run(run, numbered=False)  # every line read
+    assert bare_read.indices == {} and replace(bare_read, numbered=True) == replace(read, indices={})
 
 
 def test_a_line_edited_in_place_is_caught_by_the_merge_and_the_records_are_dropped(tmp_path: Path) -> None:

@@ -243,7 +243,7 @@ def _recover_all(
 def keep_at_end(config: RunConfig, store: RunStore) -> tuple[KeepPass, set[str]]:
     """--keep on the whole output before the merge, `best` deciding every prompt (a sample
     that failed never comes); the pass, and the keys the merge leaves out (tombstoned)."""
-    index = store.scan()
+    index = store.scan(numbered=False)
     kept = apply_keep(config, store, index, final=True)
     if kept.short:
         log.warning(

@@ -56,7 +56,7 @@ class RunStore(Protocol):
 
     def repair(self) -> list[str]: ...  # notes on what was repaired, for the log
 
-    def scan(self) -> StoredKeys: ...
+    def scan(self, *, numbered: bool = True) -> StoredKeys: ...  # numbered: each key's prompt_index too
 
     def append_result(self, batch_num: int, entry: Mapping[str, Any] | bytes) -> None: ...
 

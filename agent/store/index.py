@@ -35,12 +35,14 @@ class RunIndex:
     tombstoned: set[str] = field(default_factory=set)
     # key -> `metadata.discard_reasons` of a kept entry (a run keeping a filter labels them)
     labels: dict[str, list[str]] = field(default_factory=dict)
+    numbered: bool = True  # whether `indices` is kept (the end's scans need no numbers)
 
 
-def scan_run(directory: Path, records: ShardRecords | None = None) -> RunIndex:
+def scan_run(directory: Path, records: ShardRecords | None = None, *, numbered: bool = True) -> RunIndex:
     """Which prompts already have a result, a discard record or failure records. With
-    `records`, a batch file's lines this process appended are taken from them, not read."""
-    index = RunIndex()
+    `records`, a batch file's lines this process appended are taken from them, not read.
+    `numbered=False`: no `indices` (a dict entry a key: ~140 bytes at the end of a run)."""
+    index = RunIndex(numbered=numbered)
     _scan_results(directory, index, records)
     for key in _record_keys(directory / DISCARDED_FILE, index):
         index.discarded.add(key)
@@ -81,7 +83,7 @@ def _note_shard(index: RunIndex, shard: Shard) -> None:
         if tombstone:
             _note_line(index, key, number, True, ())
             continue
-        if number >= 0 and key not in indices:
+        if number >= 0 and index.numbered and key not in indices:
             indices[key] = number
         index.results += 1
         done.add(key)
@@ -142,5 +144,5 @@ def _note_index(index: RunIndex, key: str, line: dict[str, Any]) -> None:
 
 
 def _note_number(index: RunIndex, key: str, number: Any) -> None:
-    if isinstance(number, int) and not isinstance(number, bool) and number >= 0:
+    if isinstance(number, int) and not isinstance(number, bool) and number >= 0 and index.numbered:
         index.indices.setdefault(key, number)
