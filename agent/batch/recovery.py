@@ -163,11 +163,11 @@ def append_tombstone(
 
 def current_discards(run_dir: Path, output: Collection[str]) -> Iterator[dict[str, Any]]:
     """The entries of discarded.jsonl whose prompt is not in the output, one per prompt."""
-    seen = set(output)
+    seen: set[str] = set()  # not a copy of `output`: at a million prompts, ~40 MB at the end
     for _line, record in read_lines(run_dir / DISCARDED_FILE):
         key = record_key(record)
         entry = record.get("entry") if record is not None else None
-        if key is not None and key not in seen and isinstance(entry, dict):
+        if key is not None and key not in output and key not in seen and isinstance(entry, dict):
             seen.add(key)
             yield entry
 
