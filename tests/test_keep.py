@@ -222,6 +222,29 @@ def test_best_waits_for_a_prompts_samples_until_the_run_ends(tmp_path: Path) -> 
         store.close()
 
 
+def test_keep_all_with_no_discard_record_takes_only_the_tombstones(tmp_path: Path) -> None:
+    """The common end of a run: nothing for --keep=all to judge, so the end's scan holds no key
+    a prompt, and a tombstone (a later reference's, with no discard record) still withdraws."""
+    config = RunConfig(
+        dataset_file="d.jsonl", batch_size=10, run_name="t", agent=AgentConfig(), output_dir=str(tmp_path)
+    )
+    store = RunDirectory(config.run_dir)
+    store.lock()
+    try:
+        store.repair()
+        for key in ("a:0", "b:0"):
+            store.append_result(0, _entry(key, 0, 1.0))
+        store.append_result(0, {"prompt_index": 1, "discarded": True, "metadata": {"prompt_key": "b:0"}})
+        end, tombstoned = keep_at_end(config, store)
+        assert (end.withdrawn, end.recovered, tombstoned) == (Counter(), Counter(), {"b:0"})
+        store.append_discard({"prompt_key": "c:0", "reason": "not_passing", "entry": _entry("c:0", 0, 0.0)})
+        back, tombstoned = keep_at_end(config, store)  # a record to judge: the whole pass, as before
+        assert (back.recovered, tombstoned) == (Counter({"not_passing": 1}), {"b:0"})
+        assert store.scan().done == {"a:0", "c:0"}
+    finally:
+        store.close()
+
+
 def test_keep_modes_keep_the_other_modes_reasons() -> None:
     def keeps(mode: str, reason: str) -> bool:
         config = RunConfig(dataset_file="d", batch_size=1, run_name="r", agent=AgentConfig())

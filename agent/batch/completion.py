@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from agent.batch.dataset import DatasetRow, keyed_units
@@ -89,11 +90,16 @@ class Completion:
         **state: Any,
     ) -> Completion:
         """The split of the dataset's `rows` by what `stored` (a fresh scan) holds; with
-        `merged` (the keys the merge wrote), a done prompt missing from it is `lost`."""
+        `merged` (the keys the merge wrote, each from a result line), a done prompt missing from
+        it is `lost`. A merged key is done whether or not `stored.done` lists it: the run's
+        scan leaves them out (`scan(known=merged)`), so the end holds one set of keys, not two."""
         done = cls(**state)
         n = done.samples_per_prompt
-        held = stored.done | stored.discarded  # a key without the mark is a sample 0
-        done.extra_samples = sum(1 for key in held if SAMPLE_MARK in key and split_key(key)[1] >= n)
+        merged_keys = merged if merged is not None else ()
+        held = (stored.done | stored.discarded).difference(merged_keys)  # no key counted twice
+        done.extra_samples = sum(
+            1 for key in chain(held, merged_keys) if SAMPLE_MARK in key and split_key(key)[1] >= n
+        )
         units = (
             rows.units()
             if isinstance(rows, PlannedUnits)
@@ -117,8 +123,10 @@ class Completion:
         for key, index, sample in units:
             valid += 1
             prompts += sample == 0
-            if key in on_disk:
-                if merged is None or key in merged:
+            if merged is not None and key in merged:
+                in_output += 1
+            elif key in on_disk:
+                if merged is None:
                     in_output += 1
                 else:
                     self.lost.append(index)

@@ -22,6 +22,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agent.batch.recovery import (
@@ -35,7 +36,7 @@ from agent.batch.recovery import (
 )
 from agent.config.run_config import KEPT_BY_MODE, RunConfig
 from agent.protocols import RunStore, StoredKeys
-from agent.store.index import discard_reasons
+from agent.store.index import EVERY_KEY, discard_reasons
 from agent.store.jsonl import read_lines
 from agent.store.keys import record_key, split_key
 from agent.store.layout import DISCARDED_FILE
@@ -243,6 +244,9 @@ def _recover_all(
 def keep_at_end(config: RunConfig, store: RunStore) -> tuple[KeepPass, set[str]]:
     """--keep on the whole output before the merge, `best` deciding every prompt (a sample
     that failed never comes); the pass, and the keys the merge leaves out (tombstoned)."""
+    if config.verify.keep == "all" and not _has_records(config.run_dir / DISCARDED_FILE):
+        # nothing for --keep to judge: only the tombstones are wanted, not a key a prompt
+        return KeepPass(), set(store.scan(numbered=False, known=EVERY_KEY).tombstoned)
     index = store.scan(numbered=False)
     kept = apply_keep(config, store, index, final=True)
     if kept.short:
@@ -252,3 +256,10 @@ def keep_at_end(config: RunConfig, store: RunStore) -> tuple[KeepPass, set[str]]
             config.samples_per_prompt,
         )
     return kept, set(index.tombstoned)
+
+
+def _has_records(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except FileNotFoundError:
+        return False

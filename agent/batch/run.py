@@ -107,7 +107,7 @@ class BatchRun:
         counts), and with `merged` whether each done prompt is in the merged output."""
         return Completion.of(
             self.units if self.units is not None else every_unit(self.config),
-            self.store.scan(numbered=False),
+            self.store.scan(numbered=False, known=merged if merged is not None else frozenset()),
             self.tally.failed_keys,
             cancelled=self.tally.cancelled_keys,
             merged=merged,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Container, Mapping
 from typing import Any, Protocol
 
 
@@ -56,7 +56,8 @@ class RunStore(Protocol):
 
     def repair(self) -> list[str]: ...  # notes on what was repaired, for the log
 
-    def scan(self, *, numbered: bool = True) -> StoredKeys: ...  # numbered: each key's prompt_index too
+    # numbered: each key's prompt_index too; known: result keys left out of `done`
+    def scan(self, *, numbered: bool = True, known: Container[str] = frozenset()) -> StoredKeys: ...
 
     def append_result(self, batch_num: int, entry: Mapping[str, Any] | bytes) -> None: ...
 

@@ -14,7 +14,7 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Container, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -140,8 +140,8 @@ class RunDirectory:
         names = [p.name for p in self.path.glob(BATCH_GLOB)] + [DISCARDED_FILE, FAILURES_FILE]
         return any(_size(self.path / name) > 0 for name in names)
 
-    def scan(self, *, numbered: bool = True) -> RunIndex:
-        return scan_run(self.path, self._trusted(), numbered=numbered)
+    def scan(self, *, numbered: bool = True, known: Container[str] = frozenset()) -> RunIndex:
+        return scan_run(self.path, self._trusted(), numbered=numbered, known=known)
 
     def _trusted(self) -> ShardRecords | None:
         """The records, while every shard they describe is as this process left it."""

@@ -10,7 +10,7 @@ key is found is `agent.store.keys`'s job.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,19 +36,41 @@ class RunIndex:
     # key -> `metadata.discard_reasons` of a kept entry (a run keeping a filter labels them)
     labels: dict[str, list[str]] = field(default_factory=dict)
     numbered: bool = True  # whether `indices` is kept (the end's scans need no numbers)
+    # result keys the caller knows are done (the merge's): left out of `done`, which then holds
+    # only the others (issue 26: a set of strings a prompt at the end's peak)
+    known: Container[str] = frozenset()
 
 
-def scan_run(directory: Path, records: ShardRecords | None = None, *, numbered: bool = True) -> RunIndex:
+class _Every:
+    """Every key: a scan told so notes no result key, only tombstones and records."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+EVERY_KEY: Container[str] = _Every()
+
+
+def scan_run(
+    directory: Path,
+    records: ShardRecords | None = None,
+    *,
+    numbered: bool = True,
+    known: Container[str] = frozenset(),
+) -> RunIndex:
     """Which prompts already have a result, a discard record or failure records. With
     `records`, a batch file's lines this process appended are taken from them, not read.
-    `numbered=False`: no `indices` (a dict entry a key: ~140 bytes at the end of a run)."""
-    index = RunIndex(numbered=numbered)
+    `numbered=False`: no `indices` (a dict entry a key: ~140 bytes at the end of a run);
+    `known`: result keys not noted in `done` (see `RunIndex.known`)."""
+    index = RunIndex(numbered=numbered, known=known)
     _scan_results(directory, index, records)
     for key in _record_keys(directory / DISCARDED_FILE, index):
         index.discarded.add(key)
     attempts = Counter(_record_keys(directory / FAILURES_FILE, index))
     index.failures = {
-        key: n for key, n in attempts.items() if key not in index.done and key not in index.discarded
+        key: n
+        for key, n in attempts.items()
+        if key not in index.done and key not in index.discarded and key not in known
     }
     return index
 
@@ -77,6 +99,7 @@ def _note_shard(index: RunIndex, shard: Shard) -> None:
     `Line` took a scan 0.19 s at 50,000 entries, 0.06 s without, and the end scans twice."""
     at, names = 0, shard.names
     done, indices, tombstoned, labels = index.done, index.indices, index.tombstoned, index.labels
+    known = index.known
     for _offset, _length, number, _crc, size, tombstone, listed, _tools in ROW.iter_unpack(shard.rows):
         key = shard.keys[at : at + size].decode("utf-8")
         at += size
@@ -86,7 +109,8 @@ def _note_shard(index: RunIndex, shard: Shard) -> None:
         if number >= 0 and index.numbered and key not in indices:
             indices[key] = number
         index.results += 1
-        done.add(key)
+        if key not in known:
+            done.add(key)
         if tombstoned:
             tombstoned.discard(key)
         if names[listed] and key not in labels:
@@ -101,7 +125,8 @@ def _note_line(index: RunIndex, key: str, number: Any, tombstone: bool, reasons:
         index.labels.pop(key, None)
     else:
         index.results += 1
-        index.done.add(key)
+        if key not in index.known:
+            index.done.add(key)
         index.tombstoned.discard(key)
         if key not in index.labels and reasons:
             index.labels[key] = list(reasons)  # the first result line is the one merged
