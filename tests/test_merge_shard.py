@@ -78,6 +78,25 @@ def test_a_file_calling_an_unknown_tool_is_labelled_the_slow_way(tmp_path: Path)
     assert copies == 1 and fast.labelled == 1 and fast.unknown_tools == {"invented": 1}
 
 
+@pytest.mark.parametrize("counted", [True, False])  # the later file copied whole, or line by line
+def test_a_keys_later_line_after_its_first_was_moved_out_is_a_duplicate(
+    tmp_path: Path, counted: bool
+) -> None:
+    """The first line of `a` calls a tool the run does not keep: the prompt goes to the
+    discards (`unkept`), and its later line in another file is a duplicate, never written."""
+    with opened(tmp_path / "run") as store:
+        store.append_result(0, entry_line("a", 0, ("invented",)))
+        store.append_result(1, entry_line("a", 0, ("terminal",)))
+        store.append_result(1, entry_line("b", 10))
+        store.take_appended()
+        merged = store.merge(TOOLS, keep_unknown=False, counted=counted)
+    assert [key for key, _entry in merged.unkept] == ["a"] and merged.kept_keys == {"b"}
+    assert (merged.written, merged.duplicates, merged.not_kept) == (1, 1, 1)
+    assert [e["metadata"]["prompt_key"] for _l, e in read_lines(tmp_path / "run" / "trajectories.jsonl")] == [
+        "b"
+    ]
+
+
 def test_a_file_larger_than_the_whole_read_goes_line_by_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,22 +1,22 @@
 """The merged output of a run: `trajectories.jsonl` rewritten from every batch file.
 
-Each batch file is read in `prompt_index` order (its lines sorted by it, file order among equals;
-a line without one first), so the output lists entries by prompt index — with
---samples_per_prompt, prompt-major: a prompt's samples in sample order — whatever order the
-workers finished in. A key's lines share its index, so their file order is kept.
+Each batch file is read in `prompt_index` order (its lines sorted by it, file order among equals; a
+line without one first), so the output lists entries by prompt index — with --samples_per_prompt,
+prompt-major: a prompt's samples in sample order — whatever order the workers finished in. A key's
+lines share its index, so their file order is kept.
 
 First line per prompt key wins; tombstones are never merged, nor the result lines of a key in
-`exclude` (those a tombstone withdrew: their entry is in discarded.jsonl); a line that is not
-UTF-8, not JSON, not an object or has no key is counted and skipped (the reference aborted its
-whole merge on a non-object line). Kept lines are copied byte for byte as read, but for an entry
-calling a tool the registry does not know: the reference dropped it, which lost a prompt the run
-called done. It is labelled `tool_not_offered` in `metadata.discard_reasons` (the filter that
-discards such an entry) and kept when `keep_unknown` (the run keeps malformed entries), else
-handed back in `unkept` for the caller to move to discarded.jsonl.
+`exclude` (those a tombstone withdrew: their entry is in discarded.jsonl); a line that is not UTF-8,
+not JSON, not an object or has no key is counted and skipped (the reference aborted its whole merge
+on a non-object line). Kept lines are copied byte for byte as read, but for an entry calling a tool
+the registry does not know: the reference dropped it, which lost a prompt the run called done. It is
+labelled `tool_not_offered` in `metadata.discard_reasons` (the filter that discards such an entry)
+and kept when `keep_unknown` (the run keeps malformed entries), else handed back in `unkept` for the
+caller to move to discarded.jsonl.
 
-With token sidecars in the directory (--capture_tokens), the same pass writes the merged
-sidecar, line for line beside the output (`agent.store.token_merge`); without, none (and no
-stale one is left).
+With token sidecars in the directory (--capture_tokens), the same pass writes the merged sidecar,
+line for line beside the output (`agent.store.token_merge`); without, none (and no stale one is
+left).
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ from agent.store.shard_index import Line, Shard, ShardChanged, ShardRecords
 from agent.store.token_merge import TokenMerge, captured, tokens_output
 from agent.store.tool_counts import TOOL_ROWS, cut_name
 
+# not in statistics.json's `merge` section: keys, entries, what as_dict lists its own way
+_HIDDEN = frozenset({"kept_keys", "unkept", "unkept_keys", "unknown_tools", "tokens", "counted_left_out"})
+
 
 @dataclass
 class MergeReport:
@@ -55,6 +58,7 @@ class MergeReport:
     # the keys written: the caller checks every prompt it calls done is among them
     kept_keys: set[str] = field(default_factory=set, repr=False)
     unkept: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)  # (key, entry)
+    unkept_keys: set[str] = field(default_factory=set, repr=False)  # their keys: a later line is a duplicate
     # --capture_tokens: the merged sidecar's counts (`TokenCounts`), None when the run captured none
     tokens: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -67,14 +71,7 @@ class MergeReport:
         """The `merge` section of statistics.json (counts, no keys or entries). The model
         invents unknown tools' names: the TOOL_ROWS most called are listed, the rest summed in
         `unknown_tools_other`, so the file does not grow with the names invented."""
-        hidden = (
-            "kept_keys",
-            "unkept",
-            "unknown_tools",
-            "tokens",
-            "counted_left_out",
-        )  # tokens: a section of its own
-        counts = {k: v for k, v in vars(self).items() if k not in hidden}
+        counts = {k: v for k, v in vars(self).items() if k not in _HIDDEN}
         listed = self.unknown_tools.most_common(TOOL_ROWS)
         rest = self.unknown_tools.total() - sum(n for _, n in listed)
         return {
@@ -85,12 +82,6 @@ class MergeReport:
 
 
 UNKNOWN_TOOL_REASON = "tool_not_offered"  # a tool the registry does not know was offered to no one
-
-
-def unknown_tools(entry: dict[str, Any], valid_tools: Collection[str]) -> list[str]:
-    """Tool names in the entry's `tool_stats` that the registry does not know."""
-    stats = entry.get("tool_stats")
-    return [name for name in stats if name not in valid_tools] if isinstance(stats, dict) else []
 
 
 def merge_run(
@@ -118,18 +109,16 @@ def merge_run(
         sidecar = _sidecar(stack, directory, output)
         usable = ahead is not None and counted and sidecar is None and ahead.holds(files, exclude)
         out, files = _output(stack, directory / output, files, report, ahead, usable)
+        rules = _Rules(valid_tools, exclude, keep_unknown, counted)
         for path in files:
             shard = records.of(path) if records is not None else None
             if copyable(shard, counted, sidecar is not None):
                 assert shard is not None  # copyable
-                copied = copy_shard(path, shard, valid_tools, exclude, report.kept_keys, out)
-                if copied is not None:
+                if (copied := _copy_whole(path, shard, rules, report, out)) is not None:
                     report.add(copied)
                     continue
             lines = _keyed_lines(path, shard, resolver, report, sidecar)
-            _copy_lines(
-                lines, report, out, sidecar, _Rules(valid_tools, exclude, keep_unknown, counted), on_entry
-            )
+            _copy_lines(lines, report, out, sidecar, rules, on_entry)
         report.tokens = None if sidecar is None else dict(vars(sidecar.counts))
     return report
 
@@ -158,6 +147,11 @@ class _Rules(NamedTuple):
     exclude: Collection[str]
     keep_unknown: bool
     counted: bool
+
+
+def _copy_whole(path: Path, shard: Shard, rules: _Rules, report: MergeReport, out: BinaryIO) -> Copied | None:
+    kept, unkept = report.kept_keys, report.unkept_keys
+    return copy_shard(path, shard, rules.valid_tools, rules.exclude, kept, out, unkept)
 
 
 def _copy_lines(
@@ -259,7 +253,7 @@ def _passed_over(report: MergeReport, tombstone: bool, key: str, exclude: Collec
         report.tombstones += 1
     elif key in exclude:
         report.withdrawn += 1
-    elif key in report.kept_keys:
+    elif key in report.kept_keys or key in report.unkept_keys:
         report.duplicates += 1
     else:
         return False
@@ -284,6 +278,9 @@ def _keeps(key: str, entry: dict[str, Any], keep_unknown: bool, report: MergeRep
     if not keep_unknown:
         report.not_kept += 1
         report.unkept.append((key, entry))
+        report.unkept_keys.add(
+            key
+        )  # the key's first line: the prompt is discarded, not its later line written
     return keep_unknown
 
 

@@ -58,10 +58,11 @@ def copy_shard(
     exclude: Collection[str],
     kept: set[str],
     out: BinaryIO,
+    unkept: Collection[str] = (),
 ) -> Copied | None:
-    """Copy `path`'s lines to `out` in index order but tombstones, keys in `exclude` and keys
-    in `kept` (the keys merged so far, which gains this file's); None, with nothing written
-    or kept, when a line calls a tool not in `valid_tools`."""
+    """Copy `path`'s lines to `out` in index order but tombstones, keys in `exclude`, `kept` (the
+    keys merged so far, which gains this file's) or `unkept` (whose first line was moved out);
+    None, with nothing written or kept, when a line calls a tool not in `valid_tools`."""
     rows = list(ROW.iter_unpack(shard.rows))
     if not _tools_known({row[7] for row in rows}, shard.names, valid_tools):
         return None
@@ -82,14 +83,13 @@ def copy_shard(
             tombstones += 1
         elif key in exclude:
             withdrawn += 1
-        elif key in kept:
+        elif key in kept or key in unkept:
             duplicates += 1
         else:
             kept.add(key)
             parts.append(line)
     if parts:
-        out.write(b"\n".join(parts))
-        out.write(b"\n")
+        out.write(b"\n".join(parts) + b"\n")
     return Copied(len(parts), tombstones, withdrawn, duplicates, withdrawn + duplicates)
 
 
