@@ -21,6 +21,7 @@ from agent.report.figures import histogram
 from agent.report.page import embedded_json
 from agent.report.sample import StratifiedSample, shares
 from agent.report.turns import cut, readable
+from agent.store.keys import prompt_key
 from agent.store.timeline import COLUMNS, Timeline
 from bench.report import synthetic_entry, write_synthetic_run
 from tests.support.batch import REPO
@@ -166,6 +167,21 @@ def test_a_digest_fed_unkeyed_holds_no_key_per_entry_and_takes_the_outputs_keys(
     for _ in range(2):  # the second record of c:0 is its prompt's, counted already
         digest.add_discard({"prompt_key": "c:0", "reason": "no_reasoning", "entry": discarded})
     assert digest.discards == {"no_reasoning": 1} and digest.done_keys == {"c:0"}
+
+
+def test_a_report_read_from_the_files_keys_a_legacy_line_as_the_merge_does(tmp_path: Path) -> None:
+    """A line another tool wrote has no prompt_key: the merge keys it by its prompt's text, and
+    so does a report read from trajectories.jsonl, as the run's own report (told the merge's
+    keys) does: a failure of that prompt is done since."""
+    entry = synthetic_entry(0, random.Random(0))
+    del entry["metadata"]["prompt_key"]
+    text = next(t["value"] for t in entry["conversations"] if t["from"] == "human")
+    (tmp_path / "trajectories.jsonl").write_text(json.dumps(entry) + "\n")
+    failure = {"prompt_key": prompt_key(text, 0), "error_class": "server_error", "message": "503"}
+    (tmp_path / "failures.jsonl").write_text(json.dumps(failure) + "\n")
+    report = RunReport(tmp_path)
+    report.write({})
+    assert report.digest.failures == {"server_error": 1} and report.digest.still_failed() == {}
 
 
 def test_a_discard_moved_into_the_output_since_counts_once() -> None:

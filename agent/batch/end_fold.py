@@ -40,7 +40,7 @@ class EndFold:
     def __init__(self, run_dir: Path, tally: RunTally, *, ahead: bool = False) -> None:
         """`ahead`: merge the output ahead as batches complete (`merge_ahead`)."""
         self.run_dir, self.tally = run_dir, tally
-        self.report = RunReport(run_dir, keyed=False)  # the merge gives the keys
+        self.report = RunReport(run_dir)  # the merge gives the output's keys
         self.check = tally.merge_check()
         self._batches: list[int] | None = None  # the planned batches in order, once the run starts
         self._ahead = 0  # the next of them to merge ahead
@@ -95,7 +95,7 @@ class EndFold:
     def _recount(self, store: RunDirectory, valid: set[str], exclude: set[str], keep: bool) -> MergeSummary:
         """The merge as it was before the fold: every line read and counted."""
         self.tally.stats.reset_output()
-        self.report = RunReport(self.run_dir, keyed=False)
+        self.report = RunReport(self.run_dir)
         self.check = self.tally.merge_check()
         store.forget_records()
         return store.merge(valid, self.add_entry, exclude=exclude, keep_unknown=keep)

@@ -40,25 +40,35 @@ def read_statistics(run_dir: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def unmerged_entries(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """The batch files' entries, first line per prompt key (tombstones, the results they
-    withdrew and bad lines skipped)."""
+def unmerged_entries(run_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The batch files' entries and their keys, first line per prompt key (tombstones, the
+    results they withdrew and bad lines skipped)."""
     resolver, seen = KeyResolver(), set(scan_run(run_dir).tombstoned)
     for path in batch_files(run_dir):
         for _, entry in read_lines(path):
             key = resolver.result_key(entry) if entry is not None else None
             if entry is not None and key is not None and key not in seen and not is_tombstone(entry):
                 seen.add(key)
-                yield entry
+                yield key, entry
+
+
+def merged_entries(path: Path) -> Iterator[tuple[str | None, dict[str, Any]]]:
+    """trajectories.jsonl's entries and their keys, as the merge found them (a line without
+    `metadata.prompt_key` keyed by its prompt's text)."""
+    resolver = KeyResolver()
+    for _, entry in read_lines(path):
+        if entry is not None:
+            yield resolver.result_key(entry), entry
 
 
 class RunReport:
     """The report of the run in `run_dir`."""
 
-    def __init__(self, run_dir: Path, sample_size: int = SAMPLE_SIZE, *, keyed: bool = True) -> None:
-        """`keyed=False`: the merge gives the output's keys (`output_keys`) before `write`."""
+    def __init__(self, run_dir: Path, sample_size: int = SAMPLE_SIZE) -> None:
+        """Fed entries (`add_entry`), it is told the output's keys (`output_keys`) before
+        `write`; else it reads both from the files, keyed as the merge keys them."""
         self.run_dir = Path(run_dir)
-        self.digest = RunDigest(sample_size, keyed=keyed)
+        self.digest = RunDigest(sample_size, keyed=False)
         self._fed = False
 
     def output_keys(self, keys: Collection[str]) -> None:
@@ -73,12 +83,15 @@ class RunReport:
     def _read_entries(self, stats: Mapping[str, Any]) -> None:
         merged = self.run_dir / TRAJECTORIES_FILE
         if stats.get("merged") is False or not merged.exists():
-            entries: Iterator[dict[str, Any] | None] = unmerged_entries(self.run_dir)
+            entries: Iterator[tuple[str | None, dict[str, Any]]] = unmerged_entries(self.run_dir)
         else:
-            entries = (entry for _, entry in read_lines(merged))
-        for entry in entries:
-            if entry is not None:
-                self.digest.add_entry(entry)
+            entries = merged_entries(merged)
+        keys = set()
+        for key, entry in entries:
+            self.digest.add_entry(entry)
+            if key is not None:
+                keys.add(key)
+        self.output_keys(keys)
 
     def write(self, stats: Mapping[str, Any] | None = None, output: Path | None = None) -> Path:
         """Write the page (to `output`, by default `report.html` in the run directory)."""
