@@ -18,9 +18,11 @@ from collections.abc import Callable
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
     try:
-        return ctypes.CDLL(None).malloc_trim  # the process's own C library
+        release = ctypes.CDLL(None).malloc_trim  # the process's own C library
     except (OSError, AttributeError):
         return None
+    release.argtypes, release.restype = [ctypes.c_size_t], ctypes.c_int
+    return release
 
 
 def trim() -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from agent.store.durable import TEMP_SUFFIX
 from agent.store.jsonl import json_int
 
 
@@ -131,8 +132,10 @@ class FiguresTable:
     def _spill(self) -> None:
         try:
             if self._file is None:
-                # O_TMPFILE: never named; closed with the table (no handle left to the collector)
-                self._file = tempfile.TemporaryFile(dir=self._spill_dir)  # noqa: SIM115
+                # O_TMPFILE: never named (where it is, a `.*.tmp` name for a moment, which the
+                # next start's repair removes); closed with the table, not by the collector
+                temp = tempfile.TemporaryFile(prefix=".figures.", suffix=TEMP_SUFFIX, dir=self._spill_dir)  # noqa: SIM115
+                self._file = temp
                 weakref.finalize(self, self._file.close)
             self._file.write(self._rows)
             self._file.flush()
