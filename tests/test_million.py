@@ -14,7 +14,7 @@ from agent.batch.completion import Completion, PlannedUnits, Unit
 from agent.batch.dataset import keyed_units
 from agent.batch.dataset_copies import CopyCounter, RowKeys
 from agent.batch.tally import IndexSet, Paced, RunTally
-from agent.store import line_head
+from agent.store import jsonl, line_head
 from agent.store.figures import EntryFigures, FiguresTable
 from agent.store.index import RunIndex, scan_run
 from agent.store.jsonl import raw_lines, read_lines
@@ -94,6 +94,34 @@ def test_checkpoint_lists_done_prompts_from_the_packed_set() -> None:
         tally.plan(index, done=done)
     assert tally.checkpoint("r")["completed_prompts"] == [0, 7, 12]
     assert isinstance(tally.done_indices, IndexSet)
+
+
+@pytest.mark.parametrize("data", [{}, {"run_name": "r ü", "batch_stats": {"0": {"total": 3}}}])
+@pytest.mark.parametrize("values", [[], [0], list(range(7)), [3, 10**12]])
+def test_a_document_with_its_long_list_written_in_chunks_is_the_same_json(
+    data: dict[str, Any], values: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jsonl, "LIST_CHUNK", 3)  # chunk boundaries inside the list
+    text = b"".join(jsonl.document_pieces(data, ("completed_prompts", iter(values))))
+    assert json.loads(text) == {**data, "completed_prompts": values} and text.endswith(b"}\n")
+    assert (
+        b"".join(jsonl.document_pieces(data))
+        == (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
+    )
+    with pytest.raises(ValueError):  # encoded before anything is written
+        jsonl.document_pieces({"x": float("nan")}, ("completed_prompts", iter(values)))
+
+
+def test_checkpoint_json_lists_the_done_prompts_written_a_chunk_at_a_time(tmp_path: Path) -> None:
+    tally = RunTally(batch_size=10)
+    for index in [12, 3, 0, 10**12]:
+        tally.plan(index, done=index != 3)
+    with opened(tmp_path / "run") as store:
+        store.write_json(
+            "checkpoint.json", tally.checkpoint("r", listed=False), ("completed_prompts", tally.done_indices)
+        )
+    written = json.loads((tmp_path / "run" / "checkpoint.json").read_text())
+    assert written == {**tally.checkpoint("r"), "last_updated": written["last_updated"]}
 
 
 def test_the_packed_figures_table_answers_as_the_dict_it_replaced() -> None:

@@ -219,10 +219,10 @@ class BatchRun:
 
     def _checkpoint(self) -> None:
         """Group commit: write_json makes the appended lines durable before describing them."""
-        checkpoint = self.tally.checkpoint(self.config.run_name)
+        checkpoint = self.tally.checkpoint(self.config.run_name, listed=False)
         if self.config.samples_per_prompt > 1:  # completed_prompts then lists attempts' prompt_index
             checkpoint["samples_per_prompt"] = self.config.samples_per_prompt
-        self.store.write_json("checkpoint.json", checkpoint)
+        self.store.write_json("checkpoint.json", checkpoint, ("completed_prompts", self.tally.done_indices))
 
     def _finish(self, scan: DatasetScan, started: float, ended: Tally | None, *, ran: bool) -> Completion:
         """Merge (unless interrupted), split the dataset by what is on disk, and write

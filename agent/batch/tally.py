@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress
@@ -135,8 +135,12 @@ class IndexSet:
         return self._marks.count(1) + len(self._far)
 
     def sorted(self) -> list[int]:
-        dense = compress(range(len(self._marks)), self._marks)
-        return [*dense, *sorted(self._far)] if self._far else list(dense)
+        return list(self)
+
+    def __iter__(self) -> Iterator[int]:
+        """The indices in ascending order."""
+        yield from compress(range(len(self._marks)), self._marks)
+        yield from sorted(self._far)
 
 
 class RunTally:
@@ -200,14 +204,16 @@ class RunTally:
     def merge_check(self) -> MergeCheck:
         return MergeCheck(self.written)
 
-    def checkpoint(self, run_name: str) -> dict[str, Any]:
-        """The `checkpoint.json` document (derived from the logs, for the reference's readers)."""
-        return {
-            "run_name": run_name,
-            "completed_prompts": self.done_indices.sorted(),
-            "batch_stats": {str(k): v for k, v in sorted(self.batches.items())},
-            "last_updated": datetime.now().isoformat(),
-        }
+    def checkpoint(self, run_name: str, *, listed: bool = True) -> dict[str, Any]:
+        """The `checkpoint.json` document (derived from the logs, for the reference's readers);
+        `listed=False`: without `completed_prompts` (`done_indices`, in order), which the
+        caller writes a chunk at a time."""
+        document: dict[str, Any] = {"run_name": run_name}
+        if listed:
+            document["completed_prompts"] = self.done_indices.sorted()
+        document["batch_stats"] = {str(k): v for k, v in sorted(self.batches.items())}
+        document["last_updated"] = datetime.now().isoformat()
+        return document
 
     def _batch(self, prompt_index: int) -> dict[str, int]:
         number = prompt_index // self.batch_size

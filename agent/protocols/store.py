@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Container, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Mapping
 from typing import Any, Protocol
 
 
@@ -69,7 +69,9 @@ class RunStore(Protocol):
 
     def sync(self) -> None: ...  # fsync what was appended (a move's discard records before its tombstones)
 
-    def write_json(self, name: str, data: Any) -> None: ...
+    def write_json(
+        self, name: str, data: Any, long_list: tuple[str, Iterable[int]] | None = None
+    ) -> None: ...
 
     def merge(
         self,

@@ -7,7 +7,8 @@ parses to None and the caller counts it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -80,3 +81,31 @@ def _split_lines(handle: BinaryIO) -> Iterator[bytes]:
 def json_int(value: Any) -> int:
     """An int field of a document read from JSON; anything else (absent, null, bool) counts 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+LIST_CHUNK = 65_536  # ints encoded at a time
+
+
+def document_pieces(
+    data: Mapping[str, Any], long_list: tuple[str, Iterable[int]] | None = None
+) -> Iterator[bytes]:
+    """`data` as an indented JSON document (encoded now: a value JSON cannot hold raises here),
+    in pieces; with `long_list` (a key and its ints), that key's list last, on one line,
+    encoded a chunk at a time: checkpoint.json's completed prompts are a million at a million
+    prompts, which `json.dumps(..., indent=2)` made ~100 MB of small strings of at each
+    checkpoint (issue 26: the parent's peak)."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
+    if long_list is None:
+        return iter([(text + "\n").encode("utf-8")])
+    key, values = long_list
+    head = text[:-1].rstrip() + ("," if data else "")  # the document without its closing brace
+    return _listed(f"{head}\n  {json.dumps(key, ensure_ascii=False)}: [", iter(values))
+
+
+def _listed(head: str, numbers: Iterator[int]) -> Iterator[bytes]:
+    yield head.encode("utf-8")
+    separator = ""
+    while chunk := list(islice(numbers, LIST_CHUNK)):
+        yield (separator + ", ".join(map(str, map(int, chunk)))).encode("ascii")
+        separator = ", "
+    yield b"]\n}\n"
