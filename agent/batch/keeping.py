@@ -22,7 +22,6 @@ import logging
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from agent.batch.recovery import (
@@ -39,7 +38,7 @@ from agent.protocols import RunStore, StoredKeys
 from agent.store.index import EVERY_KEY, discard_reasons
 from agent.store.jsonl import read_lines
 from agent.store.keys import record_key, split_key
-from agent.store.layout import DISCARDED_FILE
+from agent.store.layout import DISCARDED_FILE, file_size
 
 log = logging.getLogger("agent.batch.run")
 
@@ -244,7 +243,7 @@ def _recover_all(
 def keep_at_end(config: RunConfig, store: RunStore) -> tuple[KeepPass, set[str]]:
     """--keep on the whole output before the merge, `best` deciding every prompt (a sample
     that failed never comes); the pass, and the keys the merge leaves out (tombstoned)."""
-    if config.verify.keep == "all" and not _has_records(config.run_dir / DISCARDED_FILE):
+    if config.verify.keep == "all" and not file_size(config.run_dir / DISCARDED_FILE):
         # nothing for --keep to judge: only the tombstones are wanted, not a key a prompt
         return KeepPass(), set(store.scan(numbered=False, known=EVERY_KEY).tombstoned)
     index = store.scan(numbered=False)
@@ -256,10 +255,3 @@ def keep_at_end(config: RunConfig, store: RunStore) -> tuple[KeepPass, set[str]]
             config.samples_per_prompt,
         )
     return kept, set(index.tombstoned)
-
-
-def _has_records(path: Path) -> bool:
-    try:
-        return path.stat().st_size > 0
-    except FileNotFoundError:
-        return False

@@ -32,6 +32,7 @@ from agent.store.layout import (
     LOCK_FILE,
     TRAJECTORIES_FILE,
     batch_file_name,
+    file_size,
     tokens_file_name,
 )
 from agent.store.merge import MergeReport, merge_run
@@ -138,7 +139,7 @@ class RunDirectory:
 
     def has_results(self) -> bool:
         names = [p.name for p in self.path.glob(BATCH_GLOB)] + [DISCARDED_FILE, FAILURES_FILE]
-        return any(_size(self.path / name) > 0 for name in names)
+        return any(file_size(self.path / name) > 0 for name in names)
 
     def scan(self, *, numbered: bool = True, known: Container[str] = frozenset()) -> RunIndex:
         return scan_run(self.path, self._trusted(), numbered=numbered, known=known)
@@ -291,10 +292,3 @@ def _plain(name: str) -> str:
     if not name or name in (".", "..") or "/" in name or "\0" in name:
         raise ValueError(f"not a plain file name: {name!r}")
     return name
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0

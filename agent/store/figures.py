@@ -157,10 +157,10 @@ class FiguresTable:
         carry, done = b"", 0
         for chunk in self._chunks():
             data, pos = carry + chunk, 0
-            while len(data) - pos >= _HEAD.size and len(data) - pos >= _row_size(data, pos):
+            while len(data) - pos >= _HEAD.size and len(data) - pos >= (size := _row_size(data, pos)):
                 key, index, _figures = _parse(data, pos, figures=False)
                 yield done + pos, index, key
-                pos += _row_size(data, pos)
+                pos += size
             done, carry = done + pos, data[pos:]
 
     def _chunks(self) -> Iterator[bytes]:

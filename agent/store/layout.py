@@ -34,3 +34,11 @@ def batch_files(directory: Path) -> list[Path]:
         return (0, int(match.group(1)), "") if match else (1, 0, path.name)
 
     return sorted((p for p in directory.glob(BATCH_GLOB) if p.is_file()), key=order)
+
+
+def file_size(path: Path) -> int:
+    """The file's size; 0 when it does not exist (a log nothing was written to yet)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0

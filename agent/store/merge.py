@@ -278,9 +278,8 @@ def _keeps(key: str, entry: dict[str, Any], keep_unknown: bool, report: MergeRep
     if not keep_unknown:
         report.not_kept += 1
         report.unkept.append((key, entry))
-        report.unkept_keys.add(
-            key
-        )  # the key's first line: the prompt is discarded, not its later line written
+        # the key's first line: the prompt is discarded, and a later line of it is a duplicate
+        report.unkept_keys.add(key)
     return keep_unknown
 
 
