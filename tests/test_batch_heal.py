@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import signal
 import struct
 import threading
@@ -240,14 +241,22 @@ def test_workers_dying_as_they_start_stop_the_run_with_one_line(tmp_path: Path) 
             killer.join()
         elapsed = time.monotonic() - started
     limit = crash_loop_limit(2)
-    assert len(killed) >= limit + 1, killed  # (the last replacement is killed too, as it stops)
+    assert len(killed) >= limit, killed  # the runner stops at limit + 1 deaths (the last may be its own)
     assert elapsed < 90, elapsed  # bounded: no endless replacing
     err = (tmp_path / "runner.err").read_text()
     [line] = [x for x in err.splitlines() if "crash loop" in x and "stopping the run" in x]
-    assert f"{limit + 1} workers died" in line and "exit codes: -9 x" in line
+    died = re.search(r"(\d+) workers died", line)
+    assert died is not None and int(died[1]) >= limit + 1 and "exit codes: -9 x" in line
+    # How far each prompt got depends on how soon the killer saw each worker (on a loaded machine
+    # one may take a job first, twice): never done, each one not started, in flight or failed,
+    # and every failure on record a lost worker's.
     completion = read_json(cli.run_dir("loop") / "statistics.json")["completion"]
-    assert completion["stopped_by"] == "crash_loop" and completion["not_started"] == 4
-    assert read_jsonl(cli.run_dir("loop") / "failures.jsonl") == []
+    assert completion["stopped_by"] == "crash_loop" and completion["in_output"] == 0
+    parts = ("not_started", "interrupted_in_flight", "failed")
+    assert sum(completion[part] for part in parts) == 4, completion
+    failures = read_jsonl(cli.run_dir("loop") / "failures.jsonl")
+    assert {record["error_class"] for record in failures} <= {"worker_lost"}
+    assert len({record["prompt_key"] for record in failures}) >= completion["failed"]
     assert "(workers kept dying: a crash loop)" in err.rstrip().splitlines()[-1]
 
 
