@@ -16,8 +16,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.batch.completion import PlannedUnits, Unit
 from agent.batch.dataset_copies import CopyCounter, RowKeys
+from agent.batch.planned import PlannedKeys, PlannedUnits, Unit
 from agent.batch.tally import IndexSet
 from agent.store.figures import EntryFigures, FiguresTable
 from agent.store.keys import prompt_hash
@@ -94,7 +94,19 @@ def main() -> None:
         ]
 
     measure("  was list[Line]", n, lines)
-    measure("still objects: set[str] of keys", n, lambda: {k[:-1] + "0" for k in keys})
+    plan = units()
+
+    def merged(table: bool) -> PlannedKeys:  # every key noted with its line's index
+        made = PlannedKeys(plan)
+        for i, key in enumerate(keys):
+            made.note(key, i)
+        if table:  # a key asked for without its index: the plan's lookup table is built
+            assert f"{prompt_hash('absent')}:0" not in made
+        return made
+
+    measure("keys merged: PlannedKeys", n, lambda: merged(False))
+    measure("  with the plan's lookup table", n, lambda: merged(True))
+    measure("  was set[str]", n, lambda: {k[:-1] + "0" for k in keys})
     measure(
         "still objects: dict[str, int] key->number",
         n,

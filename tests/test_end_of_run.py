@@ -25,6 +25,7 @@ from agent.report.sample import StratifiedSample
 from agent.servers.simulated.server import SimulatedEndpoint
 from agent.store.directory import RunDirectory
 from agent.store.jsonl import read_lines
+from agent.store.key_book import KeySet
 from agent.store.shard_index import ShardChanged
 from agent.store.statistics import RunStatistics
 from tests.support.batch import BatchCLI, prompts_dataset, read_json
@@ -44,7 +45,7 @@ OUTPUT_SECTIONS = (
 def recounted(run_dir: Path) -> dict[str, Any]:
     """The merged output's sections of statistics.json counted from the files, as the end of a
     run counted them before: every entry of trajectories.jsonl, then the current discards."""
-    stats, merged = RunStatistics(), set()
+    stats, merged = RunStatistics(), KeySet()
     for _line, entry in read_lines(run_dir / "trajectories.jsonl"):
         assert entry is not None
         stats.add_entry(entry)

@@ -10,14 +10,16 @@ from typing import Any
 
 import pytest
 
-from agent.batch.completion import Completion, PlannedUnits, Unit
+from agent.batch.completion import Completion
 from agent.batch.dataset import keyed_units
 from agent.batch.dataset_copies import CopyCounter, RowKeys
+from agent.batch.planned import PlannedKeys, PlannedUnits, Unit
 from agent.batch.tally import IndexSet, Paced, RunTally
 from agent.store import jsonl, line_head
 from agent.store.figures import EntryFigures, FiguresTable
 from agent.store.index import RunIndex, scan_run
 from agent.store.jsonl import raw_lines, read_lines
+from agent.store.key_book import KeySet
 from agent.store.keys import prompt_hash
 from agent.store.line_head import head, index_prefix
 from agent.store.shard_index import line_of
@@ -264,13 +266,20 @@ def test_the_completion_of_the_planned_units_is_the_split_of_the_units_one_by_on
         keys = [unit.key for unit in planned]
         extra = f"{keys[0]}#{samples}"  # a sample beyond --samples_per_prompt, from a larger N
         stored = RunIndex(done={*keys[:6], extra}, discarded={*keys[6:9]})
-        failed, cancelled, merged = {keys[9], keys[1]}, {keys[10]}, set(keys[:5]) | {extra}
+        failed, cancelled, merged = {keys[9], keys[1]}, {keys[10]}, KeySet([*keys[:5], extra])
         state = {"cancelled": cancelled, "merged": merged, "samples_per_prompt": samples}
         fast, slow = (
             Completion.of(planned, stored, failed, **state),
             Completion.of(list(planned), stored, failed, **state),
         )
         assert fast == slow and fast.extra_samples == 1 and fast.lost == [planned_index(planned, keys[5])]
+        # the plan's own book, noted with right, wrong and no indices: the same split, both ways
+        book = PlannedKeys(planned)
+        for n, key in enumerate([*keys[:5], extra]):
+            book.note(key, (planned_index(planned, key) if key != extra else 0, 7, -1)[n % 3])
+        assert sorted(book) == sorted(merged) and len(book) == len(merged)
+        assert Completion.of(planned, stored, failed, **{**state, "merged": book}) == fast
+        assert Completion.of(list(planned), stored, failed, **{**state, "merged": book}) == fast
         assert (fast.valid, fast.prompts, fast.in_output, fast.discarded, fast.failed) == (
             12 * samples,
             12,

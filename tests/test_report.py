@@ -21,6 +21,7 @@ from agent.report.figures import histogram
 from agent.report.page import embedded_json
 from agent.report.sample import StratifiedSample, shares
 from agent.report.turns import cut, readable
+from agent.store.key_book import KeySet
 from agent.store.keys import prompt_key
 from agent.store.timeline import COLUMNS, Timeline
 from bench.report import synthetic_entry, write_synthetic_run
@@ -159,7 +160,7 @@ def test_a_digest_fed_unkeyed_holds_no_key_per_entry_and_takes_the_outputs_keys(
     entry["metadata"]["prompt_key"] = "a:0"
     digest.add_entry(entry)
     assert digest.done_keys == set() and digest.still_failed() == {"server_error": 2}
-    digest.output_keys = {"a:0"}
+    digest.output_keys = KeySet({"a:0"})
     assert digest.still_failed() == {"server_error": 1}
     digest.add_discard({"prompt_key": "a:0", "reason": "no_reasoning", "entry": entry})  # in the output
     discarded = synthetic_entry(1, random.Random(1))

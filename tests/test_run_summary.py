@@ -13,6 +13,7 @@ from rich.console import Console
 from agent.batch.completion import Completion
 from agent.batch.dataset import DatasetRow
 from agent.store.index import RunIndex
+from agent.store.key_book import KeySet
 from agent.store.summary_view import next_steps, render_next_steps
 
 REPORT = Path("data/run/report.html")
@@ -77,9 +78,9 @@ def test_a_done_prompt_missing_from_the_merged_output_is_never_exit_0() -> None:
     did not write into trajectories.jsonl is missing, named, and exits 1."""
     rows = [DatasetRow(i, i + 1, f"p{i}", f"k{i}", 0, None, None, {}) for i in range(3)]
     stored = RunIndex(done={"k0", "k1"}, discarded={"k2"})
-    honest = Completion.of(rows, stored, set(), merged={"k0", "k1"})
+    honest = Completion.of(rows, stored, set(), merged=KeySet({"k0", "k1"}))
     assert (honest.in_output, honest.discarded, honest.exit_code) == (2, 1, 0)
-    dropped = Completion.of(rows, stored, set(), merged={"k0"})
+    dropped = Completion.of(rows, stored, set(), merged=KeySet({"k0"}))
     assert (dropped.in_output, dropped.lost, dropped.exit_code) == (1, [1], 1)
     assert dropped.as_dict()["missing_from_output_indices"] == [1]
     assert dropped.next_step().startswith("Not done: 1 done but missing from trajectories.jsonl of 3")

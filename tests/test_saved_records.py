@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.store.index import EVERY_KEY, RunIndex, scan_run
+from agent.store.index import RunIndex, scan_run
 from agent.store.jsonl import read_lines
+from agent.store.key_book import EVERY_KEY, KeySet
 from agent.store.merge import merge_run
 from agent.store.records_file import NAMES_FILE, records_path
 from agent.store.shard_index import ShardChanged
@@ -326,7 +327,7 @@ def test_the_scan_of_recorded_lines_matches_reading_them_tombstones_labels_and_a
     # the end's scans: the merged keys left out of `done`, or every result key (tombstones alone)
     (run / "failures.jsonl").write_text("".join(json.dumps({"prompt_key": k}) + "\n" for k in "ag"))
     with opened(run) as store:
-        for scanned in (store.scan(known={"a", "e"}), scan_run(run, known={"a", "e"})):
+        for scanned in (store.scan(known=KeySet({"a", "e"})), scan_run(run, known=KeySet({"a", "e"}))):
             assert scanned.done == {"c", "f"} and scanned.tombstoned == {"b", "d"}
             assert scanned.failures == {"g": 1} and scanned.labels == found.labels
         for scanned in (store.scan(numbered=False, known=EVERY_KEY), scan_run(run, known=EVERY_KEY)):

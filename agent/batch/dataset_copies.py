@@ -69,15 +69,18 @@ class CopyCounter:
 class RowKeys:
     """Each valid row's key (`prompt_hash:copy`), in order, packed: a hash's 10 bytes and a
     copy number per row. The scan keeps them so that the run's plan needs no second read of
-    the dataset (at a million rows a pass costs seconds)."""
+    the dataset (at a million rows a pass costs seconds). `row_of` finds a key's row through
+    a table of row numbers built on first use (4 to 8 bytes a row)."""
 
     def __init__(self) -> None:
         self._hashes = bytearray()
         self._copies = array("l")
+        self._rows: array[int] | None = None  # open addressing by hash: row numbers, -1 empty
 
     def append(self, digest: str, copy: int) -> None:
         self._hashes += bytes.fromhex(digest)
         self._copies.append(copy)
+        self._rows = None
 
     def __len__(self) -> int:
         return len(self._copies)
@@ -97,6 +100,40 @@ class RowKeys:
 
     def key(self, row: int) -> str:
         return copy_key(self._hashes[row * _WIDTH : (row + 1) * _WIDTH].hex(), self._copies[row])
+
+    def row_of(self, key: str) -> int:
+        """The row whose key is `key`, or -1 when no row's is."""
+        digest, colon, copy = key.partition(":")
+        if not colon or len(digest) != 2 * _WIDTH or not (copy.isascii() and copy.isdigit()):
+            return -1
+        try:
+            packed = bytes.fromhex(digest)
+        except ValueError:
+            return -1
+        number = int(copy)
+        if copy_key(packed.hex(), number) != key:  # not as `copy_key` writes it: no row's key
+            return -1
+        rows = self._rows if self._rows is not None else self._table()
+        hashes, copies, mask = self._hashes, self._copies, len(rows) - 1
+        slot = int.from_bytes(packed[:8], "little") & mask
+        while (row := rows[slot]) >= 0:
+            if copies[row] == number and hashes[row * _WIDTH : (row + 1) * _WIDTH] == packed:
+                return row
+            slot = (slot + 1) & mask
+        return -1
+
+    def _table(self) -> array[int]:
+        """The rows by hash, at most half full (the copies of a prompt share a start slot)."""
+        hashes, width = self._hashes, _WIDTH
+        size = 1 << max(4, (2 * len(self._copies)).bit_length())
+        rows, mask = array("i", [-1]) * size, size - 1
+        for row in range(len(self._copies)):
+            slot = int.from_bytes(hashes[row * width : row * width + 8], "little") & mask
+            while rows[slot] >= 0:
+                slot = (slot + 1) & mask
+            rows[slot] = row
+        self._rows = rows
+        return rows
 
     def iter_keys(self) -> Iterator[str]:
         """Each key in row order."""

@@ -8,10 +8,10 @@ import random
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
-from agent.batch.completion import PlannedUnits
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units, iter_wanted_rows
 from agent.batch.dataset_memo import forget
 from agent.batch.jobs import Job, sample_sampling
+from agent.batch.planned import PlannedUnits
 from agent.batch.row_verify import job_checks
 from agent.config.run_config import RunConfig
 from agent.errors import DatasetError

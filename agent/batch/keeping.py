@@ -35,8 +35,9 @@ from agent.batch.recovery import (
 )
 from agent.config.run_config import KEPT_BY_MODE, RunConfig
 from agent.protocols import RunStore, StoredKeys
-from agent.store.index import EVERY_KEY, discard_reasons
+from agent.store.index import discard_reasons
 from agent.store.jsonl import read_lines
+from agent.store.key_book import EVERY_KEY
 from agent.store.keys import record_key, split_key
 from agent.store.layout import DISCARDED_FILE, file_size
 

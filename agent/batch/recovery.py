@@ -22,9 +22,10 @@ from typing import Any
 from agent.batch.events import Discarded, Failed, Finished, WorkerEvent, sample_fields
 from agent.config.run_config import KEPT_BY_MODE, RunConfig, kept_by
 from agent.protocols import RunStore, StoredKeys
-from agent.protocols.store import MergeSummary
+from agent.protocols.store import KnownKeys, MergeSummary
 from agent.store.index import discard_reasons
 from agent.store.jsonl import encode_line, read_lines
+from agent.store.key_book import index_hint
 from agent.store.keys import KeyResolver, is_tombstone, record_key
 from agent.store.layout import DISCARDED_FILE, batch_files
 from agent.store.merge import UNKNOWN_TOOL_REASON
@@ -161,13 +162,14 @@ def append_tombstone(
     )
 
 
-def current_discards(run_dir: Path, output: Collection[str]) -> Iterator[dict[str, Any]]:
+def current_discards(run_dir: Path, output: KnownKeys) -> Iterator[dict[str, Any]]:
     """The entries of discarded.jsonl whose prompt is not in the output, one per prompt."""
     seen: set[str] = set()  # not a copy of `output`: at a million prompts, ~40 MB at the end
     for _line, record in read_lines(run_dir / DISCARDED_FILE):
         key = record_key(record)
-        entry = record.get("entry") if record is not None else None
-        if key is not None and key not in output and key not in seen and isinstance(entry, dict):
+        if key is None or record is None or key in seen or not isinstance(entry := record.get("entry"), dict):
+            continue
+        if not output.has(key, index_hint(record.get("prompt_index"))):
             seen.add(key)
             yield entry
 

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from agent.batch.backend import Backend, BackendFactory, Tally, drive
 from agent.batch.capacity import raise_fd_limit
-from agent.batch.completion import Completion, PlannedUnits, note_extra_samples
+from agent.batch.completion import Completion, note_extra_samples
 from agent.batch.dataset import DatasetScan, keyed_units
 from agent.batch.dataset_memo import remember
 from agent.batch.end_fold import EndFold
@@ -27,6 +27,7 @@ from agent.batch.events import Failed, WorkerEvent
 from agent.batch.job_feed import every_unit, jobs, planned_rows
 from agent.batch.keeping import KeepPass, keep_at_end, reapply_filters_and_keep
 from agent.batch.monitor import RunMonitor
+from agent.batch.planned import PlannedKeys, PlannedUnits
 from agent.batch.progress import RunProgress
 from agent.batch.recovery import current_discards, withdraw_unkept, write_answer
 from agent.batch.rescore import rescore_step
@@ -35,7 +36,7 @@ from agent.batch.tally import Paced, RunTally
 from agent.common import heap
 from agent.config.run_config import RunConfig
 from agent.errors import FailureClass
-from agent.protocols import RunStore, StoredKeys
+from agent.protocols import KeyBook, RunStore, StoredKeys
 from agent.report import RunReport, write_report
 from agent.sandboxes import reap_stale
 from agent.store.directory import RunDirectory
@@ -102,12 +103,12 @@ class BatchRun:
             self.store.close()
         return done.exit_code
 
-    def _completion(self, ended: Tally | None, merged: set[str] | None) -> Completion:
+    def _completion(self, ended: Tally | None, merged: KeyBook | None) -> Completion:
         """What the run directory now holds for each valid prompt (a fresh scan, not our
         counts), and with `merged` whether each done prompt is in the merged output."""
         return Completion.of(
             self.units if self.units is not None else every_unit(self.config),
-            self.store.scan(numbered=False, known=merged if merged is not None else frozenset()),
+            self.store.scan(numbered=False, known=merged),
             self.tally.failed_keys,
             cancelled=self.tally.cancelled_keys,
             merged=merged,
@@ -147,6 +148,7 @@ class BatchRun:
         if scan.keys is None:
             raise ValueError("a run plans from a scan made with keys=True (scan_dataset)")
         self.units = units = PlannedUnits(scan.keys, self.config.samples_per_prompt)
+        self.store.note_keys_in(lambda: PlannedKeys(units))  # the merge's keys, a byte a unit
         self.numbering = numbering = Numbering(index.indices, len(units))
         self.wanted = bytearray(len(scan.keys))  # the rows with a unit left to run
         done, discarded, recorded, plan = index.done, index.discarded, index.indices, self.tally.plan
@@ -229,7 +231,7 @@ class BatchRun:
         statistics.json and the report for the whole run."""
         summary = run_summary(self.config, scan, time.monotonic() - started)
         report = RunReport(self.config.run_dir)  # unmerged: read from the batch files
-        merged_keys: set[str] | None = None
+        merged_keys: KeyBook | None = None
         checked: dict[str, Any] = {}
         if ended is None or not ended.interrupted:
             self.kept, self.tombstoned = keep_at_end(self.config, self.store)
@@ -260,7 +262,7 @@ class BatchRun:
         render_next_steps(stats, self.console, trajectories=trajectories, report=write_report(report, stats))
         return done
 
-    def _merge(self, summary: dict[str, Any]) -> tuple[set[str], dict[str, Any], RunReport]:
+    def _merge(self, summary: dict[str, Any]) -> tuple[KeyBook, dict[str, Any], RunReport]:
         """Merge trajectories.jsonl (its `merge` section into `summary`); the keys written, the
         `merge_check` section (this invocation's entries against what it counted) and the
         report of the merged output."""

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from agent.batch.events import Cancelled, Discarded, Failed, Finished, LimiterReport, WorkerEvent
 from agent.loop.conversation import PARTIAL
+from agent.protocols.store import KeyBook
 from agent.store.figures import EntryFigures, FiguresTable
 from agent.store.jsonl import json_int
 from agent.store.statistics import RunStatistics
@@ -61,10 +62,10 @@ class MergeCheck:
             self.keys.append(key)
         return counted
 
-    def report(self, merged: Collection[str], moved: Collection[str]) -> dict[str, Any]:
+    def report(self, merged: KeyBook, moved: Collection[str]) -> dict[str, Any]:
         """The `merge_check` section; a warning line when anything differs. `merged`: the keys
         written; `moved`: those the merge moved to discarded.jsonl (not missing)."""
-        missing = sorted(k for k in self.counted if k not in merged and k not in moved)
+        missing = sorted(k for k, i in self.counted.items() if not merged.has(k, i) and k not in moved)
         section = {
             "entries_counted": len(self.counted),
             "entries_checked": self.checked,

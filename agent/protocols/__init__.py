@@ -31,7 +31,7 @@ from agent.protocols.sandbox import (
     SandboxProcess,
     SandboxSpec,
 )
-from agent.protocols.store import RunStore, StoredKeys
+from agent.protocols.store import KeyBook, RunStore, StoredKeys
 from agent.protocols.tools import (
     JSON,
     WEB_BACKENDS,
@@ -59,6 +59,7 @@ __all__ = [
     "ImageModel",
     "ImageReply",
     "ImageRequest",
+    "KeyBook",
     "McpServer",
     "McpTool",
     "ModelReply",

@@ -2,8 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Container, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Protocol
+
+
+class KnownKeys(Protocol):
+    """Keys asked for with the `prompt_index` of the line or record they came from: a hint to
+    a book that numbers its keys by the run's plan (`agent.batch.planned_keys`), where a wrong
+    or missing one (-1) costs time, never a wrong answer."""
+
+    def has(self, key: str, index: int) -> bool: ...
+
+
+class KeyBook(KnownKeys, Protocol):
+    """Keys noted as `KnownKeys` are asked for. The merge notes the keys it writes in one; the
+    end of a run asks it which prompts are in the output."""
+
+    def note(self, key: str, index: int) -> None: ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+    def __iter__(self) -> Iterator[str]: ...
+
+    def __len__(self) -> int: ...
 
 
 class StoredKeys(Protocol):
@@ -32,7 +53,7 @@ class MergeSummary(Protocol):
     """What a merge reports: its counts (`as_dict`, JSON) and the keys it wrote."""
 
     @property
-    def kept_keys(self) -> set[str]: ...
+    def kept_keys(self) -> KeyBook: ...
 
     @property
     def unkept(self) -> list[tuple[str, dict[str, Any]]]: ...  # (key, entry) to move to discards
@@ -57,7 +78,7 @@ class RunStore(Protocol):
     def repair(self) -> list[str]: ...  # notes on what was repaired, for the log
 
     # numbered: each key's prompt_index too; known: result keys left out of `done`
-    def scan(self, *, numbered: bool = True, known: Container[str] = frozenset()) -> StoredKeys: ...
+    def scan(self, *, numbered: bool = True, known: KnownKeys | None = None) -> StoredKeys: ...
 
     def append_result(self, batch_num: int, entry: Mapping[str, Any] | bytes) -> None: ...
 
@@ -83,3 +104,5 @@ class RunStore(Protocol):
     ) -> MergeSummary: ...  # `exclude`: keys not merged (withdrawn); `keep_unknown`: see merge_run
 
     def read_json(self, name: str) -> Any | None: ...  # None when missing or corrupt
+
+    def note_keys_in(self, new_book: Callable[[], KeyBook]) -> None: ...  # each merge's own book

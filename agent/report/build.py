@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from agent.common.redaction import active
+from agent.protocols.store import KnownKeys
 from agent.report.digest import RunDigest
 from agent.report.page import render
 from agent.report.sample import SAMPLE_SIZE
 from agent.store.durable import atomic_write
 from agent.store.index import last_records, scan_run
 from agent.store.jsonl import read_lines
+from agent.store.key_book import KeySet
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import DISCARDED_FILE, FAILURES_FILE, TRAJECTORIES_FILE, batch_files
 
@@ -71,7 +73,7 @@ class RunReport:
         self.digest = RunDigest(sample_size, keyed=False)
         self._fed = False
 
-    def output_keys(self, keys: Collection[str]) -> None:
+    def output_keys(self, keys: KnownKeys) -> None:
         """The keys of the output's entries (the merge's), for a report fed `keyed=False`."""
         self.digest.output_keys = keys
 
@@ -86,7 +88,7 @@ class RunReport:
             entries: Iterator[tuple[str | None, dict[str, Any]]] = unmerged_entries(self.run_dir)
         else:
             entries = merged_entries(merged)
-        keys = set()
+        keys = KeySet()
         for key, entry in entries:
             self.digest.add_entry(entry)
             if key is not None:

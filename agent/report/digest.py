@@ -8,13 +8,15 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from agent.protocols.store import KnownKeys
 from agent.report.sample import SAMPLE_SIZE, StratifiedSample
 from agent.report.turns import cut, name, readable
 from agent.store.jsonl import json_int
+from agent.store.key_book import KeySet, index_hint
 from agent.store.statistics import has_reasoning
 from agent.store.tool_counts import not_called
 from agent.store.verification_stats import verdict
@@ -59,9 +61,9 @@ class RunDigest:
         self.discards: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
         self.failure_examples: dict[str, list[dict[str, Any]]] = {}
-        self.failed_keys: dict[str, str] = {}  # prompt key -> class of its latest failure
+        self.failed_keys: dict[str, tuple[str, int]] = {}  # prompt key -> latest failure's class, index
         self.done_keys: set[str] = set()  # keys of the entries added (when keyed) and discarded
-        self.output_keys: Collection[str] = frozenset()  # the output's, when not keyed
+        self.output_keys: KnownKeys = KeySet()  # the output's, when not keyed
         self._keyed = keyed
         self.tools: dict[str, Counter[str]] = {}  # calls, success, failure, entries
         self.toolsets: Counter[str] = Counter()  # entries offered each toolset
@@ -127,7 +129,7 @@ class RunDigest:
     def add_discard(self, record: Mapping[str, Any]) -> None:
         """A record of discarded.jsonl; read after the entries, so one whose prompt has joined
         the output since (its filter turned off, `agent.batch.recovery`) is not counted again."""
-        if self._done(record.get("prompt_key")):
+        if self._done(record.get("prompt_key"), index_hint(record.get("prompt_index"))):
             return
         reason = name(record.get("reason") or "unknown")
         self.discards[reason] += 1
@@ -140,7 +142,7 @@ class RunDigest:
         self.failures[error_class] += 1
         key = record.get("prompt_key")
         if isinstance(key, str):
-            self.failed_keys[key] = error_class
+            self.failed_keys[key] = error_class, index_hint(record.get("prompt_index"))
         examples = self.failure_examples.setdefault(error_class, [])
         if len(examples) < EXAMPLES:
             examples.append(
@@ -153,10 +155,10 @@ class RunDigest:
 
     def still_failed(self) -> Counter[str]:
         """Prompts whose latest record is a failure and that are not done since, per class."""
-        return Counter(c for key, c in self.failed_keys.items() if not self._done(key))
+        return Counter(c for key, (c, index) in self.failed_keys.items() if not self._done(key, index))
 
-    def _done(self, key: object) -> bool:
-        return isinstance(key, str) and (key in self.done_keys or key in self.output_keys)
+    def _done(self, key: object, index: int) -> bool:
+        return isinstance(key, str) and (key in self.done_keys or self.output_keys.has(key, index))
 
     def _system_id(self, text: str) -> int:
         return self.systems.setdefault(text, len(self.systems))

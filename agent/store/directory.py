@@ -14,17 +14,19 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import Callable, Collection, Container, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from agent.common.redaction import Redactor, active
 from agent.errors import RunLockedError
+from agent.protocols.store import KeyBook, KnownKeys
 from agent.store.appender import MAX_OPEN_FILES, Appender
 from agent.store.durable import TEMP_SUFFIX, atomic_write, repair_last_line
 from agent.store.index import RunIndex, scan_run
 from agent.store.jsonl import checked_line, document_pieces, encode_line, parse_object
+from agent.store.key_book import KeySet
 from agent.store.layout import (
     BATCH_GLOB,
     DISCARDED_FILE,
@@ -39,6 +41,7 @@ from agent.store.merge import MergeReport, merge_run
 from agent.store.merge_ahead import MergeAhead
 from agent.store.records_file import load_records, remove_all, save_all
 from agent.store.shard_index import Line, ShardChanged, ShardRecords
+from agent.store.token_merge import withheld_line
 
 # encode_line, RunIndex and MergeReport are re-exported: callers import them from here.
 __all__ = ["MergeReport", "RunDirectory", "RunIndex", "encode_line"]
@@ -63,6 +66,7 @@ class RunDirectory:
         self._appended: list[tuple[dict[str, Any], Line]] = []  # since the last `take_appended`
         self._records_removed = False  # the saved records, once they can no longer be trusted
         self._ahead: MergeAhead | None = None  # trajectories.jsonl's first files, copied ahead
+        self._new_book: Callable[[], KeyBook] = KeySet  # where each merge notes the keys it writes
 
     # ------------------------------------------------------------ lifecycle
 
@@ -141,8 +145,12 @@ class RunDirectory:
         names = [p.name for p in self.path.glob(BATCH_GLOB)] + [DISCARDED_FILE, FAILURES_FILE]
         return any(file_size(self.path / name) > 0 for name in names)
 
-    def scan(self, *, numbered: bool = True, known: Container[str] = frozenset()) -> RunIndex:
+    def scan(self, *, numbered: bool = True, known: KnownKeys | None = None) -> RunIndex:
         return scan_run(self.path, self._trusted(), numbered=numbered, known=known)
+
+    def note_keys_in(self, new_book: Callable[[], KeyBook]) -> None:
+        """Each merge notes the keys it writes in a new book of `new_book`'s (`agent.batch.planned`)."""
+        self._new_book = new_book
 
     def _trusted(self) -> ShardRecords | None:
         """The records, while every shard they describe is as this process left it."""
@@ -248,8 +256,9 @@ class RunDirectory:
             ahead = None
         if counted and records is None:
             raise ShardChanged("a batch file changed since this run appended to it")
+        plain, book = _plain(output), self._new_book
         return merge_run(
-            self.path, valid_tools, on_entry, _plain(output), exclude, keep_unknown, records, counted, ahead
+            self.path, valid_tools, on_entry, plain, exclude, keep_unknown, records, counted, ahead, book
         )
 
     def merge_ahead(self, batch_num: int, valid_tools: Collection[str]) -> bool:
@@ -262,7 +271,7 @@ class RunDirectory:
         if not path.exists():
             return True
         if self._ahead is None:
-            self._ahead = MergeAhead(self.path, TRAJECTORIES_FILE)
+            self._ahead = MergeAhead(self.path, TRAJECTORIES_FILE, self._new_book())
         return self._ahead.add(path, self.records.of(path), valid_tools)
 
     def _save_records(self) -> None:
@@ -277,14 +286,6 @@ class RunDirectory:
         data = checked_line(record) if isinstance(record, bytes) else encode_line(record)
         data = self._redactor.redact_bytes(data)
         return self._logs.append(path, data), data
-
-
-def withheld_line(line: bytes) -> bytes:
-    """A sidecar line without its ids (`"withheld": true`, no turns): its entry held a secret."""
-    record = json.loads(line)
-    kept = {k: record.get(k) for k in ("tokens_id", "prompt_key", "prompt_index")}
-    withheld = {**kept, "turns": [], "drift": None, "withheld": True}
-    return json.dumps(withheld, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
 
 def _plain(name: str) -> str:

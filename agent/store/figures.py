@@ -121,10 +121,14 @@ class FiguresTable:
 
     def __iter__(self) -> Iterator[str]:
         """The keys, in the order their rows were written (one pass over the file)."""
+        return (key for key, _index in self.items())
+
+    def items(self) -> Iterator[tuple[str, int]]:
+        """Each (key, index), in the order their rows were written (one pass over the file)."""
         for at, index, key in self._walk():
             current = self._at[index] if index < len(self._at) else -1
             if (current if current >= 0 else self._far.get(index, -1)) == at:
-                yield key
+                yield key, index
 
     def __len__(self) -> int:
         return self._count

@@ -10,12 +10,14 @@ key is found is `agent.store.keys`'s job.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.protocols.store import KnownKeys
 from agent.store.jsonl import read_lines
+from agent.store.key_book import KeySet, index_hint
 from agent.store.keys import KeyResolver, is_tombstone, record_key
 from agent.store.layout import DISCARDED_FILE, FAILURES_FILE, batch_files
 from agent.store.line_head import read_heads
@@ -38,17 +40,7 @@ class RunIndex:
     numbered: bool = True  # whether `indices` is kept (the end's scans need no numbers)
     # result keys the caller knows are done (the merge's): left out of `done`, which then holds
     # only the others (issue 26: a set of strings a prompt at the end's peak)
-    known: Container[str] = frozenset()
-
-
-class _Every:
-    """Every key: a scan told so notes no result key, only tombstones and records."""
-
-    def __contains__(self, key: object) -> bool:
-        return True
-
-
-EVERY_KEY: Container[str] = _Every()
+    known: KnownKeys = field(default_factory=KeySet)
 
 
 def scan_run(
@@ -56,21 +48,25 @@ def scan_run(
     records: ShardRecords | None = None,
     *,
     numbered: bool = True,
-    known: Container[str] = frozenset(),
+    known: KnownKeys | None = None,
 ) -> RunIndex:
     """Which prompts already have a result, a discard record or failure records. With
     `records`, a batch file's lines this process appended are taken from them, not read.
     `numbered=False`: no `indices` (a dict entry a key: ~140 bytes at the end of a run);
     `known`: result keys not noted in `done` (see `RunIndex.known`)."""
-    index = RunIndex(numbered=numbered, known=known)
+    index = RunIndex(numbered=numbered, known=KeySet() if known is None else known)
     _scan_results(directory, index, records)
-    for key in _record_keys(directory / DISCARDED_FILE, index):
+    for key, _number in _record_keys(directory / DISCARDED_FILE, index):
         index.discarded.add(key)
-    attempts = Counter(_record_keys(directory / FAILURES_FILE, index))
+    attempts: Counter[str] = Counter()
+    hints: dict[str, int] = {}
+    for key, number in _record_keys(directory / FAILURES_FILE, index):
+        attempts[key] += 1
+        hints.setdefault(key, number)
     index.failures = {
         key: n
         for key, n in attempts.items()
-        if key not in index.done and key not in index.discarded and key not in known
+        if key not in index.done and key not in index.discarded and not index.known.has(key, hints[key])
     }
     return index
 
@@ -109,7 +105,7 @@ def _note_shard(index: RunIndex, shard: Shard) -> None:
         if number >= 0 and index.numbered and key not in indices:
             indices[key] = number
         index.results += 1
-        if key not in known:
+        if not known.has(key, number):
             done.add(key)
         if tombstoned:
             tombstoned.discard(key)
@@ -125,7 +121,7 @@ def _note_line(index: RunIndex, key: str, number: Any, tombstone: bool, reasons:
         index.labels.pop(key, None)
     else:
         index.results += 1
-        if key not in index.known:
+        if not index.known.has(key, index_hint(number)):
             index.done.add(key)
         index.tombstoned.discard(key)
         if key not in index.labels and reasons:
@@ -152,16 +148,16 @@ def last_records(path: Path) -> Iterator[dict[str, Any]]:
             yield record
 
 
-def _record_keys(path: Path, index: RunIndex) -> Iterator[str]:
-    """The keys of a discard or failure log, streamed in file order; a line without one is
-    counted in `index.invalid_lines`."""
+def _record_keys(path: Path, index: RunIndex) -> Iterator[tuple[str, int]]:
+    """The keys of a discard or failure log, with their `prompt_index` (-1 when none),
+    streamed in file order; a line without a key is counted in `index.invalid_lines`."""
     for _line, record in read_lines(path):
         key = record_key(record)
         if record is None or key is None:
             index.invalid_lines += 1
         else:
             _note_index(index, key, record)
-            yield key
+            yield key, index_hint(record.get("prompt_index"))
 
 
 def _note_index(index: RunIndex, key: str, line: dict[str, Any]) -> None:

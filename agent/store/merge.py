@@ -28,14 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
-from agent.store.durable import atomic_write, fsync_directory
+from agent.protocols.store import KeyBook
+from agent.store.durable import atomic_write
 from agent.store.jsonl import encode_line, parse_object
+from agent.store.key_book import KeySet, index_hint
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import TRAJECTORIES_FILE, batch_files
 from agent.store.merge_ahead import MergeAhead
 from agent.store.merge_shard import Copied, copy_shard, copyable, in_index_order
 from agent.store.shard_index import Line, Shard, ShardChanged, ShardRecords
-from agent.store.token_merge import TokenMerge, captured, tokens_output
+from agent.store.token_merge import TokenMerge, open_sidecar
 from agent.store.tool_counts import TOOL_ROWS, cut_name
 
 # not in statistics.json's `merge` section: keys, entries, what as_dict lists its own way
@@ -56,7 +58,7 @@ class MergeReport:
     counted_left_out: int = 0  # lines the caller counted as it wrote them that were not merged
     ahead_files: int = 0  # files copied during the run (`agent.store.merge_ahead`), not at the end
     # the keys written: the caller checks every prompt it calls done is among them
-    kept_keys: set[str] = field(default_factory=set, repr=False)
+    kept_keys: KeyBook = field(default_factory=KeySet, repr=False)
     unkept: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)  # (key, entry)
     unkept_keys: set[str] = field(default_factory=set, repr=False)  # their keys: a later line is a duplicate
     # --capture_tokens: the merged sidecar's counts (`TokenCounts`), None when the run captured none
@@ -94,6 +96,7 @@ def merge_run(
     records: ShardRecords | None = None,
     counted: bool = False,
     ahead: MergeAhead | None = None,
+    new_book: Callable[[], KeyBook] = KeySet,
 ) -> MergeReport:
     """Rewrite `output` atomically from every batch file: first line per prompt key, keys in
     `exclude` left out. Each kept line is copied as read (an entry calling unknown tools gains
@@ -102,11 +105,12 @@ def merge_run(
     `counted`, the caller has counted them already: `on_entry` gets only the other lines, and a
     recorded line left out is counted in `counted_left_out` (the caller's count is then wrong).
     `ahead`: the first files copied during the run, continued from when it still holds
-    (`agent.store.merge_ahead`), else dropped."""
+    (`agent.store.merge_ahead`), else dropped. The keys written are noted in a book `new_book`
+    makes (`MergeReport.kept_keys`), or the ahead's when continued from it."""
     files = batch_files(directory)
-    report, resolver = MergeReport(files=len(files)), KeyResolver()
+    report, resolver = MergeReport(files=len(files), kept_keys=new_book()), KeyResolver()
     with ExitStack() as stack:
-        sidecar = _sidecar(stack, directory, output)
+        sidecar = open_sidecar(stack, directory, output)
         usable = ahead is not None and counted and sidecar is None and ahead.holds(files, exclude)
         out, files = _output(stack, directory / output, files, report, ahead, usable)
         rules = _Rules(valid_tools, exclude, keep_unknown, counted)
@@ -229,7 +233,8 @@ def _merge_line(
         if recorded is not None
         else is_tombstone(_parsed(line) if entry is None else entry)
     )
-    if _passed_over(report, tombstone, key, exclude):
+    index = recorded.number if recorded is not None else index_hint((entry or {}).get("prompt_index"))
+    if _passed_over(report, tombstone, key, index, exclude):
         return None
     tools = recorded.tools if recorded is not None else list(_tool_names(entry))
     if bad := [name for name in tools if name not in valid_tools]:
@@ -237,7 +242,7 @@ def _merge_line(
         line, entry = _labelled(line, _parsed(line) if entry is None else entry, report)
         if not _keeps(key, entry, keep_unknown, report):
             return None
-    report.kept_keys.add(key)
+    report.kept_keys.note(key, index)
     report.written += 1
     return line, entry
 
@@ -247,30 +252,19 @@ def _tool_names(entry: dict[str, Any] | None) -> list[Any]:
     return list(stats) if isinstance(stats, dict) else []
 
 
-def _passed_over(report: MergeReport, tombstone: bool, key: str, exclude: Collection[str]) -> bool:
+def _passed_over(
+    report: MergeReport, tombstone: bool, key: str, index: int, exclude: Collection[str]
+) -> bool:
     """Whether a line is not merged: a tombstone, a withdrawn key's or a key's second line."""
     if tombstone:
         report.tombstones += 1
     elif key in exclude:
         report.withdrawn += 1
-    elif key in report.kept_keys or key in report.unkept_keys:
+    elif report.kept_keys.has(key, index) or key in report.unkept_keys:
         report.duplicates += 1
     else:
         return False
     return True
-
-
-def _sidecar(stack: ExitStack, directory: Path, output: str) -> TokenMerge | None:
-    """The merged sidecar's writer when the run has sidecars; else None, a stale one removed."""
-    target = directory / tokens_output(output)
-    if not captured(directory):
-        if target.exists():
-            target.unlink()
-            fsync_directory(directory)
-        return None
-    sidecar = TokenMerge(stack.enter_context(atomic_write(target)))
-    stack.callback(sidecar.close)
-    return sidecar
 
 
 def _keeps(key: str, entry: dict[str, Any], keep_unknown: bool, report: MergeReport) -> bool:

@@ -25,7 +25,9 @@ from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+from agent.protocols.store import KeyBook
 from agent.store.durable import TEMP_SUFFIX, replacing
+from agent.store.key_book import KeySet
 from agent.store.merge_shard import Copied, copy_shard, copyable
 from agent.store.shard_index import Shard, ShardChanged
 
@@ -47,10 +49,10 @@ def _stamp(status: os.stat_result) -> tuple[int, int, int]:
 class MergeAhead:
     """The batch files copied so far, in the merge's order, into one temp file."""
 
-    def __init__(self, directory: Path, output: str) -> None:
+    def __init__(self, directory: Path, output: str, kept: KeyBook | None = None) -> None:
         self.temp = directory / f".{output}.ahead.{os.getpid()}{TEMP_SUFFIX}"
         self.copies: list[Copy] = []
-        self.kept: set[str] = set()  # the keys written so far
+        self.kept: KeyBook = KeySet() if kept is None else kept  # the keys written so far
         self.counts = Copied(0, 0, 0, 0, 0)
         self._handle: BinaryIO | None = None
         self.stopped = False  # a file could not be copied: nothing after it can be
@@ -97,7 +99,7 @@ class MergeAhead:
                 return False
             if (path.name, status.st_size, _stamp(status)) != copy:
                 return False
-        return self.kept.isdisjoint(exclude)
+        return not any(key in self.kept for key in exclude)
 
     def continued(self, target: Path) -> AbstractContextManager[BinaryIO]:
         """The temp file to append the rest to; on leaving, fsynced and renamed over `target`
@@ -110,7 +112,7 @@ class MergeAhead:
         """Remove the temp file (the end's merge writes everything). Never raises: it runs
         after a failed write (the disk full) and as the run directory closes."""
         handle, self._handle = self._handle, None
-        self.copies, self.kept, self.stopped = [], set(), True
+        self.copies, self.kept, self.stopped = [], KeySet(), True
         try:
             if handle is not None:
                 with suppress(OSError):  # what is still buffered cannot be written: closed anyway

@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
+from agent.protocols.store import KeyBook
 from agent.store.jsonl import parse_object
 from agent.store.line_head import index_prefix
 from agent.store.shard_index import ROW, Line, Shard, ShardChanged
@@ -56,7 +57,7 @@ def copy_shard(
     shard: Shard,
     valid_tools: Collection[str],
     exclude: Collection[str],
-    kept: set[str],
+    kept: KeyBook,
     out: BinaryIO,
     unkept: Collection[str] = (),
 ) -> Copied | None:
@@ -74,7 +75,7 @@ def copy_shard(
     parts: list[memoryview] = []
     tombstones = withdrawn = duplicates = 0
     for i in sorted(range(len(rows)), key=lambda i: rows[i][2]):  # stable: append order among equals
-        offset, length, _number, crc, _size, tombstone, _labels, _tools = rows[i]
+        offset, length, number, crc, _size, tombstone, _labels, _tools = rows[i]
         line = data[offset : offset + length]
         if zlib.crc32(line) != crc:
             raise ShardChanged(f"{path.name}: a recorded line changed before the merge")
@@ -83,10 +84,10 @@ def copy_shard(
             tombstones += 1
         elif key in exclude:
             withdrawn += 1
-        elif key in kept or key in unkept:
+        elif kept.has(key, number) or key in unkept:
             duplicates += 1
         else:
-            kept.add(key)
+            kept.note(key, number)
             parts.append(line)
     if parts:
         out.write(b"\n".join(parts) + b"\n")

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from agent.store.durable import atomic_write, fsync_directory
 from agent.store.jsonl import parse_object
 from agent.store.layout import TOKENS_FILE, TOKENS_GLOB, TRAJECTORIES_FILE
 
@@ -182,3 +184,24 @@ def _empty(key: str, entry: dict[str, Any], tokens_id: str | None) -> bytes:
 
 def _length(value: Any) -> int:
     return len(value) if isinstance(value, list) else 0
+
+
+def open_sidecar(stack: ExitStack, directory: Path, output: str) -> TokenMerge | None:
+    """The merged sidecar's writer when the run has sidecars; else None, a stale one removed."""
+    target = directory / tokens_output(output)
+    if not captured(directory):
+        if target.exists():
+            target.unlink()
+            fsync_directory(directory)
+        return None
+    sidecar = TokenMerge(stack.enter_context(atomic_write(target)))
+    stack.callback(sidecar.close)
+    return sidecar
+
+
+def withheld_line(line: bytes) -> bytes:
+    """A sidecar line without its ids (`"withheld": true`, no turns): its entry held a secret."""
+    record = json.loads(line)
+    kept = {k: record.get(k) for k in ("tokens_id", "prompt_key", "prompt_index")}
+    withheld = {**kept, "turns": [], "drift": None, "withheld": True}
+    return json.dumps(withheld, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
