@@ -13,7 +13,7 @@ import pytest
 from agent.batch.dataset_copies import RowKeys
 from agent.batch.planned import PlannedKeys, PlannedUnits
 from agent.store.key_book import KeySet
-from agent.store.keys import prompt_hash, sample_key
+from agent.store.keys import prompt_hash, sample_key, split_key
 from agent.store.merge import merge_run
 from tests.support.run_dirs import opened
 from tests.test_end_of_run import entry_line
@@ -65,6 +65,17 @@ def test_a_plans_book_answers_as_a_set_of_its_keys_whatever_the_index(samples: i
     assert sorted(book) == sorted(reference) and len(book) == len(reference)
     assert all(book.at(i) == (units.key(i) in reference) for i in range(len(units)))
     assert book.unplanned == {key for key in reference if units.index_of(key) < 0}
+
+
+def test_a_key_ending_in_a_mark_and_other_digits_is_a_prompt_id_not_a_sample() -> None:
+    """`#²` is digits to str.isdigit, not to int(): such a key (a hand-edited record) is
+    sample 0 of itself, and a plan's book answers for it instead of raising."""
+    units = plan(["a"], 2)
+    assert split_key("x#²") == ("x#²", 0) and split_key("x#2") == ("x", 2)
+    book = PlannedKeys(units)
+    assert not book.has("x#²", -1) and "x#٣" not in book
+    book.note("x#²", 0)
+    assert book.has("x#²", 1) and book.unplanned == {"x#²"}
 
 
 def test_keys_noted_with_their_own_index_never_build_the_plans_table() -> None:

@@ -86,6 +86,6 @@ def sample_key(prompt_id: str, sample_index: int) -> str:
 def split_key(key: str) -> tuple[str, int]:
     """(prompt id, sample index) of a key `sample_key` made (a prompt key is sample 0)."""
     prompt_id, mark, index = key.rpartition(SAMPLE_MARK)
-    if mark and index.isdigit() and index == str(int(index)) and int(index) > 0:
+    if mark and index.isascii() and index.isdigit() and index == str(int(index)) and int(index) > 0:
         return prompt_id, int(index)
     return key, 0
