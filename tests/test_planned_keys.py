@@ -59,7 +59,7 @@ def test_a_plans_book_answers_as_a_set_of_its_keys_whatever_the_index(samples: i
         right = units.index_of(key)
         hint = chooser.choice([right, -1, chooser.randrange(len(units)), len(units) + 5])
         if chooser.random() < 0.5:
-            book.note(key, hint)
+            assert book.note(key, hint) == (key not in reference)  # whether it was new
             reference.add(key)
         assert book.has(key, hint) == (key in reference) == (key in book)
     assert sorted(book) == sorted(reference) and len(book) == len(reference)

@@ -72,13 +72,17 @@ class PlannedKeys:
         self._count = 0
         self.unplanned: set[str] = set()
 
-    def note(self, key: str, index: int) -> None:
+    def note(self, key: str, index: int) -> bool:
         at = self._place(key, index)
         if at < 0:
+            size = len(self.unplanned)
             self.unplanned.add(key)
-        elif not self._written[at]:
-            self._written[at] = 1
-            self._count += 1
+            return len(self.unplanned) > size
+        if self._written[at]:
+            return False
+        self._written[at] = 1
+        self._count += 1
+        return True
 
     def has(self, key: str, index: int) -> bool:
         at = self._place(key, index)

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 class KnownKeys(Protocol):
     """Keys asked for with the `prompt_index` of the line or record they came from: a hint to
-    a book that numbers its keys by the run's plan (`agent.batch.planned_keys`), where a wrong
+    a book that numbers its keys by the run's plan (`agent.batch.planned`), where a wrong
     or missing one (-1) costs time, never a wrong answer."""
 
     def has(self, key: str, index: int) -> bool: ...
@@ -18,7 +18,7 @@ class KeyBook(KnownKeys, Protocol):
     """Keys noted as `KnownKeys` are asked for. The merge notes the keys it writes in one; the
     end of a run asks it which prompts are in the output."""
 
-    def note(self, key: str, index: int) -> None: ...
+    def note(self, key: str, index: int) -> bool: ...  # whether `key` was new
 
     def __contains__(self, key: object) -> bool: ...
 

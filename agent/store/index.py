@@ -165,5 +165,5 @@ def _note_index(index: RunIndex, key: str, line: dict[str, Any]) -> None:
 
 
 def _note_number(index: RunIndex, key: str, number: Any) -> None:
-    if isinstance(number, int) and not isinstance(number, bool) and number >= 0 and index.numbered:
-        index.indices.setdefault(key, number)
+    if index.numbered and (hint := index_hint(number)) >= 0:
+        index.indices.setdefault(key, hint)

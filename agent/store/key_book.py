@@ -1,6 +1,6 @@
 """The plain `KeyBook`: a set of keys, the index hints ignored. The store's default, where no
 plan numbers the keys (a merge on its own, a report read from the files); a batch run hands
-the store its plan's book (`agent.batch.planned_keys`)."""
+the store its plan's book (`agent.batch.planned`)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ class KeySet(set[str]):
     def __init__(self, keys: Iterable[str] = ()) -> None:
         super().__init__(keys)
 
-    def note(self, key: str, index: int) -> None:
+    def note(self, key: str, index: int) -> bool:
+        size = len(self)
         self.add(key)
+        return len(self) > size
 
     def has(self, key: str, index: int) -> bool:
         return key in self

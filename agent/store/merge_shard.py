@@ -84,10 +84,9 @@ def copy_shard(
             tombstones += 1
         elif key in exclude:
             withdrawn += 1
-        elif kept.has(key, number) or key in unkept:
+        elif key in unkept or not kept.note(key, number):  # noted unless there already
             duplicates += 1
         else:
-            kept.note(key, number)
             parts.append(line)
     if parts:
         out.write(b"\n".join(parts) + b"\n")
