@@ -64,8 +64,8 @@ def kill_and_resume(
         "resume_s": round(begun - started, 2) if begun is not None else None,
         "resume_model_calls": stats["requests_total"],
         "resume_wall_s": round(ended - started, 2),
-        # from the endpoint's last reply to the resume's exit: its end, which counts the earlier
-        # invocations' lines (nothing of theirs is merged ahead)
+        # from the endpoint's last reply to the resume's exit: its end (the earlier invocations'
+        # lines are counted with the resume's answers, `agent.store.earlier_lines`)
         "resume_tail_s": round(ended - last, 3) if (last := stats["last_reply_at"]) is not None else None,
         "exactly_once": exactly_once(run_dir / "trajectories.jsonl", args.prompts),
         "resume": _rss(sampler, started, stats["last_reply_at"] or ended, args.curve),

@@ -7,11 +7,13 @@ does not grow with the run).
 statistics (`RunStatistics.add_entry` with the figures the run counted of it), the report's
 digest and the merge's check (`MergeCheck.entry`: what was written against the event).
 The merge then copies those lines without parsing them (`merge_run(..., counted=True)`) and
-counts only the others (an earlier invocation's). A counted line the merge leaves out (a
-duplicate, a key --keep withdrew at the end, an entry calling an unknown tool the run does
-not keep) or a shard changed since it was written (`ShardChanged`) makes the fold wrong: it
-is counted again the old way, every line read (`_recount`), so the numbers are always those
-of a full recount of the run directory.
+counts only the others. On a resume, the earlier invocations' lines are counted during the
+run too, a share with each answer (`count_earlier`, `answered`: `agent.store.earlier_lines`),
+so its end parses none of them either, but for a shard it must judge line by line. A counted
+line the merge leaves out (a duplicate, a key --keep withdrew at the end, an entry calling an
+unknown tool the run does not keep) or a shard changed since it was written (`ShardChanged`)
+makes the fold wrong: it is counted again the old way, every line read (`_recount`), so the
+numbers are always those of a full recount of the run directory.
 """
 
 from __future__ import annotations
@@ -26,11 +28,16 @@ from agent.protocols import RunStore
 from agent.protocols.store import MergeSummary
 from agent.report import RunReport
 from agent.store.directory import RunDirectory
+from agent.store.earlier_lines import EarlierLines
+from agent.store.layout import batch_file_name
 from agent.store.merge import UNKNOWN_TOOL_REASON
 from agent.store.shard_index import ShardChanged
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
 log = logging.getLogger("agent.batch.run")
+
+EARLY = 4  # a resume's earlier lines are counted by the first quarter of its answers
+AHEAD_PER_CALL = 4  # batch files merged ahead at most per event
 
 
 class EndFold:
@@ -45,6 +52,8 @@ class EndFold:
         self._batches: list[int] | None = None  # the planned batches in order, once the run starts
         self._ahead = 0  # the next of them to merge ahead
         self._merges_ahead = ahead
+        self._earlier: EarlierLines | None = None  # a resume's earlier lines, counted during the run
+        self._answers_left = 0  # answers still to come: the earlier lines are spread over them
 
     def add_entry(self, entry: dict[str, Any]) -> None:
         """One entry of the output, counted as the merge counts it."""
@@ -58,19 +67,50 @@ class EndFold:
                 if not line.tombstone:
                     self.add_entry(entry)
 
+    def count_earlier(self, store: RunStore, answers: int) -> None:
+        """Count the lines earlier invocations wrote during the run (`agent.store.earlier_lines`),
+        spread over the first of the `answers` to come (`answered`)."""
+        if isinstance(store, RunDirectory) and store.records.usable:
+            self._earlier = EarlierLines(store.path, store.records, set(TOOL_TO_TOOLSET_MAP))
+            self._answers_left = answers
+
+    def answered(self, store: RunStore) -> None:
+        """One answer came (an attempt done, discarded or failed): count its share of the
+        earlier lines, so that all are counted by the first 1/EARLY of the answers (the
+        files after theirs are merged ahead only then)."""
+        earlier = self._earlier
+        if earlier is None or not earlier.left:
+            return
+        share = -(-earlier.left // max(self._answers_left // EARLY, 1))  # rounded up
+        self._answers_left -= 1
+        try:
+            for entry in earlier.take(share):
+                self.add_entry(entry)
+        except ShardChanged as exc:  # what was counted is wrong: the end counts from the files
+            log.warning("%s: the merged output is counted again from the files at the end", exc)
+            self._earlier = None
+            if isinstance(store, RunDirectory):
+                store.forget_records()
+
     def merge_ahead(self, store: RunStore) -> None:
-        """Copy each next batch file whose prompts are all answered (done, discarded or failed)
-        into trajectories.jsonl ahead of the end (`agent.store.merge_ahead`): O(1) an event."""
+        """Copy the next batch files whose prompts are all answered (done, discarded or failed)
+        into trajectories.jsonl ahead of the end (`agent.store.merge_ahead`): O(1) an event, at
+        most AHEAD_PER_CALL files, so a backlog (the files behind a slow prompt, a resume's
+        earlier files once counted) is copied over the next events, not in one stall."""
         if not isinstance(store, RunDirectory):
             return
         if self._batches is None:
             self._batches = sorted(self.tally.batches) if self._merges_ahead else []
         batches = self.tally.batches
-        while self._ahead < len(self._batches):
+        for _copy in range(AHEAD_PER_CALL):
+            if self._ahead >= len(self._batches):
+                return
             number = self._batches[self._ahead]
             batch = batches[number]
             if batch["processed"] + batch["failed"] < batch["total"]:
                 return
+            if self._earlier is not None and self._earlier.waiting(batch_file_name(number)):
+                return  # copyable once its earlier lines are counted
             if not store.merge_ahead(number, set(TOOL_TO_TOOLSET_MAP)):  # the registry's, as `merge`
                 self._batches = []  # none after it can be
                 return

@@ -176,6 +176,8 @@ class BatchRun:
         # no more workers than prompts to run: each costs a process start (an interpreter, the
         # model client, a sandbox pool), and fewer workers get more of --max_inflight each
         config = replace(self.config, num_workers=min(self.config.num_workers, todo))
+        if self.fold is not None:  # a resume's earlier lines, counted as the answers come
+            self.fold.count_earlier(self.store, todo)
         progress = RunProgress(todo + already_done, already_done, console=self.console, unit=_unit(config))
         self.monitor = RunMonitor(progress, self.timeline, config)
         with progress:
@@ -198,6 +200,8 @@ class BatchRun:
         advance = self.tally.count(event)
         if self.fold is not None:
             self.fold.take(self.store)  # after `count`: the check compares the line with what was counted
+            if advance is not None:
+                self.fold.answered(self.store)
             self.fold.merge_ahead(self.store)
         if self.monitor is not None:
             self.monitor.show(event, advance)
