@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch.end_fold import AHEAD_PER_CALL, EndFold
+from agent.batch.end_fold import AHEAD_PER_CALL, EARLY_PER_ANSWER, EndFold
 from agent.batch.tally import RunTally
 from agent.store.earlier_lines import EarlierLines
 from agent.store.merge import merge_run
@@ -161,3 +161,29 @@ def test_a_backlog_of_batch_files_is_merged_ahead_a_few_files_an_event(
         assert per_event == [AHEAD_PER_CALL, 6, 6] and AHEAD_PER_CALL == 4
         assert fold.merge(scripted_config(tmp_path, ["p"], "unused"), store, set()).ahead_files == 6
     assert copied == [f"batch_{number}.jsonl" for number in range(6)]
+
+
+def test_the_lines_the_answers_left_uncounted_are_counted_at_the_end_each_once(tmp_path: Path) -> None:
+    """Fewer answers than planned (--max_cost, a crash loop) leave a shard partly counted, and an
+    answer never counts more than EARLY_PER_ANSWER (a resume of a few prompts of a big run)."""
+    config = scripted_config(tmp_path, ["p"], "unused")
+    cases = {"one of 16 answers": (first_run, 16, 6), "one answer, 100 lines": (hundred_lines, 1, 36)}
+    for name, (write, answers, left) in cases.items():
+        run, tally = tmp_path / name, RunTally(5)
+        write(run)
+        fold = EndFold(run, tally)
+        with opened(run) as store:
+            fold.count_earlier(store, answers=answers)
+            fold.answered(store)
+            assert fold._earlier is not None and fold._earlier.left == left
+            fold.merge(config, store, set())
+            store.write_json("statistics.json", tally.stats.to_dict(**_names()))
+        stats = json.loads((run / "statistics.json").read_text())
+        assert output_sections(stats) == recounted(run), name
+        assert stats["trajectories"]["entries"] == len((run / "trajectories.jsonl").read_bytes().splitlines())
+
+
+def hundred_lines(run: Path) -> None:
+    appends = [(i // 50, entry_line(f"k{i}", i, ("terminal",))) for i in range(100)]
+    invocation(run, appends, checkpoint_after=100)
+    assert EARLY_PER_ANSWER == 64

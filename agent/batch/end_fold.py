@@ -37,6 +37,7 @@ from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 log = logging.getLogger("agent.batch.run")
 
 EARLY = 4  # a resume's earlier lines are counted by the first quarter of its answers
+EARLY_PER_ANSWER = 64  # … at most this many with one answer (a bounded stall, bounded memory)
 AHEAD_PER_CALL = 4  # batch files merged ahead at most per event
 
 
@@ -77,20 +78,30 @@ class EndFold:
     def answered(self, store: RunStore) -> None:
         """One answer came (an attempt done, discarded or failed): count its share of the
         earlier lines, so that all are counted by the first 1/EARLY of the answers (the
-        files after theirs are merged ahead only then)."""
+        files after theirs are merged ahead only then), at most EARLY_PER_ANSWER; `merge`
+        counts those left."""
         earlier = self._earlier
         if earlier is None or not earlier.left:
             return
         share = -(-earlier.left // max(self._answers_left // EARLY, 1))  # rounded up
         self._answers_left -= 1
+        self._count_earlier_lines(store, min(share, EARLY_PER_ANSWER))
+
+    def _count_earlier_lines(self, store: RunStore, limit: int) -> int:
+        """Count up to `limit` earlier lines; how many were counted."""
+        if self._earlier is None:
+            return 0
         try:
-            for entry in earlier.take(share):
-                self.add_entry(entry)
+            taken = self._earlier.take(limit)
         except ShardChanged as exc:  # what was counted is wrong: the end counts from the files
             log.warning("%s: the merged output is counted again from the files at the end", exc)
             self._earlier = None
             if isinstance(store, RunDirectory):
                 store.forget_records()
+            return 0
+        for entry in taken:
+            self.add_entry(entry)
+        return len(taken)
 
     def merge_ahead(self, store: RunStore) -> None:
         """Copy the next batch files whose prompts are all answered (done, discarded or failed)
@@ -123,6 +134,10 @@ class EndFold:
         if not isinstance(store, RunDirectory):
             return store.merge(valid, self.add_entry, exclude=exclude, keep_unknown=keep)
         self.take(store)
+        # the earlier lines the answers did not count (fewer came than planned: --max_cost, a
+        # crash loop, a few prompts left): a shard partly counted must be counted whole
+        while self._count_earlier_lines(store, EARLY_PER_ANSWER):
+            pass
         try:
             merged = store.merge(valid, self.add_entry, exclude=exclude, keep_unknown=keep, counted=True)
         except ShardChanged as exc:
