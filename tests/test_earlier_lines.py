@@ -101,6 +101,17 @@ def test_a_line_changed_since_it_was_recorded_stops_the_handing_out(tmp_path: Pa
         assert earlier.take(5) == []
 
 
+def test_records_forgotten_midway_leave_nothing_to_hand_out(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    first_run(run)
+    with opened(run) as store:
+        earlier = EarlierLines(run, store.records, TOOLS)
+        assert keys(earlier.take(2)) == "ab"
+        store.forget_records()  # a line that could not be recorded: the end counts from the files
+        assert earlier.take(10) == [] and earlier.left == 0
+        assert not earlier.waiting("batch_0.jsonl") and not earlier.waiting("batch_1.jsonl")
+
+
 def test_the_earlier_lines_are_spread_over_the_answers_and_counted_as_a_recount_counts_them(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -36,16 +36,16 @@ class EarlierLines:
 
     def __init__(self, directory: Path, records: ShardRecords, valid_tools: Collection[str]) -> None:
         self.directory, self.records, self.valid_tools = directory, records, valid_tools
-        names = [path.name for path in batch_files(directory)]
-        self._queue = deque(name for name in names if _earlier_rows(records.of(directory / name)))
-        self._waiting = set(self._queue)  # the same names, to ask about one in O(1)
-        self.left = sum(_earlier_rows(records.of(directory / name)) for name in self._queue)  # lines
+        counts = {path.name: _earlier_rows(records.of(path)) for path in batch_files(directory)}
+        self._rows = {name: rows for name, rows in counts.items() if rows}  # each shard's earlier lines
+        self._queue = deque(self._rows)  # in the merge's order
+        self.left = sum(self._rows.values())  # lines not handed out yet
         self._row = 0  # the next row of the first shard in the queue to hand out
         self._stopped = False
 
     def waiting(self, name: str) -> bool:
         """Whether batch file `name` still has earlier lines to hand out (not copyable yet)."""
-        return name in self._waiting
+        return name in self._rows
 
     def take(self, limit: int) -> list[dict[str, Any]]:
         """Up to `limit` earlier lines, parsed (tombstones never among them); [] once all are
@@ -53,10 +53,9 @@ class EarlierLines:
         taken: list[dict[str, Any]] = []
         while self._queue and len(taken) < limit and not self._stopped:
             name = self._queue[0]
-            shard = self.records.of(self.directory / name)
-            rows = _earlier_rows(shard)
-            if shard is None or (self._row == 0 and not self._countable(shard, rows)):
-                self._drop(rows)  # left for the end's merge, which parses it
+            shard, rows = self.records.of(self.directory / name), self._rows[name]
+            if shard is None or (self._row == 0 and not self._countable(shard)):
+                self._drop()  # left for the end's merge, which parses it
                 continue
             count = min(rows - self._row, limit - len(taken))
             try:
@@ -68,21 +67,21 @@ class EarlierLines:
             self.left -= count
             if self._row == rows:
                 shard.start = 0  # every line of it is counted now, as this process's are
-                self._waiting.discard(self._queue.popleft())
+                del self._rows[self._queue.popleft()]
                 self._row = 0
         return taken
 
-    def _countable(self, shard: Shard, rows: int) -> bool:
+    def _countable(self, shard: Shard) -> bool:
         """No tombstone in the shard (of any invocation) and no tool the registry lacks."""
         names = shard.names
         for row in ROW.iter_unpack(shard.rows):
             if row[5] or any(tool not in self.valid_tools for tool in names[row[7]]):
                 return False
-        return rows > 0
+        return True
 
-    def _drop(self, rows: int) -> None:
-        self._waiting.discard(self._queue.popleft())
-        self.left -= rows - self._row
+    def _drop(self) -> None:
+        """The first shard left to the end (its lines not handed out yet are no longer counted)."""
+        self.left -= self._rows.pop(self._queue.popleft()) - self._row
         self._row = 0
 
 
