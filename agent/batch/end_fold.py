@@ -27,11 +27,15 @@ from agent.config.run_config import RunConfig
 from agent.protocols import RunStore
 from agent.protocols.store import MergeSummary
 from agent.report import RunReport
+from agent.report.digest import OUTPUT_FIELDS as DIGEST_FIELDS
 from agent.store.directory import RunDirectory
-from agent.store.earlier_lines import EarlierLines
+from agent.store.earlier_lines import EarlierLines, earlier_rows
 from agent.store.layout import batch_file_name
-from agent.store.merge import UNKNOWN_TOOL_REASON
+from agent.store.merge import UNKNOWN_TOOL_REASON, MergeReport
+from agent.store.output_figures import FIGURES_FILE, figures_document, figures_of, recalled
 from agent.store.shard_index import ShardChanged
+from agent.store.state_codec import capture, restore
+from agent.store.statistics import OUTPUT_FIELDS
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 
 log = logging.getLogger("agent.batch.run")
@@ -55,6 +59,7 @@ class EndFold:
         self._merges_ahead = ahead
         self._earlier: EarlierLines | None = None  # a resume's earlier lines, counted during the run
         self._answers_left = 0  # answers still to come: the earlier lines are spread over them
+        self._recalled: dict[str, int] = {}  # rows of each shard the kept figures counted (`recall`)
 
     def add_entry(self, entry: dict[str, Any]) -> None:
         """One entry of the output, counted as the merge counts it."""
@@ -68,11 +73,57 @@ class EndFold:
                 if not line.tombstone:
                     self.add_entry(entry)
 
+    def recall(self, store: RunStore) -> None:
+        """Start from the figures the last end kept (`agent.store.output_figures`), where they
+        still describe the batch files: before anything is counted. A shard they counted whole
+        counts as this process's from now on (`Shard.start` 0: copied, not parsed)."""
+        if not isinstance(store, RunDirectory) or not store.records.usable or self.report.digest.entries:
+            return
+        document = store.read_json(FIGURES_FILE)
+        counted = recalled(document, store.records, TOOL_TO_TOOLSET_MAP)
+        shards = store.records.shards
+        # none of the lines they count may be this process's (those are counted as appended)
+        if counted is None or any(rows > earlier_rows(shards[name]) for name, rows in counted.items()):
+            return
+        try:
+            restore(self.tally.stats, figures_of(document, "statistics"), OUTPUT_FIELDS)
+            restore(self.report.digest, figures_of(document, "report"), DIGEST_FIELDS)
+            self.report.recalled()
+        except (ValueError, KeyError, TypeError) as exc:  # an older or damaged file: count them all
+            log.info("%s: not used (%s)", FIGURES_FILE, exc)
+            self.tally.stats.reset_output()
+            self.report = RunReport(self.run_dir)
+            return
+        for name, rows in counted.items():
+            if rows == earlier_rows(shards[name]):
+                shards[name].start = 0
+        self._recalled = counted
+
+    def remember(self, store: RunDirectory, merged: MergeReport) -> None:
+        """Keep the figures of a merge that wrote every recorded line as it is, for the next
+        resume (`recall`); else the ones kept stay (a prefix they describe is checked then)."""
+        skipped = merged.duplicates + merged.tombstones + merged.invalid_lines + merged.labelled
+        if skipped or merged.not_kept or merged.withdrawn or not store.records.usable:
+            return
+        figures = {
+            "statistics": capture(self.tally.stats, OUTPUT_FIELDS),
+            "report": capture(self.report.digest, DIGEST_FIELDS),
+        }
+        valid = set(TOOL_TO_TOOLSET_MAP)
+        document = figures_document(store.path, store.records, valid, figures, merged.written)
+        if document is None:
+            return
+        try:
+            store.write_json(FIGURES_FILE, document, indent=None)
+        except ValueError as exc:  # a figure JSON cannot hold (an endpoint's NaN cost): not kept
+            log.info("%s: not written (%s)", FIGURES_FILE, exc)
+
     def count_earlier(self, store: RunStore, answers: int) -> None:
         """Count the lines earlier invocations wrote during the run (`agent.store.earlier_lines`),
         spread over the first of the `answers` to come (`answered`)."""
         if isinstance(store, RunDirectory) and store.records.usable:
-            self._earlier = EarlierLines(store.path, store.records, set(TOOL_TO_TOOLSET_MAP))
+            valid = set(TOOL_TO_TOOLSET_MAP)
+            self._earlier = EarlierLines(store.path, store.records, valid, self._recalled)
             self._answers_left = answers
 
     def answered(self, store: RunStore) -> None:
@@ -134,6 +185,8 @@ class EndFold:
         if not isinstance(store, RunDirectory):
             return store.merge(valid, self.add_entry, exclude=exclude, keep_unknown=keep)
         self.take(store)
+        if self._earlier is None and self._recalled:  # no run (nothing left): counted here
+            self.count_earlier(store, 0)
         # the earlier lines the answers did not count (fewer came than planned: --max_cost, a
         # crash loop, a few prompts left): a shard partly counted must be counted whole
         while self._count_earlier_lines(store, EARLY_PER_ANSWER):
@@ -142,12 +195,14 @@ class EndFold:
             merged = store.merge(valid, self.add_entry, exclude=exclude, keep_unknown=keep, counted=True)
         except ShardChanged as exc:
             log.warning("%s: counting the merged output again from the files", exc)
-            return self._recount(store, valid, exclude, keep)
-        if merged.counted_left_out:
-            return self._recount(store, valid, exclude, keep)
+            merged = self._recount(store, valid, exclude, keep)
+        else:
+            if merged.counted_left_out:
+                merged = self._recount(store, valid, exclude, keep)
+        self.remember(store, merged)
         return merged
 
-    def _recount(self, store: RunDirectory, valid: set[str], exclude: set[str], keep: bool) -> MergeSummary:
+    def _recount(self, store: RunDirectory, valid: set[str], exclude: set[str], keep: bool) -> MergeReport:
         """The merge as it was before the fold: every line read and counted."""
         self.tally.stats.reset_output()
         self.report = RunReport(self.run_dir)

@@ -133,6 +133,7 @@ class BatchRun:
         # entries from any batch file at the end (every file copied ahead would be dropped)
         ahead = self.config.agent.token_api is None and self.config.verify.keep == "all"
         self.fold = EndFold(self.config.run_dir, self.tally, ahead=ahead)
+        self.fold.recall(self.store)  # the figures the last end kept, where they still hold
         self.fold.take(self.store)  # the discards the filters moved back into the output
         return index
 

@@ -82,6 +82,11 @@ class RunReport:
         self._fed = True
         self.digest.add_entry(entry)
 
+    def recalled(self) -> None:
+        """The digest holds figures counted before (`agent.store.output_figures`): the entries
+        are fed, not read from the files."""
+        self._fed = True
+
     def _read_entries(self, stats: Mapping[str, Any]) -> None:
         merged = self.run_dir / TRAJECTORIES_FILE
         if stats.get("merged") is False or not merged.exists():

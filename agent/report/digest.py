@@ -24,6 +24,11 @@ from agent.store.verification_stats import verdict
 EXAMPLES = 3  # failure messages kept per class
 REPORT_TOOLS = 30  # tools named in the tool plot and table, and per sampled entry; the rest summed
 Readable = dict[str, Any]  # an entry as the trajectory browser shows it
+# what `add_entry` counts of the output's entries (kept for a resume: `agent.store.output_figures`)
+OUTPUT_FIELDS = (
+    *("entries", "outcomes", "tools", "toolsets", "reasoning", "turns", "tokens", "times"),
+    *("sample", "systems", "verdicts"),
+)
 
 
 def _usage_total(metadata: Mapping[str, Any]) -> int:

@@ -7,13 +7,15 @@ this process did not append was parsed and counted by the end's merge: 17 s at 2
 killed halfway. `EarlierLines.take` hands those lines out parsed, in the merge's file order, a
 few at a time, for the caller to count as it counts its own appends. Once a shard's earlier
 lines are all handed out, the whole shard counts as this process's (`Shard.start` 0): the end's
-merge copies it unparsed, and `merge_ahead` can copy it during the run.
+merge copies it unparsed, and `merge_ahead` can copy it during the run. The first lines of a
+shard the figures the last end kept count already (`agent.store.output_figures`) are skipped.
 
 A shard holding a tombstone (its withdrawn line is not merged, so it must not be counted) or a
 line calling a tool the registry does not know (the merge labels it first) is left to the end,
-which parses it as before. Each line's bytes are checked against its record's CRC before it is
-parsed; a line that differs (the shard edited since) raises `ShardChanged`, and nothing is
-handed out after it: what the caller counted is then wrong, and its count is redone from the files.
+which parses it as before (unless its first lines are counted: `ShardChanged` then). Each line's
+bytes are checked against its record's CRC before it is parsed; a line that differs (the shard
+edited since) raises `ShardChanged`, and nothing is handed out after it: what the caller counted
+is then wrong, and its count is redone from the files.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +36,22 @@ class EarlierLines:
     """The recorded shards whose first lines an earlier invocation appended, in the merge's
     order, and how far each is handed out."""
 
-    def __init__(self, directory: Path, records: ShardRecords, valid_tools: Collection[str]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        records: ShardRecords,
+        valid_tools: Collection[str],
+        counted: Mapping[str, int] | None = None,
+    ) -> None:
+        """`counted`: how many first rows of a shard are counted already (`output_figures`)."""
         self.directory, self.records, self.valid_tools = directory, records, valid_tools
-        counts = {path.name: _earlier_rows(records.of(path)) for path in batch_files(directory)}
-        self._rows = {name: rows for name, rows in counts.items() if rows}  # each shard's earlier lines
+        counts = {path.name: earlier_rows(records.of(path)) for path in batch_files(directory)}
+        self._first = {name: (counted or {}).get(name, 0) for name in counts}
+        # each shard's earlier lines, and the first of them to hand out
+        self._rows = {name: rows for name, rows in counts.items() if rows > self._first[name]}
         self._queue = deque(self._rows)  # in the merge's order
-        self.left = sum(self._rows.values())  # lines not handed out yet
-        self._row = 0  # the next row of the first shard in the queue to hand out
+        self.left = sum(rows - self._first[name] for name, rows in self._rows.items())  # not handed out yet
+        self._row = self._first[self._queue[0]] if self._queue else 0  # the next row of the first shard
         self._stopped = False
 
     def waiting(self, name: str) -> bool:
@@ -54,7 +65,10 @@ class EarlierLines:
         while self._queue and len(taken) < limit and not self._stopped:
             name = self._queue[0]
             shard, rows = self.records.of(self.directory / name), self._rows[name]
-            if shard is None or (self._row == 0 and not self._countable(shard)):
+            if shard is None or (self._row == self._first[name] and not self._countable(shard)):
+                if self._first[name]:  # its first lines counted already: the end must count all
+                    self._stopped = True
+                    raise ShardChanged(f"{name}: partly counted, now with a tombstone or an unknown tool")
                 self._drop()  # left for the end's merge, which parses it
                 continue
             count = min(rows - self._row, limit - len(taken))
@@ -68,7 +82,7 @@ class EarlierLines:
             if self._row == rows:
                 shard.start = 0  # every line of it is counted now, as this process's are
                 del self._rows[self._queue.popleft()]
-                self._row = 0
+                self._row = self._first[self._queue[0]] if self._queue else 0
         return taken
 
     def _countable(self, shard: Shard) -> bool:
@@ -82,10 +96,10 @@ class EarlierLines:
     def _drop(self) -> None:
         """The first shard left to the end (its lines not handed out yet are no longer counted)."""
         self.left -= self._rows.pop(self._queue.popleft()) - self._row
-        self._row = 0
+        self._row = self._first[self._queue[0]] if self._queue else 0
 
 
-def _earlier_rows(shard: Shard | None) -> int:
+def earlier_rows(shard: Shard | None) -> int:
     """How many of `shard`'s rows describe lines before this process's first append: a prefix,
     since each row begins where the one before it ended."""
     if shard is None or shard.start == 0:

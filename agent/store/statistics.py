@@ -35,6 +35,9 @@ HISTORY_POINTS = 500  # limit history kept in statistics.json, thinned evenly be
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _ENTRY_KEYS = ("entries", "completed", "partial", "api_calls")
 _RUN_KEYS = ("processed", "completed", "partial", "discarded", "failed", "api_calls")
+_OUTPUT_COUNTS = ("_tools", "_turns", "_entries", "_outcomes", "_toolsets", "_lost", "_tokens")
+# what `reset_output` sets: the merged output's figures (kept for a resume: `agent.store.output_figures`)
+OUTPUT_FIELDS = (*_OUTPUT_COUNTS, "_cost", "verification")
 _LIMITER_COUNTS = ("rate_limited", "server_errors", "timeouts", "connection_errors", "calls", "peak_inflight")
 
 
