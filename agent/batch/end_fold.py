@@ -32,7 +32,8 @@ from agent.store.directory import RunDirectory
 from agent.store.earlier_lines import EarlierLines, earlier_rows
 from agent.store.layout import batch_file_name
 from agent.store.merge import UNKNOWN_TOOL_REASON, MergeReport
-from agent.store.output_figures import FIGURES_FILE, figures_document, figures_of, recalled
+from agent.store.output_figures import FIGURES_FILE, figures_document, figures_of, figures_pieces, recalled
+from agent.store.output_figures import forget as forget_figures
 from agent.store.shard_index import ShardChanged
 from agent.store.state_codec import capture, restore
 from agent.store.statistics import OUTPUT_FIELDS
@@ -101,22 +102,22 @@ class EndFold:
 
     def remember(self, store: RunDirectory, merged: MergeReport) -> None:
         """Keep the figures of a merge that wrote every recorded line as it is, for the next
-        resume (`recall`); else the ones kept stay (a prefix they describe is checked then)."""
+        resume (`recall`); else remove those an earlier end kept."""
         skipped = merged.duplicates + merged.tombstones + merged.invalid_lines + merged.labelled
-        if skipped or merged.not_kept or merged.withdrawn or not store.records.usable:
-            return
-        figures = {
-            "statistics": capture(self.tally.stats, OUTPUT_FIELDS),
-            "report": capture(self.report.digest, DIGEST_FIELDS),
-        }
-        valid = set(TOOL_TO_TOOLSET_MAP)
-        document = figures_document(store.path, store.records, valid, figures, merged.written)
-        if document is None:
-            return
+        head = None
+        if not (skipped or merged.not_kept or merged.withdrawn) and store.records.usable:
+            head = figures_document(store.path, store.records, set(TOOL_TO_TOOLSET_MAP), merged.written)
         try:
-            store.write_json(FIGURES_FILE, document, indent=None)
+            if head is not None:
+                figures = {
+                    "statistics": capture(self.tally.stats, OUTPUT_FIELDS),
+                    "report": capture(self.report.digest, DIGEST_FIELDS),
+                }
+                store.write_pieces(FIGURES_FILE, figures_pieces(head, figures))
+                return
         except ValueError as exc:  # a figure JSON cannot hold (an endpoint's NaN cost): not kept
             log.info("%s: not written (%s)", FIGURES_FILE, exc)
+        forget_figures(store.path)  # an earlier end's: with this end's tombstones, they never hold again
 
     def count_earlier(self, store: RunStore, answers: int) -> None:
         """Count the lines earlier invocations wrote during the run (`agent.store.earlier_lines`),

@@ -14,7 +14,7 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -25,7 +25,7 @@ from agent.protocols.store import KeyBook, KnownKeys
 from agent.store.appender import MAX_OPEN_FILES, Appender
 from agent.store.durable import TEMP_SUFFIX, atomic_write, repair_last_line
 from agent.store.index import RunIndex, scan_run
-from agent.store.jsonl import LongList, checked_line, document_pieces, encode_line, parse_object
+from agent.store.jsonl import checked_line, document_pieces, encode_line, parse_object
 from agent.store.key_book import KeySet
 from agent.store.layout import (
     BATCH_GLOB,
@@ -224,13 +224,14 @@ class RunDirectory:
         """fsync every file appended to since the last sync, and the directory if it gained names."""
         self._logs.sync()
 
-    def write_json(
-        self, name: str, data: Any, long_list: LongList | None = None, *, indent: int | None = 2
-    ) -> None:
-        """Replace `name` atomically, after syncing the logs it may refer to and saving the
-        records of their lines (`agent.store.records_file`: what a resume loads); `long_list`:
-        a key whose list of ints is written last, a chunk at a time (`document_pieces`)."""
-        pieces = document_pieces(data, long_list, indent=indent)
+    def write_json(self, name: str, data: Any, long_list: tuple[str, Iterable[int]] | None = None) -> None:
+        """Replace `name` atomically (`write_pieces`) with `data`; `long_list`: a key whose list of
+        ints is written last, a chunk at a time (`document_pieces`)."""
+        self.write_pieces(name, document_pieces(data, long_list))
+
+    def write_pieces(self, name: str, pieces: Iterable[bytes]) -> None:
+        """Replace `name` atomically with `pieces`, after syncing the logs it may refer to and
+        saving the records of their lines (`agent.store.records_file`: what a resume loads)."""
         self.sync()
         self._save_records()
         with atomic_write(self.path / _plain(name)) as handle:

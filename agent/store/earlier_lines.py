@@ -29,6 +29,7 @@ from typing import Any
 
 from agent.store.jsonl import parse_object
 from agent.store.layout import batch_files
+from agent.store.merge_shard import plain_rows
 from agent.store.shard_index import ROW, Shard, ShardChanged, ShardRecords
 
 
@@ -65,7 +66,8 @@ class EarlierLines:
         while self._queue and len(taken) < limit and not self._stopped:
             name = self._queue[0]
             shard, rows = self.records.of(self.directory / name), self._rows[name]
-            if shard is None or (self._row == self._first[name] and not self._countable(shard)):
+            starting = self._row == self._first[name]
+            if shard is None or (starting and not plain_rows(shard, 0, self.valid_tools)):
                 if self._first[name]:  # its first lines counted already: the end must count all
                     self._stopped = True
                     raise ShardChanged(f"{name}: partly counted, now with a tombstone or an unknown tool")
@@ -84,14 +86,6 @@ class EarlierLines:
                 del self._rows[self._queue.popleft()]
                 self._row = self._first[self._queue[0]] if self._queue else 0
         return taken
-
-    def _countable(self, shard: Shard) -> bool:
-        """No tombstone in the shard (of any invocation) and no tool the registry lacks."""
-        names = shard.names
-        for row in ROW.iter_unpack(shard.rows):
-            if row[5] or any(tool not in self.valid_tools for tool in names[row[7]]):
-                return False
-        return True
 
     def _drop(self) -> None:
         """The first shard left to the end (its lines not handed out yet are no longer counted)."""

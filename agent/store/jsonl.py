@@ -84,38 +84,22 @@ def json_int(value: Any) -> int:
 
 
 LIST_CHUNK = 65_536  # ints encoded at a time
-LongList = tuple[str, Iterable[int]]  # a key, and its many ints (`document_pieces`)
 
 
 def document_pieces(
-    data: Mapping[str, Any], long_list: LongList | None = None, *, indent: int | None = 2
+    data: Mapping[str, Any], long_list: tuple[str, Iterable[int]] | None = None
 ) -> Iterator[bytes]:
     """`data` as an indented JSON document (encoded now: a value JSON cannot hold raises here),
     in pieces; with `long_list` (a key and its ints), that key's list last, on one line,
     encoded a chunk at a time: checkpoint.json's completed prompts are a million at a million
     prompts, which `json.dumps(..., indent=2)` made ~100 MB of small strings of at each
-    checkpoint (issue 26: the parent's peak). `indent` None: on one line, by the C encoder
-    (indenting is Python's: ~10x slower on a document of millions of values), each top-level
-    value encoded as it is written (one that JSON cannot hold raises then)."""
-    if indent is None and long_list is None:
-        return _one_value_at_a_time(data)
-    text = json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=False)
+    checkpoint (issue 26: the parent's peak)."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
     if long_list is None:
         return iter([(text + "\n").encode("utf-8")])
     key, values = long_list
     head = text[:-1].rstrip() + ("," if data else "")  # the document without its closing brace
     return _listed(f"{head}\n  {json.dumps(key, ensure_ascii=False)}: [", iter(values))
-
-
-def _one_value_at_a_time(data: Mapping[str, Any]) -> Iterator[bytes]:
-    """`data` on one line, a top-level value at a time: a document of a few large values (a
-    run's kept figures, `agent.store.output_figures`) is never whole in memory."""
-    separator = "{"
-    for key, value in data.items():
-        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        yield f"{separator}{json.dumps(key, ensure_ascii=False)}:{encoded}".encode()
-        separator = ","
-    yield b"}\n" if data else b"{}\n"
 
 
 def _listed(head: str, numbers: Iterator[int]) -> Iterator[bytes]:

@@ -34,6 +34,7 @@ from pathlib import Path
 from agent.store.durable import atomic_write
 from agent.store.jsonl import parse_object
 from agent.store.layout import batch_files
+from agent.store.output_figures import FIGURES_FILE
 from agent.store.shard_index import ROW, Shard, ShardRecords, line_of
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,7 @@ def _names(directory: Path) -> list[tuple[str, ...]]:
 
 
 def remove_all(directory: Path) -> None:
-    """Remove every records file and the table (the records can no longer be trusted)."""
-    for path in [*directory.glob(RECORDS_GLOB), directory / NAMES_FILE]:
+    """Remove every records file and the table (the records can no longer be trusted), and the
+    figures kept of the lines they describe (`agent.store.output_figures`)."""
+    for path in [*directory.glob(RECORDS_GLOB), directory / NAMES_FILE, directory / FIGURES_FILE]:
         path.unlink(missing_ok=True)

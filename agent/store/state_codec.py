@@ -22,6 +22,7 @@ from typing import Any
 
 TAG = "\x00"  # the key of a tagged container (a plain dict is tagged too: no key of its own clashes)
 _SCALARS = (bool, int, float, str, type(None))
+_PLAIN = frozenset(_SCALARS)
 
 
 def capture(obj: object, names: Iterable[str]) -> dict[str, Any]:
@@ -42,9 +43,12 @@ def encode(value: Any) -> Any:
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, list):
-        return [encode(item) for item in value]
+        return value if _plain(value) else [encode(item) for item in value]
     if isinstance(value, Counter | dict):
         kind = "counter" if isinstance(value, Counter) else "dict"
+        keys, values = list(value), list(value.values())
+        if all(type(key) is str for key in keys) and _plain(values):  # (one per prompt: a fast path)
+            return {TAG: kind, "keys": keys, "values": values}
         return {TAG: kind, "items": [[encode(k), encode(v)] for k, v in value.items()]}
     if isinstance(value, tuple):
         return {TAG: "tuple", "items": [encode(item) for item in value]}
@@ -60,12 +64,15 @@ def encode(value: Any) -> Any:
 
 def decode(value: Any) -> Any:
     if isinstance(value, list):
-        return [decode(item) for item in value]
+        return value if _plain(value) else [decode(item) for item in value]
     if not isinstance(value, dict):
         return value
     kind = value.get(TAG)
     if kind in ("counter", "dict"):
-        pairs = ((_key(decode(k)), decode(v)) for k, v in value["items"])
+        if "keys" in value and _plain(value["values"]):
+            pairs: Iterable[tuple[Any, Any]] = zip(value["keys"], value["values"], strict=True)
+        else:
+            pairs = ((_key(decode(k)), decode(v)) for k, v in value["items"])
         return Counter(dict(pairs)) if kind == "counter" else dict(pairs)
     if kind == "tuple":
         return tuple(decode(item) for item in value["items"])
@@ -77,6 +84,12 @@ def decode(value: Any) -> Any:
             raise ValueError(f"an array that does not decompress: {exc}") from None
         return decoded
     raise ValueError(f"not a decodable value: {kind!r}")
+
+
+def _plain(values: list[Any]) -> bool:
+    """Whether every item is a JSON scalar or a list of them: its own encoding, as it is."""
+    scalars = _PLAIN
+    return all(type(v) in scalars or (type(v) is list and all(type(x) in scalars for x in v)) for v in values)
 
 
 def _key(key: Any) -> Any:
