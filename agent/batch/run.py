@@ -89,6 +89,7 @@ class BatchRun:
             remember(self.config.run_dir, scan)
             todo = 0 if self.config.rescore else self._plan(index, scan)
             del index  # the sets of what the directory held: at a million prompts, ~100 MB
+            self._start_counting()
             ended = None
             if todo:
                 ended = self._schedule(
@@ -133,9 +134,15 @@ class BatchRun:
         # entries from any batch file at the end (every file copied ahead would be dropped)
         ahead = self.config.agent.token_api is None and self.config.verify.keep == "all"
         self.fold = EndFold(self.config.run_dir, self.tally, ahead=ahead)
-        self.fold.recall(self.store)  # the figures the last end kept, where they still hold
-        self.fold.take(self.store)  # the discards the filters moved back into the output
         return index
+
+    def _start_counting(self) -> None:
+        """From the figures the last end kept, where they still hold, then the discards the
+        filters moved back into the output: after the plan, whose sets of what the directory
+        held (~100 MB at a million prompts) would otherwise be there beside the figures."""
+        if self.fold is not None:
+            self.fold.recall(self.store)
+            self.fold.take(self.store)
 
     def _reap_sandboxes(self) -> None:
         """Remove sandboxes whose owner died (a worker killed by OOM or kill -9 cannot clean up)."""
