@@ -32,7 +32,7 @@ from agent.store.directory import RunDirectory
 from agent.store.earlier_lines import EarlierLines, earlier_rows
 from agent.store.layout import batch_file_name
 from agent.store.merge import UNKNOWN_TOOL_REASON, MergeReport
-from agent.store.output_figures import FIGURES_FILE, figures_document, figures_of, figures_pieces, recalled
+from agent.store.output_figures import FIGURES_FILE, figures_head, figures_of, figures_pieces, recalled
 from agent.store.output_figures import forget as forget_figures
 from agent.store.shard_index import ShardChanged
 from agent.store.state_codec import capture, restore
@@ -82,9 +82,7 @@ class EndFold:
             return
         document = store.read_json(FIGURES_FILE)
         counted = recalled(document, store.records, TOOL_TO_TOOLSET_MAP)
-        shards = store.records.shards
-        # none of the lines they count may be this process's (those are counted as appended)
-        if counted is None or any(rows > earlier_rows(shards[name]) for name, rows in counted.items()):
+        if counted is None:
             return
         try:
             restore(self.tally.stats, figures_of(document, "statistics"), OUTPUT_FIELDS)
@@ -95,6 +93,7 @@ class EndFold:
             self.tally.stats.reset_output()
             self.report = RunReport(self.run_dir)
             return
+        shards = store.records.shards
         for name, rows in counted.items():
             if rows == earlier_rows(shards[name]):
                 shards[name].start = 0
@@ -106,7 +105,7 @@ class EndFold:
         skipped = merged.duplicates + merged.tombstones + merged.invalid_lines + merged.labelled
         head = None
         if not (skipped or merged.not_kept or merged.withdrawn) and store.records.usable:
-            head = figures_document(store.path, store.records, set(TOOL_TO_TOOLSET_MAP), merged.written)
+            head = figures_head(store.path, store.records, set(TOOL_TO_TOOLSET_MAP), merged.written)
         try:
             if head is not None:
                 figures = {
@@ -197,9 +196,8 @@ class EndFold:
         except ShardChanged as exc:
             log.warning("%s: counting the merged output again from the files", exc)
             merged = self._recount(store, valid, exclude, keep)
-        else:
-            if merged.counted_left_out:
-                merged = self._recount(store, valid, exclude, keep)
+        if merged.counted_left_out:  # (a recount leaves none: it counts every line it merges)
+            merged = self._recount(store, valid, exclude, keep)
         self.remember(store, merged)
         return merged
 

@@ -52,7 +52,7 @@ class EarlierLines:
         self._rows = {name: rows for name, rows in counts.items() if rows > self._first[name]}
         self._queue = deque(self._rows)  # in the merge's order
         self.left = sum(rows - self._first[name] for name, rows in self._rows.items())  # not handed out yet
-        self._row = self._first[self._queue[0]] if self._queue else 0  # the next row of the first shard
+        self._row = self._head_start()  # the next row of the first shard in the queue to hand out
         self._stopped = False
 
     def waiting(self, name: str) -> bool:
@@ -84,13 +84,17 @@ class EarlierLines:
             if self._row == rows:
                 shard.start = 0  # every line of it is counted now, as this process's are
                 del self._rows[self._queue.popleft()]
-                self._row = self._first[self._queue[0]] if self._queue else 0
+                self._row = self._head_start()
         return taken
 
     def _drop(self) -> None:
         """The first shard left to the end (its lines not handed out yet are no longer counted)."""
         self.left -= self._rows.pop(self._queue.popleft()) - self._row
-        self._row = self._first[self._queue[0]] if self._queue else 0
+        self._row = self._head_start()
+
+    def _head_start(self) -> int:
+        """The first row to hand out of the shard first in the queue (those before it are counted)."""
+        return self._first[self._queue[0]] if self._queue else 0
 
 
 def earlier_rows(shard: Shard | None) -> int:

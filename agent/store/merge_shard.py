@@ -65,7 +65,7 @@ def copy_shard(
     keys merged so far, which gains this file's) or `unkept` (whose first line was moved out);
     None, with nothing written or kept, when a line calls a tool not in `valid_tools`."""
     rows = list(ROW.iter_unpack(shard.rows))
-    if not tools_known({row[7] for row in rows}, shard.names, valid_tools):
+    if not _tools_known({row[7] for row in rows}, shard.names, valid_tools):
         return None
     keys = _keys(shard.keys, (row[4] for row in rows))
     with path.open("rb") as handle:
@@ -102,7 +102,7 @@ def _keys(packed: bytearray, sizes: Iterable[int]) -> list[str]:
     return keys
 
 
-def tools_known(ids: set[int], names: list[tuple[str, ...]], valid_tools: Collection[str]) -> bool:
+def _tools_known(ids: set[int], names: list[tuple[str, ...]], valid_tools: Collection[str]) -> bool:
     return all(name in valid_tools for i in ids for name in names[i])
 
 
@@ -110,7 +110,9 @@ def plain_rows(shard: Shard, first: int, valid_tools: Collection[str]) -> bool:
     """No tombstone and no tool outside `valid_tools` in `shard`'s rows from `first` on: lines
     merged as they are, each counted once."""
     rows = list(ROW.iter_unpack(memoryview(shard.rows)[first * ROW.size :]))
-    return not any(row[5] for row in rows) and tools_known({row[7] for row in rows}, shard.names, valid_tools)
+    return not any(row[5] for row in rows) and _tools_known(
+        {row[7] for row in rows}, shard.names, valid_tools
+    )
 
 
 def in_index_order(

@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from agent.store.earlier_lines import earlier_rows
 from agent.store.layout import batch_files
 from agent.store.merge_shard import plain_rows
 from agent.store.shard_index import ROW, ShardRecords
@@ -30,10 +31,10 @@ FIGURES_FILE = ".output_figures.json"
 VERSION = 1
 
 
-def figures_document(
+def figures_head(
     directory: Path, records: ShardRecords, valid_tools: Collection[str], written: int
 ) -> dict[str, Any] | None:
-    """The head of the document to keep with the figures of a merge's `written` lines: what they
+    """The head of the document to keep with the figures of a merge's `written` lines, what they
     cover; None unless those are every recorded line, each batch file recorded from its first
     line (a file that is not is read at every merge: no count of it holds later)."""
     covered: dict[str, list[Any]] = {}
@@ -71,7 +72,8 @@ def forget(directory: Path) -> None:
 
 def recalled(document: Any, records: ShardRecords, valid_tools: Collection[str]) -> dict[str, int] | None:
     """How many rows of each batch file `document`'s figures counted; None when they do not
-    describe these records (another version, tool registry, a file gone or rewritten)."""
+    describe these records (another version, tool registry, a file gone or rewritten), or count a
+    line this process appended (counted as it was appended)."""
     if not isinstance(document, dict) or document.get("version") != VERSION:
         return None
     if document.get("tools") != sorted(valid_tools):
@@ -87,7 +89,7 @@ def recalled(document: Any, records: ShardRecords, valid_tools: Collection[str])
         if shard is None or not isinstance(cover, list) or len(cover) != 3:
             return None
         rows, key_bytes, digest = cover
-        if not isinstance(rows, int) or not 0 <= rows <= shard.count or shard.base != 0:
+        if not isinstance(rows, int) or not 0 <= rows <= earlier_rows(shard) or shard.base != 0:
             return None
         if not isinstance(key_bytes, int) or _digest(shard.rows, shard.keys[:key_bytes], rows) != digest:
             return None
