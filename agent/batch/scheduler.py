@@ -17,6 +17,7 @@ Retry-After pauses, --max_cost) is held here and served to the workers over pipe
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -215,8 +216,9 @@ class Scheduler:
         self._stopping = self.route.stopping = True
         for member in self.members:
             if member.proc.is_alive() and member.proc.pid is not None:
-                os.kill(member.proc.pid, signal.SIGTERM)
-                os.kill(member.proc.pid, signal.SIGCONT)  # a stopped worker cannot act on SIGTERM
+                with contextlib.suppress(ProcessLookupError):  # it died meanwhile: nothing to stop
+                    os.kill(member.proc.pid, signal.SIGTERM)
+                    os.kill(member.proc.pid, signal.SIGCONT)  # a stopped worker cannot act on SIGTERM
         deadline = time.monotonic() + STOP_GRACE
         while True:
             try:
