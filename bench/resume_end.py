@@ -1,22 +1,26 @@
 """A resume's wait when little or nothing is left to run (issue 26: the end of a run is O(1) in
 its size for the user's wait; a resume starts from the figures the last end kept,
-`agent/store/output_figures.py`).
+`agent/store/output_figures.py`, and continues trajectories.jsonl in place,
+`agent/store/output_base.py`).
 
     python bench/resume_end.py --prompts=200000 --left=0,3 --against=<another checkout>
 
 One fresh run of this tree over `--prompts` prompts (`run_size.py`'s workload: one model call a
-prompt, latency 0), then, for each n of `--left` and each tree in turn (the other first): n new
-prompts appended to the dataset and the run resumed. Printed per resume: `wall_s` (spawn to
-exit), `first_request_s`, `tail_s` (the endpoint's last reply to exit; none when nothing ran),
-the parent's peak RSS, and whether statistics.json counts as many entries as trajectories.jsonl
-holds lines, which must be every prompt so far. The trees share the run directory: an older tree
-ignores the kept figures, so this tree's next resume counts the lines it appended.
+prompt, latency 0). With `--against`, a copy of its run directory for the other tree, which
+resumes it once first, unmeasured (a copy's files are other files: its saved records and kept
+figures are made again for it). Then, for each n of `--left`: n new prompts appended to the
+dataset and each tree resumed in turn (the other first), each in its own run directory, from
+its own last end. Printed per resume: `wall_s` (spawn to exit), `first_request_s`, `tail_s` (the
+endpoint's last reply to exit; none when nothing ran), the parent's peak RSS, and whether
+statistics.json counts as many entries as trajectories.jsonl holds lines, which must be every
+prompt so far.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -33,7 +37,8 @@ def resume(tree: Path, dataset: Path, workdir: Path, args: argparse.Namespace, t
     run_dir = workdir / "runs" / "run"
     with (run_dir / "trajectories.jsonl").open("rb") as handle:
         lines = sum(1 for _line in handle)
-    entries = json.loads((run_dir / "statistics.json").read_text())["trajectories"]["entries"]
+    stats = json.loads((run_dir / "statistics.json").read_text())
+    entries, merge = stats["trajectories"]["entries"], stats["merge"]
     first, last = run.stats["first_request_at"], run.stats["last_reply_at"]
     return {
         "tree": str(tree),
@@ -43,6 +48,8 @@ def resume(tree: Path, dataset: Path, workdir: Path, args: argparse.Namespace, t
         "tail_s": round(run.ended - last, 3) if last is not None else None,
         "rss_peak_mib": round(run.sampler.peak() / 1024, 1),
         "counts_agree": entries == lines == total,
+        "in_place_files": merge.get("in_place_files"),  # (an older tree's: none)
+        "ahead_files": merge["ahead_files"],
     }
 
 
@@ -71,16 +78,22 @@ def main() -> None:
         )
         if fresh.proc.returncode != 0:
             raise SystemExit(f"the fresh run exited {fresh.proc.returncode}:\n{fresh.err.decode()[-3000:]}")
+        places = {ROOT: workdir}
+        for n, tree in enumerate(trees[:-1]):
+            places[tree] = workdir / f"other{n}"
+            shutil.copytree(workdir / "runs", places[tree] / "runs")
+            resume(tree, dataset, places[tree], args, args.prompts)  # its records and figures, made
         total = args.prompts
         for left in (int(n) for n in args.left.split(",")):
+            with dataset.open("a") as handle:
+                for i in range(left):
+                    handle.write(json.dumps({"prompt": f"Added task number {total + i}: say hello."}) + "\n")
+            total += left
             for tree in trees:
-                with dataset.open("a") as handle:
-                    for i in range(left):
-                        handle.write(
-                            json.dumps({"prompt": f"Added task number {total + i}: say hello."}) + "\n"
-                        )
-                total += left
-                print(json.dumps({"added": left, **resume(tree, dataset, workdir, args, total)}), flush=True)
+                print(
+                    json.dumps({"added": left, **resume(tree, dataset, places[tree], args, total)}),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ import pytest
 from agent.config.verify_config import VerifyOptions
 from agent.store.directory import RunDirectory
 from agent.store.durable import TEMP_SUFFIX
-from agent.store.merge import MergeReport
 from agent.store.merge_ahead import MergeAhead
+from agent.store.merge_report import MergeReport
 from agent.store.shard_index import ShardChanged
 from tests.support.merges import merged_both_ways
 from tests.support.run_dirs import opened

@@ -16,7 +16,7 @@ import pytest
 from agent.store import merge_shard
 from agent.store.directory import RunDirectory
 from agent.store.jsonl import read_lines
-from agent.store.merge import MergeReport
+from agent.store.merge_report import MergeReport
 from agent.store.shard_index import ShardChanged
 from tests.support.merges import merged_both_ways
 from tests.support.run_dirs import opened

@@ -20,6 +20,8 @@ from agent.batch.end_fold import EndFold
 from agent.batch.tally import RunTally
 from agent.report.digest import OUTPUT_FIELDS as DIGEST_FIELDS
 from agent.report.digest import RunDigest
+from agent.store.directory import RunDirectory
+from agent.store.merge_report import MergeReport
 from agent.store.output_figures import FIGURES_FILE
 from agent.store.records_file import records_path
 from agent.store.state_codec import capture, restore
@@ -81,16 +83,24 @@ def end(run: Path, tmp_path: Path, appends: list[tuple[int, bytes]] | None = Non
         fold.recall(store)
         for batch, line in appends or ():
             store.append_result(batch, line)
-        fold.take(store)
-        if appends:  # as a run schedules (with nothing left to run, the merge counts them)
-            fold.count_earlier(store, answers=len(appends))
-        merged = fold.merge(scripted_config(tmp_path, ["p"], "unused"), store, set())
-        stats = tally.stats.to_dict(**_names())
-        store.write_json("statistics.json", stats)
-    fold.report.output_keys(merged.kept_keys)
-    fold.report.write(stats)
+        ended(fold, store, tmp_path, len(appends or ()))
     assert_as_recounted(run, tmp_path)
     return counted
+
+
+def ended(fold: EndFold, store: RunDirectory, tmp_path: Path, appended: int) -> MergeReport:
+    """The end of an invocation that appended `appended` lines, as a run ends: the earlier
+    lines counted (with nothing left to run, the merge counts them), merged, statistics.json and
+    report.html written. What the merge did."""
+    fold.take(store)
+    if appended:
+        fold.count_earlier(store, answers=appended)
+    merged = fold.merge(scripted_config(tmp_path, ["p"], "unused"), store, set())
+    stats = fold.tally.stats.to_dict(**_names())
+    store.write_json("statistics.json", stats)
+    fold.report.output_keys(merged.kept_keys)
+    fold.report.write(stats)
+    return merged
 
 
 def test_a_resume_counts_only_the_lines_after_those_the_kept_figures_cover(tmp_path: Path) -> None:

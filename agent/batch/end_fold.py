@@ -30,8 +30,10 @@ from agent.report import RunReport
 from agent.report.digest import OUTPUT_FIELDS as DIGEST_FIELDS
 from agent.store.directory import RunDirectory
 from agent.store.earlier_lines import EarlierLines, earlier_rows
-from agent.store.layout import batch_file_name
-from agent.store.merge import UNKNOWN_TOOL_REASON, MergeReport
+from agent.store.layout import TRAJECTORIES_FILE, batch_file_name, batch_files
+from agent.store.merge import UNKNOWN_TOOL_REASON
+from agent.store.merge_report import MergeReport
+from agent.store.output_base import OutputBase, base_document, base_of
 from agent.store.output_figures import FIGURES_FILE, figures_head, figures_of, figures_pieces, recalled
 from agent.store.output_figures import forget as forget_figures
 from agent.store.shard_index import ShardChanged
@@ -98,6 +100,22 @@ class EndFold:
             if rows == earlier_rows(shards[name]):
                 shards[name].start = 0
         self._recalled = counted
+        store.output_base = self._base(store, figures_of(document, "output").get("base"), counted)
+
+    def _base(self, store: RunDirectory, kept: Any, counted: dict[str, int]) -> OutputBase | None:
+        """trajectories.jsonl as the last end left it, to continue in place at this end
+        (`agent.store.output_base`): when it and the files it holds are still as they were,
+        the figures count those files whole, and this run writes no line into any of them
+        (every batch with prompts left to run comes after them)."""
+        base = base_of(kept)
+        if base is None or not base.holds(batch_files(store.path), store.path / TRAJECTORIES_FILE):
+            return None
+        shards = store.records.shards
+        if any(counted.get(name) != shards[name].count or shards[name].start for name, _ in base.files):
+            return None
+        last, batches = base.last_batch, self.tally.batches
+        pending = (n for n, batch in batches.items() if batch["processed"] + batch["failed"] < batch["total"])
+        return base if all(number > last for number in pending) else None
 
     def remember(self, store: RunDirectory, merged: MergeReport) -> None:
         """Keep the figures of a merge that wrote every recorded line as it is, for the next
@@ -111,6 +129,7 @@ class EndFold:
                 figures = {
                     "statistics": capture(self.tally.stats, OUTPUT_FIELDS),
                     "report": capture(self.report.digest, DIGEST_FIELDS),
+                    "output": {"base": base_document(store.path, store.path / TRAJECTORIES_FILE)},
                 }
                 store.write_pieces(FIGURES_FILE, figures_pieces(head, figures))
                 return
@@ -161,8 +180,9 @@ class EndFold:
         earlier files once counted) is copied over the next events, not in one stall."""
         if not isinstance(store, RunDirectory):
             return
-        if self._batches is None:
-            self._batches = sorted(self.tally.batches) if self._merges_ahead else []
+        if self._batches is None:  # those after the files the output holds already, if any
+            after = store.output_base.last_batch if store.output_base is not None else -1
+            self._batches = sorted(n for n in self.tally.batches if n > after) if self._merges_ahead else []
         batches = self.tally.batches
         for _copy in range(AHEAD_PER_CALL):
             if self._ahead >= len(self._batches):

@@ -37,8 +37,10 @@ from agent.store.layout import (
     file_size,
     tokens_file_name,
 )
-from agent.store.merge import MergeReport, merge_run
+from agent.store.merge import merge_run
 from agent.store.merge_ahead import MergeAhead
+from agent.store.merge_report import MergeReport
+from agent.store.output_base import OutputBase
 from agent.store.records_file import load_records, remove_all, save_all
 from agent.store.shard_index import Line, ShardChanged, ShardRecords
 from agent.store.token_merge import withheld_line
@@ -67,6 +69,7 @@ class RunDirectory:
         self._records_removed = False  # the saved records, once they can no longer be trusted
         self._ahead: MergeAhead | None = None  # trajectories.jsonl's first files, copied ahead
         self._new_book: Callable[[], KeyBook] = KeySet  # where each merge notes the keys it writes
+        self.output_base: OutputBase | None = None  # the output to continue (`EndFold.recall`)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -247,10 +250,9 @@ class RunDirectory:
         keep_unknown: bool = True,
         counted: bool = False,
     ) -> MergeReport:
-        """`merge_run`; with `counted`, the caller counted the lines this process appended as
-        they were appended (`take_appended`): they are not parsed again, and ShardChanged is
-        raised when they (or the saved records loaded at the start) can no longer be trusted.
-        Without it every line is read, as it is after a ShardChanged."""
+        """`merge_run`; with `counted`, the caller counted the lines this process appended
+        (`take_appended`): they are not parsed again, and ShardChanged is raised when they (or the
+        saved records loaded at the start) can no longer be trusted; without, every line is read."""
         self.sync()
         ahead, self._ahead = self._ahead, None
         records = self._trusted() if counted else None
@@ -259,10 +261,10 @@ class RunDirectory:
             ahead = None
         if counted and records is None:
             raise ShardChanged("a batch file changed since this run appended to it")
-        plain, book = _plain(output), self._new_book
-        return merge_run(
-            self.path, valid_tools, on_entry, plain, exclude, keep_unknown, records, counted, ahead, book
-        )
+        plain = _plain(output)
+        base = self.output_base if plain == TRAJECTORIES_FILE else None
+        rest = (records, counted, ahead, self._new_book, base)
+        return merge_run(self.path, valid_tools, on_entry, plain, exclude, keep_unknown, *rest)
 
     def merge_ahead(self, batch_num: int, valid_tools: Collection[str]) -> bool:
         """Copy batch `batch_num`'s file, whose prompts are all answered, into trajectories.jsonl
@@ -274,7 +276,7 @@ class RunDirectory:
         if not path.exists():
             return True
         if self._ahead is None:
-            self._ahead = MergeAhead(self.path, TRAJECTORIES_FILE, self._new_book())
+            self._ahead = MergeAhead.after_base(self.path, self._new_book(), self.output_base, self.records)
         return self._ahead.add(path, self.records.of(path), valid_tools)
 
     def _save_records(self) -> None:

@@ -21,67 +21,24 @@ left).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
 from agent.protocols.store import KeyBook
-from agent.store.durable import atomic_write
 from agent.store.jsonl import encode_line, parse_object
 from agent.store.key_book import KeySet, index_hint
 from agent.store.keys import KeyResolver, is_tombstone
 from agent.store.layout import TRAJECTORIES_FILE, batch_files
 from agent.store.merge_ahead import MergeAhead
+from agent.store.merge_output import Start, merge_output
+from agent.store.merge_report import MergeReport
 from agent.store.merge_shard import Copied, copy_shard, copyable, in_index_order
+from agent.store.output_base import OutputBase
 from agent.store.shard_index import Line, Shard, ShardChanged, ShardRecords
 from agent.store.token_merge import TokenMerge, open_sidecar
-from agent.store.tool_counts import TOOL_ROWS, cut_name
-
-# not in statistics.json's `merge` section: keys, entries, what as_dict lists its own way
-_HIDDEN = frozenset({"kept_keys", "unkept", "unkept_keys", "unknown_tools", "tokens", "counted_left_out"})
-
-
-@dataclass
-class MergeReport:
-    files: int = 0
-    written: int = 0
-    duplicates: int = 0
-    labelled: int = 0  # entries calling unknown tools, written with the label they lacked
-    invalid_lines: int = 0
-    unknown_tools: Counter[str] = field(default_factory=Counter)  # tool name -> entries calling it
-    tombstones: int = 0
-    withdrawn: int = 0  # result lines of keys a tombstone moved to discarded.jsonl
-    not_kept: int = 0  # entries calling unknown tools, not written (`unkept`)
-    counted_left_out: int = 0  # lines the caller counted as it wrote them that were not merged
-    ahead_files: int = 0  # files copied during the run (`agent.store.merge_ahead`), not at the end
-    # the keys written: the caller checks every prompt it calls done is among them
-    kept_keys: KeyBook = field(default_factory=KeySet, repr=False)
-    unkept: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)  # (key, entry)
-    unkept_keys: set[str] = field(default_factory=set, repr=False)  # their keys: a later line is a duplicate
-    # --capture_tokens: the merged sidecar's counts (`TokenCounts`), None when the run captured none
-    tokens: dict[str, Any] | None = field(default=None, repr=False)
-
-    def add(self, copied: Copied) -> None:
-        """Count lines merged by `copy_shard` (their keys are in `kept_keys` already)."""
-        for name, value in copied._asdict().items():
-            setattr(self, name, getattr(self, name) + value)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The `merge` section of statistics.json (counts, no keys or entries). The model
-        invents unknown tools' names: the TOOL_ROWS most called are listed, the rest summed in
-        `unknown_tools_other`, so the file does not grow with the names invented."""
-        counts = {k: v for k, v in vars(self).items() if k not in _HIDDEN}
-        listed = self.unknown_tools.most_common(TOOL_ROWS)
-        rest = self.unknown_tools.total() - sum(n for _, n in listed)
-        return {
-            **counts,
-            "unknown_tools": dict(listed),
-            "unknown_tools_other": {"names": len(self.unknown_tools) - len(listed), "entries": rest},
-        }
-
+from agent.store.tool_counts import cut_name
 
 UNKNOWN_TOOL_REASON = "tool_not_offered"  # a tool the registry does not know was offered to no one
 
@@ -97,22 +54,23 @@ def merge_run(
     counted: bool = False,
     ahead: MergeAhead | None = None,
     new_book: Callable[[], KeyBook] = KeySet,
+    base: OutputBase | None = None,
 ) -> MergeReport:
-    """Rewrite `output` atomically from every batch file: first line per prompt key, keys in
-    `exclude` left out. Each kept line is copied as read (an entry calling unknown tools gains
-    its label first, and is only kept with `keep_unknown`), newline-terminated. The lines in
-    `records` (this process's appends) are not parsed, only checked (`ShardChanged`); with
-    `counted`, the caller has counted them already: `on_entry` gets only the other lines, and a
-    recorded line left out is counted in `counted_left_out` (the caller's count is then wrong).
-    `ahead`: the first files copied during the run, continued from when it still holds
-    (`agent.store.merge_ahead`), else dropped. The keys written are noted in a book `new_book`
-    makes (`MergeReport.kept_keys`), or the ahead's when continued from it."""
+    """Write `output` from every batch file: first line per prompt key, keys in `exclude` left
+    out. Each kept line is copied as read (an entry calling unknown tools gains its label first,
+    and is only kept with `keep_unknown`), newline-terminated. The lines in `records` (this
+    process's appends) are not parsed, only checked (`ShardChanged`); with `counted`, the caller
+    counted them already: `on_entry` gets only the other lines, and a recorded line left out is
+    counted in `counted_left_out`. A new file is renamed over `output`, or the merge starts from
+    `ahead` (files copied during the run) or `base` (`output` as the last end left it) where
+    they still hold (`agent.store.merge_output`). The keys written are noted in a book
+    `new_book` makes (`MergeReport.kept_keys`), or the ahead's when continued from it."""
     files = batch_files(directory)
     report, resolver = MergeReport(files=len(files), kept_keys=new_book()), KeyResolver()
     with ExitStack() as stack:
         sidecar = open_sidecar(stack, directory, output)
-        usable = ahead is not None and counted and sidecar is None and ahead.holds(files, exclude)
-        out, files = _output(stack, directory / output, files, report, ahead, usable)
+        start = Start(ahead, base, records if counted and sidecar is None else None, exclude)
+        out, files = merge_output(stack, directory / output, files, report, start)
         rules = _Rules(valid_tools, exclude, keep_unknown, counted)
         for path in files:
             shard = records.of(path) if records is not None else None
@@ -125,25 +83,6 @@ def merge_run(
             _copy_lines(lines, report, out, sidecar, rules, on_entry)
         report.tokens = None if sidecar is None else dict(vars(sidecar.counts))
     return report
-
-
-def _output(
-    stack: ExitStack,
-    target: Path,
-    files: list[Path],
-    report: MergeReport,
-    ahead: MergeAhead | None,
-    usable: bool,
-) -> tuple[BinaryIO, list[Path]]:
-    """The merged file's writer (renamed over `target` as the stack closes, before the sidecar)
-    and the files left to copy into it: continued from `ahead` when `usable`, else new."""
-    if ahead is not None and usable:
-        report.add(ahead.counts)
-        report.kept_keys, report.ahead_files = ahead.kept, len(ahead.copies)
-        return stack.enter_context(ahead.continued(target)), files[len(ahead.copies) :]
-    if ahead is not None:
-        ahead.drop()
-    return stack.enter_context(atomic_write(target)), files
 
 
 class _Rules(NamedTuple):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager, suppress
 from pathlib import Path
@@ -28,10 +29,14 @@ from typing import BinaryIO, NamedTuple
 from agent.protocols.store import KeyBook
 from agent.store.durable import TEMP_SUFFIX, replacing
 from agent.store.key_book import KeySet
+from agent.store.layout import TRAJECTORIES_FILE
 from agent.store.merge_shard import Copied, copy_shard, copyable
-from agent.store.shard_index import Shard, ShardChanged
+from agent.store.output_base import OutputBase, note_keys
+from agent.store.shard_index import Shard, ShardChanged, ShardRecords
 
 log = logging.getLogger(__name__)
+
+POUR_BYTES = 4 << 20  # the copies go on to the output this much at a time
 
 
 class Copy(NamedTuple):
@@ -47,15 +52,33 @@ def _stamp(status: os.stat_result) -> tuple[int, int, int]:
 
 
 class MergeAhead:
-    """The batch files copied so far, in the merge's order, into one temp file."""
+    """The batch files copied so far, in the merge's order, into one temp file; those after
+    the first `after`, when the output already holds them (`agent.store.output_base`)."""
 
-    def __init__(self, directory: Path, output: str, kept: KeyBook | None = None) -> None:
+    def __init__(self, directory: Path, output: str, kept: KeyBook | None = None, after: int = 0) -> None:
+        """`kept`: the keys the output holds already (those of the first `after` files)."""
         self.temp = directory / f".{output}.ahead.{os.getpid()}{TEMP_SUFFIX}"
+        self.after = after
         self.copies: list[Copy] = []
         self.kept: KeyBook = KeySet() if kept is None else kept  # the keys written so far
         self.counts = Copied(0, 0, 0, 0, 0)
         self._handle: BinaryIO | None = None
         self.stopped = False  # a file could not be copied: nothing after it can be
+
+    @classmethod
+    def after_base(
+        cls, directory: Path, kept: KeyBook, base: OutputBase | None, records: ShardRecords
+    ) -> MergeAhead:
+        """Copies for trajectories.jsonl of the files after those it holds already (`base`), their
+        keys noted in `kept` first (a later line of one of them is a duplicate); with no base, of
+        every file."""
+        if base is None:
+            return cls(directory, TRAJECTORIES_FILE, kept)
+        for name, _stamp in base.files:
+            shard = records.shards.get(name)
+            if shard is not None:  # (else the end finds that the base no longer holds)
+                note_keys(shard, kept)
+        return cls(directory, TRAJECTORIES_FILE, kept, after=len(base.files))
 
     def add(self, path: Path, shard: Shard | None, valid_tools: Collection[str]) -> bool:
         """Copy `path` (the next batch file in the merge's order, its prompts all answered) if
@@ -88,8 +111,10 @@ class MergeAhead:
         return False
 
     def holds(self, files: Sequence[Path], exclude: Collection[str]) -> bool:
-        """Whether the copies are still the first of `files`, as they were copied, with no key
-        of theirs in `exclude` (the end's merge may then continue from them)."""
+        """Whether the copies are still the first of `files` (after the first `after`), as they
+        were copied, with no key of theirs in `exclude` (the end's merge may then continue from
+        them)."""
+        files = files[self.after :]
         if not self.copies or self._handle is None or len(files) < len(self.copies):
             return False
         for path, copy in zip(files, self.copies, strict=False):
@@ -104,9 +129,17 @@ class MergeAhead:
     def continued(self, target: Path) -> AbstractContextManager[BinaryIO]:
         """The temp file to append the rest to; on leaving, fsynced and renamed over `target`
         (`durable.replacing`); removed if the block raises."""
-        assert self._handle is not None  # holds()
+        assert self._handle is not None and not self.after  # holds(); a whole output's copies
         handle, self._handle = self._handle, None
         return replacing(handle, self.temp, target)
+
+    def pour(self, out: BinaryIO) -> None:
+        """Append the copies to `out` (the output continued in place), then remove the temp file."""
+        assert self._handle is not None  # holds()
+        self._handle.flush()
+        with self.temp.open("rb") as copies:
+            shutil.copyfileobj(copies, out, POUR_BYTES)
+        self.drop()
 
     def drop(self) -> None:
         """Remove the temp file (the end's merge writes everything). Never raises: it runs

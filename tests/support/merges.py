@@ -7,7 +7,8 @@ from collections.abc import Collection
 from pathlib import Path
 
 from agent.store.directory import RunDirectory
-from agent.store.merge import MergeReport, merge_run
+from agent.store.merge import merge_run
+from agent.store.merge_report import MergeReport
 
 
 def merged_both_ways(
