@@ -26,6 +26,7 @@ from agent.servers.simulated.server import SimulatedEndpoint
 from agent.store.directory import RunDirectory
 from agent.store.jsonl import read_lines
 from agent.store.key_book import KeySet
+from agent.store.output_figures import FIGURES_FILE
 from agent.store.shard_index import ShardChanged
 from agent.store.statistics import RunStatistics
 from tests.support.batch import BatchCLI, prompts_dataset, read_json
@@ -96,16 +97,25 @@ def test_a_run_and_its_resume_report_the_numbers_of_a_full_recount(
     assert stats["merge"]["ahead_files"] == 2  # both batches merged ahead: at the last answer at the latest
     assert_as_recounted(run_dir, tmp_path)
 
-    # batch_1.jsonl (indices 5-9) gains this invocation's lines after the first's
+    # batch_1.jsonl (indices 5-9) gains this invocation's lines after the first's; without the
+    # figures the first end kept (as a directory of an older version), the first invocation's 8
+    # lines are counted as the resume's 3 answers come: every file merged ahead
+    (run_dir / FIGURES_FILE).unlink()
     prompts_dataset(dataset, [f"task {i}: list the files" for i in range(11)])
-    second = cli.run(
-        f"--dataset_file={dataset}", "--batch_size=5", "--run_name=fold", "--num_workers=1", "--resume"
-    )
+    resume = (f"--dataset_file={dataset}", "--batch_size=5", "--run_name=fold", "--num_workers=1", "--resume")
+    second = cli.run(*resume)
     assert second.returncode == 0, second
     stats = read_json(run_dir / "statistics.json")
     assert stats["trajectories"]["entries"] == 11 and stats["merge_check"]["entries_checked"] == 3
-    # the first invocation's 8 lines are counted as the resume's 3 answers come: every file merged ahead
-    assert stats["merge"]["ahead_files"] == 3
+    assert (stats["merge"]["ahead_files"], stats["merge"]["in_place_files"]) == (3, 0)
+    assert_as_recounted(run_dir, tmp_path)
+
+    # with them, trajectories.jsonl is continued: batch_2's new lines appended after its own
+    prompts_dataset(dataset, [f"task {i}: list the files" for i in range(13)])
+    third = cli.run(*resume)
+    assert third.returncode == 0, third
+    stats = read_json(run_dir / "statistics.json")
+    assert stats["trajectories"]["entries"] == 13 and stats["merge"]["in_place_files"] == 3
     assert_as_recounted(run_dir, tmp_path)
 
 

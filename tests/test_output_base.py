@@ -22,8 +22,10 @@ from agent.store.output_figures import FIGURES_FILE
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
 from tests.support.batch import BatchCLI, prompts_dataset, read_json
 from tests.support.run_dirs import opened
+from tests.test_earlier_lines import tombstone
 from tests.test_end_of_run import assert_as_recounted
 from tests.test_output_figures import ended, rich
+from tests.test_saved_records import invocation
 
 BATCH = 5  # prompts per batch file: batch N holds indices 5N..5N+4
 
@@ -203,3 +205,57 @@ def test_the_runner_continues_the_output_of_its_last_end(
     assert output.stat().st_ino == before[0]
     assert output.read_bytes() == _merged_from_scratch(cli.run_dir("base"), tmp_path)
     assert_as_recounted(cli.run_dir("base"), tmp_path)
+
+
+def test_lines_added_to_the_last_file_after_its_own_are_appended_in_place(tmp_path: Path) -> None:
+    """The dataset grew by fewer prompts than a batch: batch_0 gains d and e after a b c."""
+    run = tmp_path / "run"
+    end(run, tmp_path, rich("abc"), planned=3)
+    inode = (run / "trajectories.jsonl").stat().st_ino
+    merged = end(run, tmp_path, rich("de", start=3), planned=5)
+    assert (merged.in_place_files, merged.written) == (1, 5)
+    assert (run / "trajectories.jsonl").stat().st_ino == inode
+    merged = end(run, tmp_path, rich("fg", start=5, batch=1) + rich("e", start=4), planned=7)  # e again
+    assert merged.in_place_files == 0  # a duplicate: the whole run counted again, written whole
+
+
+def test_the_last_files_new_lines_come_before_the_files_merged_ahead(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    end(run, tmp_path, rich("abc"), planned=3)
+    appends = rich("d", start=3) + rich("fghij", start=5, batch=1) + rich("e", start=4)
+    merged = end(run, tmp_path, appends, planned=10, ahead=True)
+    assert (merged.in_place_files, merged.ahead_files, merged.written) == (1, 1, 10)
+
+
+def test_a_line_added_to_the_last_file_that_sorts_among_its_lines_makes_the_end_write_it_whole(
+    tmp_path: Path,
+) -> None:
+    """c (index 2) failed at first and runs again: its line must go between b and d."""
+    run = tmp_path / "run"
+    end(run, tmp_path, rich("ab") + rich("d", start=3), planned=4)
+    inode = (run / "trajectories.jsonl").stat().st_ino
+    merged = end(run, tmp_path, rich("c", start=2), planned=4)  # the plan says c is left: no base
+    assert merged.in_place_files == 0 and (run / "trajectories.jsonl").stat().st_ino != inode
+    end(run, tmp_path, rich("ab") + rich("d", start=3), planned=0)
+    merged = end(run, tmp_path, rich("x", start=2), planned=0)  # nothing planned: the end itself tells
+    assert merged.in_place_files == 0
+
+
+def test_a_tombstone_added_to_the_last_file_makes_the_end_write_it_whole(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    end(run, tmp_path, rich("abc"), planned=3)
+    merged = end(run, tmp_path, [(0, tombstone("b", 1))])  # (what it withdraws is the caller's)
+    assert (merged.in_place_files, merged.tombstones, merged.written) == (0, 1, 3)
+
+
+@pytest.mark.parametrize("checkpoint_after", [0, 1, 2])
+def test_lines_a_killed_invocation_added_to_the_last_file_are_merged_once(
+    tmp_path: Path, checkpoint_after: int
+) -> None:
+    """Killed after appending d e to batch_0 (their records saved or not): the next end's output
+    holds each line once, in order, whatever it continues from."""
+    run = tmp_path / "run"
+    end(run, tmp_path, rich("abc"), planned=3)
+    invocation(run, rich("de", start=3), checkpoint_after=checkpoint_after)
+    merged = end(run, tmp_path, rich("f", start=5, batch=1), planned=6)
+    assert merged.written == 6

@@ -36,7 +36,7 @@ from agent.store.merge_report import MergeReport
 from agent.store.output_base import OutputBase, base_document, base_of
 from agent.store.output_figures import FIGURES_FILE, figures_head, figures_of, figures_pieces, recalled
 from agent.store.output_figures import forget as forget_figures
-from agent.store.shard_index import ShardChanged
+from agent.store.shard_index import ROW, ShardChanged
 from agent.store.state_codec import capture, restore
 from agent.store.statistics import OUTPUT_FIELDS
 from agent.toolbox.registry import TOOL_TO_TOOLSET_MAP
@@ -104,9 +104,10 @@ class EndFold:
 
     def _base(self, store: RunDirectory, kept: Any, counted: dict[str, int]) -> OutputBase | None:
         """trajectories.jsonl as the last end left it, to continue in place at this end
-        (`agent.store.output_base`): when it and the files it holds are still as they were,
-        the figures count those files whole, and this run writes no line into any of them
-        (every batch with prompts left to run comes after them)."""
+        (`agent.store.output_base`): when it and the files it holds are still as they were and
+        the figures count those files whole, and when this run writes no line that would sort
+        among its lines (every batch with prompts left to run comes after the last file it
+        holds, or is that file's, each of whose prompts up to its last line is done)."""
         base = base_of(kept)
         if base is None or not base.holds(batch_files(store.path), store.path / TRAJECTORIES_FILE):
             return None
@@ -114,8 +115,15 @@ class EndFold:
         if any(counted.get(name) != shards[name].count or shards[name].start for name, _ in base.files):
             return None
         last, batches = base.last_batch, self.tally.batches
-        pending = (n for n, batch in batches.items() if batch["processed"] + batch["failed"] < batch["total"])
-        return base if all(number > last for number in pending) else None
+        pending = {n for n, batch in batches.items() if batch["processed"] + batch["failed"] < batch["total"]}
+        if any(number < last for number in pending):
+            return None
+        if last in pending:  # the prompts it holds must be all those up to its last line's
+            held = max((row[2] for row in ROW.iter_unpack(shards[base.files[-1][0]].rows)), default=-1)
+            done, first = self.tally.done_indices, last * self.tally.batch_size
+            if not all(index in done for index in range(first, held + 1)):
+                return None
+        return base
 
     def remember(self, store: RunDirectory, merged: MergeReport) -> None:
         """Keep the figures of a merge that wrote every recorded line as it is, for the next

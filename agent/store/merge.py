@@ -69,7 +69,7 @@ def merge_run(
     report, resolver = MergeReport(files=len(files), kept_keys=new_book()), KeyResolver()
     with ExitStack() as stack:
         sidecar = open_sidecar(stack, directory, output)
-        start = Start(ahead, base, records if counted and sidecar is None else None, exclude)
+        start = Start(ahead, base, records if counted and sidecar is None else None, exclude, valid_tools)
         out, files = merge_output(stack, directory / output, files, report, start)
         rules = _Rules(valid_tools, exclude, keep_unknown, counted)
         for path in files:

@@ -74,10 +74,10 @@ class MergeAhead:
         every file."""
         if base is None:
             return cls(directory, TRAJECTORIES_FILE, kept)
-        for name, _stamp in base.files:
+        for n, (name, _stamp) in enumerate(base.files, 1):
             shard = records.shards.get(name)
             if shard is not None:  # (else the end finds that the base no longer holds)
-                note_keys(shard, kept)
+                note_keys(shard, kept, base.within(shard) if n == len(base.files) else None)
         return cls(directory, TRAJECTORIES_FILE, kept, after=len(base.files))
 
     def add(self, path: Path, shard: Shard | None, valid_tools: Collection[str]) -> bool:

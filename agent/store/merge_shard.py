@@ -60,14 +60,15 @@ def copy_shard(
     kept: KeyBook,
     out: BinaryIO,
     unkept: Collection[str] = (),
+    first: int = 0,
 ) -> Copied | None:
-    """Copy `path`'s lines to `out` in index order but tombstones, keys in `exclude`, `kept` (the
-    keys merged so far, which gains this file's) or `unkept` (whose first line was moved out);
-    None, with nothing written or kept, when a line calls a tool not in `valid_tools`."""
-    rows = list(ROW.iter_unpack(shard.rows))
+    """Copy `path`'s lines from its `first` record on to `out`, in index order, but tombstones and
+    keys in `exclude`, `kept` (merged so far: it gains this file's) or `unkept` (first line moved
+    out); None, with nothing written or kept, when a line calls a tool not in `valid_tools`."""
+    every = list(ROW.iter_unpack(shard.rows))
+    rows, keys = every[first:], _keys(shard.keys, (row[4] for row in every))[first:]
     if not _tools_known({row[7] for row in rows}, shard.names, valid_tools):
         return None
-    keys = _keys(shard.keys, (row[4] for row in rows))
     with path.open("rb") as handle:
         data = memoryview(handle.read(shard.end))
     if len(data) != shard.end:

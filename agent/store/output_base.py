@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterator, Sequence
+import zlib
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any, BinaryIO
 
 from agent.protocols.store import KeyBook
 from agent.store.layout import batch_files
+from agent.store.merge_shard import plain_rows
 from agent.store.shard_index import ROW, Shard
 
 log = logging.getLogger(__name__)
@@ -63,19 +65,52 @@ class OutputBase:
 
     def holds(self, files: Sequence[Path], output: Path) -> bool:
         """Whether `output` and the first of `files` (the run's batch files, in the merge's
-        order) are still as the end that kept this base left them."""
+        order) are still as the end that kept this base left them, the last of those perhaps
+        grown since (`grown`)."""
         if len(files) < len(self.files) or stamp_of(output) != self.output:
             return False
-        return all(
-            path.name == name and stamp_of(path) == kept
-            for path, (name, kept) in zip(files, self.files, strict=False)
+        if not self.files:  # (`base_document` keeps none such)
+            return False
+        *whole, (last, (last_name, _)) = zip(files, self.files, strict=False)
+        return (
+            all(path.name == name and stamp_of(path) == kept for path, (name, kept) in whole)
+            and last.name == last_name
+            and self.grown(last) is not None
         )
+
+    def grown(self, path: Path) -> bool | None:
+        """Whether the last file the base holds (`path`) grew since (appended to: the same file,
+        longer); False when it is as it was, None when it is neither."""
+        kept, now = self.files[-1][1], stamp_of(path)
+        if now == kept:
+            return False
+        return True if now is not None and now[1] == kept[1] and now[0] > kept[0] else None
+
+    def held_rows(self, last: Shard, data: bytes, valid_tools: Collection[str]) -> int | None:
+        """How many of `last`'s recorded lines (the last file the base holds, its bytes `data`)
+        the output holds: those within the file's kept size, each the same bytes still; None
+        unless the lines after them are plain (no tombstone, no unknown tool: merged as they
+        are) and sort after them (`prompt_index`), so that the output can be continued."""
+        size, rows, held = self.files[-1][1][0], list(ROW.iter_unpack(last.rows)), self.within(last)
+        if held and rows[held - 1][0] + rows[held - 1][1] + 1 != size:
+            return None  # the kept size does not end on a recorded line
+        if any(zlib.crc32(data[row[0] : row[0] + row[1]]) != row[3] for row in rows[:held]):
+            return None
+        if not plain_rows(last, held, valid_tools):
+            return None
+        after = min((row[2] for row in rows[held:]), default=None)
+        return None if after is not None and after < max((row[2] for row in rows[:held]), default=0) else held
+
+    def within(self, last: Shard) -> int:
+        """How many of `last`'s records (the last file's) begin within the size it was kept at."""
+        size = self.files[-1][1][0]
+        return sum(1 for row in ROW.iter_unpack(last.rows) if row[0] < size)
 
 
 def base_document(directory: Path, output: Path) -> list[Any] | None:
     """What an end keeps of the output it just wrote (every batch file merged whole, as it
     is): [output's stamp, [[name, stamp]...]]; None when a file is not numbered (a base must
-    say which batches come after it)."""
+    say which batches come after it), or no file was merged."""
     files = batch_files(directory)
     kept = stamp_of(output)
     listed: list[Any] = []
@@ -84,7 +119,7 @@ def base_document(directory: Path, output: Path) -> list[Any] | None:
         if stamp is None or not _NUMBERED.fullmatch(path.name):
             return None
         listed.append([path.name, list(stamp)])
-    return None if kept is None else [list(kept), listed]
+    return None if kept is None or not listed else [list(kept), listed]
 
 
 def base_of(document: Any) -> OutputBase | None:
@@ -110,13 +145,14 @@ def _stamp(value: Any) -> Stamp | None:
     return value[0], value[1], value[2], value[3]
 
 
-def note_keys(shard: Shard, book: KeyBook) -> int:
-    """Note each key of `shard`'s records in `book` (the lines a base holds); how many rows."""
-    at = 0
-    for _offset, _length, number, _crc, size, *_rest in ROW.iter_unpack(shard.rows):
+def note_keys(shard: Shard, book: KeyBook, rows: int | None = None) -> int:
+    """Note the keys of `shard`'s first `rows` records (every one by default) in `book` (the
+    lines a base holds); how many."""
+    at, count = 0, shard.count if rows is None else rows
+    for _offset, _length, number, _crc, size, *_ in ROW.iter_unpack(shard.rows[: count * ROW.size]):
         book.note(shard.keys[at : at + size].decode("utf-8"), number)
         at += size
-    return shard.count
+    return count
 
 
 @contextmanager
