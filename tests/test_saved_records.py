@@ -332,3 +332,25 @@ def test_the_scan_of_recorded_lines_matches_reading_them_tombstones_labels_and_a
             assert scanned.failures == {"g": 1} and scanned.labels == found.labels
         for scanned in (store.scan(numbered=False, known=EVERY_KEY), scan_run(run, known=EVERY_KEY)):
             assert scanned.done == set() and scanned.tombstoned == {"b", "d"} and scanned.results == 6
+
+
+def test_the_scan_for_tombstones_alone_passes_over_plain_shards_yet_sees_a_key_come_back(
+    tmp_path: Path,
+) -> None:
+    """The end's scan for tombstones (`known=EVERY_KEY`) does not decode the keys of a recorded
+    shard with no tombstone or label, but only while no tombstone is noted: c's result line in
+    batch_2 (written after a --batch_size change) undoes its tombstone in batch_1."""
+    run = tmp_path / "run"
+    withdrawn = {"prompt_index": 5, "discarded": True, "metadata": {"prompt_key": "c"}}
+    appends = [(0, entry_line("a", 0)), (0, entry_line("b", 1)), (1, (json.dumps(withdrawn) + "\n").encode())]
+    appends += [(2, entry_line("c", 5)), (3, entry_line("d", 15))]
+    with opened(run) as store:
+        for batch, line in appends:
+            store.append_result(batch, line)
+    copy = tmp_path / "read"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns(".*.records"))
+    with opened(run) as store:
+        recorded = store.scan(numbered=False, known=EVERY_KEY)
+    read = scan_run(copy, numbered=False, known=EVERY_KEY)
+    assert recorded.tombstoned == read.tombstoned == set() and recorded.results == read.results == 4
+    assert recorded.labels == read.labels == {} and recorded.done == read.done == set()
