@@ -228,9 +228,13 @@ def test_workers_dying_as_they_start_stop_the_run_with_one_line(tmp_path: Path) 
     prompts = [f"Loop {i}" for i in range(4)]
     with SimulatedEndpoint() as endpoint:
         cli = sleepy_run(tmp_path, endpoint, prompts, 1)
+        # One prompt a worker at a time: a death loses at most one of the 8 attempts, so the
+        # prompts cannot all run out of attempts (a run that ends, every prompt failed) before
+        # the fifth death stops it. On a loaded machine each worker took two jobs before the
+        # killer saw it, and 4 deaths used up all 8.
         flags = ("--dataset_file=d.jsonl", "--batch_size=4", "--run_name=loop", "--num_workers=2")
         started = time.monotonic()
-        proc = cli.start(*flags)
+        proc = cli.start(*flags, "--max_inflight=2")
         stop, killed = threading.Event(), []
         killer = threading.Thread(target=kill_every_worker, args=(proc.pid, stop, killed), daemon=True)
         killer.start()
