@@ -112,10 +112,12 @@ class EndFold:
         if base is None or not base.holds(batch_files(store.path), store.path / TRAJECTORIES_FILE):
             return None
         shards = store.records.shards
-        if any(counted.get(name) != shards[name].count or shards[name].start for name, _ in base.files):
-            return None
-        last, batches = base.last_batch, self.tally.batches
-        pending = {n for n, batch in batches.items() if batch["processed"] + batch["failed"] < batch["total"]}
+        for name, _stamp in base.files:
+            shard = shards.get(name)
+            if shard is None or counted.get(name) != shard.count or shard.start:
+                return None
+        last = base.last_batch
+        pending = {number for number in self.tally.batches if not self.tally.answered(number)}
         if any(number < last for number in pending):
             return None
         if last in pending:  # the prompts it holds must be all those up to its last line's
@@ -191,13 +193,11 @@ class EndFold:
         if self._batches is None:  # those after the files the output holds already, if any
             after = store.output_base.last_batch if store.output_base is not None else -1
             self._batches = sorted(n for n in self.tally.batches if n > after) if self._merges_ahead else []
-        batches = self.tally.batches
         for _copy in range(AHEAD_PER_CALL):
             if self._ahead >= len(self._batches):
                 return
             number = self._batches[self._ahead]
-            batch = batches[number]
-            if batch["processed"] + batch["failed"] < batch["total"]:
+            if not self.tally.answered(number):
                 return
             if self._earlier is not None and self._earlier.waiting(batch_file_name(number)):
                 return  # copyable once its earlier lines are counted

@@ -202,6 +202,11 @@ class RunTally:
                 self.stats.add_limiter(event.stats)
         return None
 
+    def answered(self, number: int) -> bool:
+        """Whether every prompt of batch `number` has an answer (done, discarded or failed)."""
+        batch = self.batches[number]
+        return batch["processed"] + batch["failed"] >= batch["total"]
+
     def merge_check(self) -> MergeCheck:
         return MergeCheck(self.written)
 

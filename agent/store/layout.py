@@ -36,6 +36,20 @@ def batch_files(directory: Path) -> list[Path]:
     return sorted((p for p in directory.glob(BATCH_GLOB) if p.is_file()), key=order)
 
 
+# size, inode, modification and change times (ns): an edit in place moves the change time on even
+# when it puts the size and modification time back (utime sets the change time too)
+Stamp = tuple[int, int, int, int]
+
+
+def file_stamp(path: Path) -> Stamp | None:
+    """The file's `Stamp`; None when it does not exist."""
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        return None
+    return status.st_size, status.st_ino, status.st_mtime_ns, status.st_ctime_ns
+
+
 def file_size(path: Path) -> int:
     """The file's size; 0 when it does not exist (a log nothing was written to yet)."""
     try:

@@ -29,7 +29,7 @@ from typing import BinaryIO, NamedTuple
 from agent.protocols.store import KeyBook
 from agent.store.durable import TEMP_SUFFIX, replacing
 from agent.store.key_book import KeySet
-from agent.store.layout import TRAJECTORIES_FILE
+from agent.store.layout import TRAJECTORIES_FILE, Stamp, file_stamp
 from agent.store.merge_shard import Copied, copy_shard, copyable
 from agent.store.output_base import OutputBase, note_keys
 from agent.store.shard_index import Shard, ShardChanged, ShardRecords
@@ -41,14 +41,7 @@ POUR_BYTES = 4 << 20  # the copies go on to the output this much at a time
 
 class Copy(NamedTuple):
     name: str
-    size: int
-    # (inode, mtime_ns, ctime_ns) when copied: an edit in place changes the change time even
-    # when its size and modification time are put back (utime sets the change time too)
-    stamp: tuple[int, int, int]
-
-
-def _stamp(status: os.stat_result) -> tuple[int, int, int]:
-    return status.st_ino, status.st_mtime_ns, status.st_ctime_ns
+    stamp: Stamp  # when copied (`layout.file_stamp`)
 
 
 class MergeAhead:
@@ -85,8 +78,8 @@ class MergeAhead:
         the fast path can; False, and no file copied from now on, when it cannot."""
         if self.stopped or shard is None or not copyable(shard, True, False):
             return self._stop()
-        status = os.stat(path)
-        if status.st_size != shard.end:
+        stamp = file_stamp(path)
+        if stamp is None or stamp[0] != shard.end:
             return self._stop()
         try:
             if self._handle is None:
@@ -102,7 +95,7 @@ class MergeAhead:
             return False
         if copied is None:
             return self._stop()
-        self.copies.append(Copy(path.name, status.st_size, _stamp(status)))
+        self.copies.append(Copy(path.name, stamp))
         self.counts = Copied(*(a + b for a, b in zip(self.counts, copied, strict=True)))
         return True
 
@@ -117,14 +110,8 @@ class MergeAhead:
         files = files[self.after :]
         if not self.copies or self._handle is None or len(files) < len(self.copies):
             return False
-        for path, copy in zip(files, self.copies, strict=False):
-            try:
-                status = os.stat(path)
-            except FileNotFoundError:
-                return False
-            if (path.name, status.st_size, _stamp(status)) != copy:
-                return False
-        return not any(key in self.kept for key in exclude)
+        now = [(path.name, file_stamp(path)) for path in files[: len(self.copies)]]
+        return now == self.copies and not any(key in self.kept for key in exclude)
 
     def continued(self, target: Path) -> AbstractContextManager[BinaryIO]:
         """The temp file to append the rest to; on leaving, fsynced and renamed over `target`

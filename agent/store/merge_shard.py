@@ -66,7 +66,7 @@ def copy_shard(
     keys in `exclude`, `kept` (merged so far: it gains this file's) or `unkept` (first line moved
     out); None, with nothing written or kept, when a line calls a tool not in `valid_tools`."""
     every = list(ROW.iter_unpack(shard.rows))
-    rows, keys = every[first:], _keys(shard.keys, (row[4] for row in every))[first:]
+    rows, keys = every[first:], packed_keys(shard.keys, (row[4] for row in every))[first:]
     if not _tools_known({row[7] for row in rows}, shard.names, valid_tools):
         return None
     with path.open("rb") as handle:
@@ -94,7 +94,7 @@ def copy_shard(
     return Copied(len(parts), tombstones, withdrawn, duplicates, withdrawn + duplicates)
 
 
-def _keys(packed: bytearray, sizes: Iterable[int]) -> list[str]:
+def packed_keys(packed: bytearray, sizes: Iterable[int]) -> list[str]:
     """The keys packed back to back in `packed`, one per size."""
     keys, at = [], 0
     for size in sizes:

@@ -30,22 +30,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from agent.protocols.store import KeyBook
-from agent.store.layout import batch_files
-from agent.store.merge_shard import plain_rows
+from agent.store.layout import Stamp, batch_files, file_stamp
+from agent.store.merge_shard import packed_keys, plain_rows
 from agent.store.shard_index import ROW, Shard
 
 log = logging.getLogger(__name__)
 
-Stamp = tuple[int, int, int, int]  # size, inode, modification and change times (ns)
 _NUMBERED = re.compile(r"batch_(\d+)\.jsonl")
-
-
-def stamp_of(path: Path) -> Stamp | None:
-    try:
-        status = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return status.st_size, status.st_ino, status.st_mtime_ns, status.st_ctime_ns
 
 
 @dataclass(frozen=True)
@@ -67,13 +58,13 @@ class OutputBase:
         """Whether `output` and the first of `files` (the run's batch files, in the merge's
         order) are still as the end that kept this base left them, the last of those perhaps
         grown since (`grown`)."""
-        if len(files) < len(self.files) or stamp_of(output) != self.output:
+        if len(files) < len(self.files) or file_stamp(output) != self.output:
             return False
         if not self.files:  # (`base_document` keeps none such)
             return False
         *whole, (last, (last_name, _)) = zip(files, self.files, strict=False)
         return (
-            all(path.name == name and stamp_of(path) == kept for path, (name, kept) in whole)
+            all(path.name == name and file_stamp(path) == kept for path, (name, kept) in whole)
             and last.name == last_name
             and self.grown(last) is not None
         )
@@ -81,7 +72,7 @@ class OutputBase:
     def grown(self, path: Path) -> bool | None:
         """Whether the last file the base holds (`path`) grew since (appended to: the same file,
         longer); False when it is as it was, None when it is neither."""
-        kept, now = self.files[-1][1], stamp_of(path)
+        kept, now = self.files[-1][1], file_stamp(path)
         if now == kept:
             return False
         return True if now is not None and now[1] == kept[1] and now[0] > kept[0] else None
@@ -112,10 +103,10 @@ def base_document(directory: Path, output: Path) -> list[Any] | None:
     is): [output's stamp, [[name, stamp]...]]; None when a file is not numbered (a base must
     say which batches come after it), or no file was merged."""
     files = batch_files(directory)
-    kept = stamp_of(output)
+    kept = file_stamp(output)
     listed: list[Any] = []
     for path in files:
-        stamp = stamp_of(path)
+        stamp = file_stamp(path)
         if stamp is None or not _NUMBERED.fullmatch(path.name):
             return None
         listed.append([path.name, list(stamp)])
@@ -148,11 +139,10 @@ def _stamp(value: Any) -> Stamp | None:
 def note_keys(shard: Shard, book: KeyBook, rows: int | None = None) -> int:
     """Note the keys of `shard`'s first `rows` records (every one by default) in `book` (the
     lines a base holds); how many."""
-    at, count = 0, shard.count if rows is None else rows
-    for _offset, _length, number, _crc, size, *_ in ROW.iter_unpack(shard.rows[: count * ROW.size]):
-        book.note(shard.keys[at : at + size].decode("utf-8"), number)
-        at += size
-    return count
+    listed = list(ROW.iter_unpack(shard.rows))[:rows]
+    for row, key in zip(listed, packed_keys(shard.keys, (row[4] for row in listed)), strict=True):
+        book.note(key, row[2])
+    return len(listed)
 
 
 @contextmanager
