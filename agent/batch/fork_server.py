@@ -21,6 +21,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import site
+import sysconfig
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -30,8 +32,19 @@ from typing import Any
 # What the fork server imports for every worker: the script run (multiprocessing's default),
 # the worker with what it imports (the SDK, the loop, the tools), and what it imports when it
 # starts (its event loop's package: one the server cannot import is skipped, as uvloop may be);
-# first, `agent.batch.undumpable`: the server, and so every worker it forks, is non-dumpable.
-PRELOAD = ("agent.batch.undumpable", "__main__", "agent.batch.worker_entry", "agent.batch.worker", "uvloop")
+# first, `agent.batch.server_path` (see `_package_on_path`), then `agent.batch.undumpable`: the
+# server, and so every worker it forks, is non-dumpable.
+PRELOAD = (
+    "agent.batch.server_path",
+    "agent.batch.undumpable",
+    "__main__",
+    "agent.batch.worker_entry",
+    "agent.batch.worker",
+    "uvloop",
+)
+
+# agent.batch.server_path's name, written here too: this module imports nothing of ours
+SAVED_PATH = "AGENT_RUNNER_PYTHONPATH"  # "=" + the runner's PYTHONPATH; "" where it had none
 
 # The socket's path is the base + "/pymp-XXXXXXXX/listener-XXXXXXXX" (33 bytes) + a NUL.
 SOCKET_BASE_MAX = 72
@@ -60,7 +73,33 @@ def warm_workers() -> Iterator[None]:
 def start_server() -> None:
     """Start the fork server (it starts importing at once); nothing when it runs already."""
     worker_context()
-    forkserver.ensure_running()
+    with _package_on_path():
+        forkserver.ensure_running()
+
+
+@contextmanager
+def _package_on_path() -> Iterator[None]:
+    """PYTHONPATH with this package's root in front while the server is started: Python 3.11's
+    multiprocessing starts it with the default sys.path (the sys_path it hands the server is
+    dropped), which finds an installed copy of the package before the checkout the runner was
+    started from; the parent and its workers then ran different code. Not where the default
+    path finds this root anyway (an installed package), which would put site-packages before
+    the standard library. The server puts the runner's PYTHONPATH back (`server_path`)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root in {sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), site.getusersitepackages()}:
+        yield
+        return
+    saved = os.environ.get("PYTHONPATH")
+    os.environ[SAVED_PATH] = "" if saved is None else "=" + saved
+    os.environ["PYTHONPATH"] = os.pathsep.join([root, *([saved] if saved else [])])
+    try:
+        yield
+    finally:
+        os.environ.pop(SAVED_PATH, None)
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def _short_socket_directory() -> None:
