@@ -104,7 +104,13 @@ def run_case(
     ]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp)
+    # The tree first on PYTHONPATH: a tree older than the runner's own fix would otherwise run
+    # workers of whatever copy of the package is installed (its fork server's default sys.path).
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+    }
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp, env=env)
     sampler.runner = proc.pid
     sampler.start()
     _, err = proc.communicate()

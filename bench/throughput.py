@@ -180,8 +180,18 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
     ]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
+    # This tree first on PYTHONPATH (see scale.py): `throughput_trees.py` runs older trees' copies.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=workdir, preexec_fn=_open_files(case)
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=workdir,
+        env=env,
+        preexec_fn=_open_files(case),
     )
     sampler = Sampler(proc.pid)
     sampler.start()
