@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import uvloop
+from startup import tree_env
 from throughput import _dataset
 
 from agent.servers.simulated.server import SimulatedEndpoint
@@ -109,8 +110,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         dataset = Path(tmp) / "prompts.jsonl"
         _dataset(dataset, args.prompts)
-        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.tree), os.environ.get("PYTHONPATH")]))
+        env = tree_env(args.tree)
         cmd = [
             sys.executable, str(args.tree / "batch_runner.py"), f"--dataset_file={dataset}",
             "--batch_size=100", "--run_name=trace", f"--output_dir={tmp}/runs", f"--base_url={base_url}",

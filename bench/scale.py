@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from endpoint_process import start_endpoint
+from startup import tree_first
 from throughput import CALLS_PER_PROMPT, ROOT, _children, _dataset, _tree
 
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -104,12 +105,7 @@ def run_case(
     ]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    # The tree first on PYTHONPATH: a tree older than the runner's own fix would otherwise run
-    # workers of whatever copy of the package is installed (its fork server's default sys.path).
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
-    }
+    env = tree_first(tree)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp, env=env)
     sampler.runner = proc.pid
     sampler.start()

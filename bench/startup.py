@@ -116,11 +116,20 @@ def _wall(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def tree_first(tree: Path) -> dict[str, str]:
+    """This environment with `tree` first on PYTHONPATH, then what the caller's held (packages
+    installed with --target): a runner started from another directory runs `tree`'s workers
+    even where its fork server would find an installed copy of the package first (a tree older
+    than `agent.batch.fork_server._package_on_path`)."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+    }
+
+
 def tree_env(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment without model keys, to run `tree`'s code: its checkout first on PYTHONPATH."""
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    # The tree first; then what the caller's PYTHONPATH held (packages installed with --target).
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))
+    env = {k: v for k, v in tree_first(tree).items() if not k.endswith("_API_KEY")}
     return {**env, **(extra or {})}
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from endpoint_process import start_endpoint
+from startup import tree_first
 
 ROOT = Path(__file__).resolve().parent.parent
 CALLS_PER_PROMPT = 2
@@ -180,17 +181,12 @@ def run_case(case: Case, workdir: Path) -> dict[str, Any]:
     ]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    # This tree first on PYTHONPATH (see scale.py): `throughput_trees.py` runs older trees' copies.
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         cwd=workdir,
-        env=env,
+        env=tree_first(ROOT),  # `throughput_trees.py` runs older trees' copies of this script
         preexec_fn=_open_files(case),
     )
     sampler = Sampler(proc.pid)
