@@ -102,42 +102,57 @@ def test_a_run_stopped_by_its_dataset_leaves_no_process_behind(tmp_path: Path) -
 
 
 FORKED = """
-import ctypes, sys
+import ctypes, gc, sys
 from agent.batch.fork_server import warm_workers, worker_context
 
 def dumpable(pipe):
     pipe.send(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE, before any code of ours
 
+def collector(pipe):
+    pipe.send(f"{gc.isenabled()} {gc.get_freeze_count()} {gc.get_count()[0]}")
+
 if __name__ == "__main__":
     with warm_workers():
         context = worker_context()
         ours, theirs = context.Pipe()
-        process = context.Process(target=dumpable, args=(theirs,))
+        process = context.Process(target=globals()[sys.argv[1]], args=(theirs,))
         process.start()
         print(ours.recv())
         process.join()
 """
 
 
+def forked(tmp_path: Path, child: str, env: dict[str, str] | None = None) -> str:
+    """What `child` (a function of FORKED) sends from a process the fork server forked."""
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED, encoding="utf-8")
+    done = subprocess.run(
+        ["python", str(script), child], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def test_a_forked_worker_is_not_dumpable_before_it_unpickles_its_config(tmp_path: Path) -> None:
     """A worker's pickled config holds the API key: the fork server is non-dumpable, so a
     process it forks is from its first instruction (the flag survives fork), not only once
     `worker_entry.main` sets it."""
-    script = tmp_path / "forked.py"
-    script.write_text(FORKED, encoding="utf-8")
-    done = subprocess.run(["python", str(script)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "0"
+    assert forked(tmp_path, "dumpable") == "0"
 
 
 def test_workers_start_under_a_tmpdir_too_long_for_the_servers_socket(tmp_path: Path) -> None:
     """multiprocessing puts the fork server's socket under TMPDIR: under a long one (a test's
     or a user's) the path passes AF_UNIX's 107 bytes, and no worker could start."""
-    script = tmp_path / "forked.py"
-    script.write_text(FORKED, encoding="utf-8")
     deep = tmp_path / ("d" * 90)
     deep.mkdir()
-    env = {**os.environ, "TMPDIR": str(deep)}
-    done = subprocess.run(["python", str(script)], capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "0"
+    assert forked(tmp_path, "dumpable", env={**os.environ, "TMPDIR": str(deep)}) == "0"
+
+
+def test_a_forked_worker_collects_with_the_servers_imports_frozen(tmp_path: Path) -> None:
+    """The fork server imports the worker's modules without cyclic collection (the run's first
+    request waits for those imports), then freezes what they made and collects again: a worker
+    collects, and its first young collection does not walk the SDK's ~10^5 objects."""
+    enabled, frozen, young = forked(tmp_path, "collector").split()
+    assert enabled == "True"
+    assert int(frozen) > 50_000  # the SDK's models, the loop, the tools
+    assert int(young) < 5_000  # what the worker made since its fork, not the imports

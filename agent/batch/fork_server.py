@@ -31,16 +31,22 @@ from typing import Any
 
 # What the fork server imports for every worker: the script run (multiprocessing's default),
 # the worker with what it imports (the SDK, the loop, the tools), and what it imports when it
-# starts (its event loop's package: one the server cannot import is skipped, as uvloop may be);
-# first, `agent.batch.server_path` (see `_package_on_path`), then `agent.batch.undumpable`: the
-# server, and so every worker it forks, is non-dumpable.
+# starts (its event loop's package: one the server cannot import is skipped, as uvloop may be;
+# the host sandbox backends, the default's and `local`'s). First, `agent.batch.server_path` (see
+# `_package_on_path`), then `agent.batch.undumpable`: the server, and so every worker it forks,
+# is non-dumpable. The imports run without cyclic collection (`agent.batch.collector_paused`,
+# then `collector_resumed`: the run's first request waits for them).
 PRELOAD = (
     "agent.batch.server_path",
     "agent.batch.undumpable",
+    "agent.batch.collector_paused",
     "__main__",
     "agent.batch.worker_entry",
     "agent.batch.worker",
     "uvloop",
+    "agent.sandboxes.bwrap",
+    "agent.sandboxes.local",
+    "agent.batch.collector_resumed",
 )
 
 # agent.batch.server_path's name, written here too: this module imports nothing of ours

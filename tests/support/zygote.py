@@ -69,7 +69,7 @@ PRELOAD = (
     "agent.llm.factory",
     "openai",
     # and what a runner's fork server imports (agent.batch.fork_server.PRELOAD but the script and
-    # agent.batch.undumpable, imported for what it does: in the fork server, once it is forked)
+    # the modules imported for what they do there: server_path, undumpable, the collector's pause)
     "agent.batch.worker_entry",
     "agent.batch.worker",
 )
