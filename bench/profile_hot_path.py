@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from endpoint_process import start_endpoint
+from startup import compiled
 from throughput import _dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +44,7 @@ def record(
     worker's loop under cProfile on CPU time (the directory of their stats); and the calls."""
     dataset = workdir / "prompts.jsonl"
     _dataset(dataset, prompts)
+    compiled(tree)  # its imports are not part of a call's cost
     server = start_endpoint(0.0, 0.0, policy=policy)
     raw = workdir / ("profiles" if cprofile else "profile.txt")
     spy = ["py-spy", "record", "--subprocesses", "--nonblocking", f"--rate={RATE}", "--format=raw",

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from endpoint_process import start_endpoint
+from startup import compiled
 from throughput import _dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +37,7 @@ def cpu_and_calls(tree: Path, label: str, workdir: Path, prompts: int) -> tuple[
     dataset = workdir / f"prompts-{prompts}.jsonl"
     if not dataset.exists():
         _dataset(dataset, prompts)
+    compiled(tree)
     server = start_endpoint(0.0, 0.0)
     cmd = [
         sys.executable, str(tree / "batch_runner.py"), f"--dataset_file={dataset}", "--batch_size=100",
