@@ -181,3 +181,30 @@ def test_prompt_index_is_unique_and_kept_across_resumes_of_an_edited_dataset(
     assert final["new 2"] == 6  # its failure record's index, which was its row's position
     assert (final["new 0"], final["new 1"]) == (7, 8)  # positions 0 and 3 were held: the first gaps
     assert read_json(run_dir / "checkpoint.json")["completed_prompts"] == list(range(13))  # no gap
+
+
+def test_a_resume_with_another_distribution_is_refused_before_anything_runs(
+    cli: BatchCLI, sim_endpoint: SimulatedEndpoint
+) -> None:
+    """The entries written sampled from one distribution: a resume sampling from another would
+    mix the two, and its run_config.json would no longer say what the first ones ran with. A
+    resume that forgot the flag hears which one to pass, not what the default would need."""
+    dataset = cli.workdir / "prompts.jsonl"
+    prompts_dataset(dataset, ["alpha", "beta", "gamma"])
+    flags = (f"--dataset_file={dataset}", "--batch_size=2", "--run_name=dist", "--max_samples=2")
+    assert cli.run(*flags, "--distribution=terminal_only").returncode == 0
+    recorded = (cli.run_dir("dist") / "run_config.json").read_bytes()
+    sim_endpoint.clear_requests()
+    for other in ("development", "default"):
+        done = cli.run(*flags[:-1], "--resume", f"--distribution={other}", "--allow_missing_toolsets")
+        assert done.returncode == 2, done
+        assert [line for line in done.stderr.splitlines() if line.startswith("error:")] == [
+            "error: --resume: run dist ran with --distribution=terminal_only (run_config.json), "
+            f"not {other}: one run samples one distribution; pass --distribution=terminal_only, "
+            "or choose another --run_name"
+        ], done
+    assert not sim_endpoint.requests
+    assert (cli.run_dir("dist") / "run_config.json").read_bytes() == recorded
+    resumed = cli.run(*flags[:-1], "--resume", "--distribution=terminal_only")
+    assert resumed.returncode == 0, resumed
+    assert trajectory_prompts(cli.run_dir("dist")) == Counter({"alpha": 1, "beta": 1, "gamma": 1})

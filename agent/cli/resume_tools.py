@@ -2,7 +2,9 @@
 that this invocation does not offer would be judged malformed at the merge (`tool_not_offered`)
 and moved out of the output. So `--resume` without the `--mcp_config` servers or the
 `--tools_module` modules that run_config.json recorded stops before anything is touched; so
-does `--rescore`, which merges again too."""
+does `--rescore`, which merges again too. A `--resume` with another `--distribution` than the
+run recorded stops too: its prompts would sample from another set of toolsets than the entries
+already written, and run_config.json, rewritten, would no longer say what those ran with."""
 
 from __future__ import annotations
 
@@ -14,13 +16,31 @@ from agent.errors import ConfigError
 from agent.store.run_config_file import RunConfigUnreadable, read_run_config
 
 
-def _recorded_tools(run_dir: Path) -> dict[str, Any]:
+def _recorded(run_dir: Path) -> dict[str, Any]:
     try:
         saved = read_run_config(run_dir)
     except RunConfigUnreadable:  # as before the one reader: an unreadable file compares as nothing
         return {}
-    tools = saved.get("agent", {}).get("tools") if saved is not None else None  # None: no run yet
+    return saved if saved is not None else {}  # empty: no run yet
+
+
+def _recorded_tools(run_dir: Path) -> dict[str, Any]:
+    tools = _recorded(run_dir).get("agent", {}).get("tools")
     return tools if isinstance(tools, dict) else {}
+
+
+def check_resumed_distribution(config: RunConfig) -> None:
+    """ConfigError when this --resume samples from another distribution than the run recorded."""
+    if not config.resume:
+        return
+    recorded = _recorded(config.run_dir).get("distribution")
+    if not isinstance(recorded, str) or recorded == config.distribution:
+        return
+    raise ConfigError(
+        f"--resume: run {config.run_name} ran with --distribution={recorded} (run_config.json), "
+        f"not {config.distribution}: one run samples one distribution; pass --distribution={recorded}, "
+        "or choose another --run_name"
+    )
 
 
 def check_resumed_tools(config: RunConfig) -> None:
