@@ -144,7 +144,9 @@ def test_running_out_of_turns_is_one_line_exit_4(sim_endpoint: SimulatedEndpoint
     )
     assert (done.returncode, done.stdout) == (4, "")
     (line,) = error_lines(done.stderr)
-    assert "without a final answer (max_iterations)" in line and "1 calls" in line
+    assert line.endswith(
+        "without a final answer (max_iterations): no final answer within 1 model call (raise --max_turns)"
+    )
     assert len(sim_endpoint.requests) == 1
     (saved,) = saved_lines(tmp_path / "failed_trajectories.jsonl")
     assert saved["completed"] is False

@@ -162,7 +162,8 @@ class _Loop:
             # conversation so far): not kept while the tools and the next call run.
             del reply
             self.turns += await self.run_tools(calls)
-        return self.end(Outcome.MAX_ITERATIONS, error=f"no final answer within {cfg.max_iterations} calls")
+        limit = f"{cfg.max_iterations} model call" + ("" if cfg.max_iterations == 1 else "s")
+        return self.end(Outcome.MAX_ITERATIONS, error=f"no final answer within {limit} (raise --max_turns)")
 
     def traced(self) -> TokenTrace:
         if self.tokens is None:
