@@ -13,19 +13,11 @@ from typing import Any
 
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError
-from agent.store.run_config_file import RunConfigUnreadable, read_run_config
-
-
-def _recorded(run_dir: Path) -> dict[str, Any]:
-    try:
-        saved = read_run_config(run_dir)
-    except RunConfigUnreadable:  # as before the one reader: an unreadable file compares as nothing
-        return {}
-    return saved if saved is not None else {}  # empty: no run yet
+from agent.store.run_config_file import recorded_config
 
 
 def _recorded_tools(run_dir: Path) -> dict[str, Any]:
-    tools = _recorded(run_dir).get("agent", {}).get("tools")
+    tools = recorded_config(run_dir).get("agent", {}).get("tools")
     return tools if isinstance(tools, dict) else {}
 
 
@@ -33,7 +25,7 @@ def check_resumed_distribution(config: RunConfig) -> None:
     """ConfigError when this --resume samples from another distribution than the run recorded."""
     if not config.resume:
         return
-    recorded = _recorded(config.run_dir).get("distribution")
+    recorded = recorded_config(config.run_dir).get("distribution")
     if not isinstance(recorded, str) or recorded == config.distribution:
         return
     raise ConfigError(

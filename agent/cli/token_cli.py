@@ -14,7 +14,7 @@ from typing import Any
 from agent.config.export_config import TOKEN_FORMATS
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError, ModelAPIError
-from agent.store.run_config_file import RunConfigUnreadable, read_run_config
+from agent.store.run_config_file import recorded_config
 
 log = logging.getLogger("agent.tokens")  # INFO is shown (batch_runner's INFORMATIVE)
 
@@ -26,11 +26,7 @@ def _recorded(config: RunConfig) -> dict[str, Any] | None:
     """The agent config a resumed run recorded (None: no resume, or no such record)."""
     if not config.resume:
         return None
-    try:
-        saved = read_run_config(config.run_dir)
-    except RunConfigUnreadable:  # unreadable compares as nothing recorded, as before the reader
-        return None
-    agent = saved.get("agent") if saved is not None else None  # None: no run yet
+    agent = recorded_config(config.run_dir).get("agent")
     return agent if isinstance(agent, dict) else None
 
 

@@ -30,3 +30,13 @@ def read_run_config(run_dir: Path) -> dict[str, Any] | None:
     if not isinstance(saved, dict):
         raise RunConfigUnreadable(f"{path} is not a run's config")
     return saved
+
+
+def recorded_config(run_dir: Path) -> dict[str, Any]:
+    """The run's recorded config for a comparison with this start's: empty where there is none
+    (no run there yet) or where it cannot be read (compares as nothing recorded)."""
+    try:
+        saved = read_run_config(run_dir)
+    except RunConfigUnreadable:
+        return {}
+    return saved if saved is not None else {}
