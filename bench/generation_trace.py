@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import uvloop
-from startup import tree_env
 from throughput import _dataset
+from trees import tree_env
 
 from agent.servers.simulated.server import SimulatedEndpoint
 

@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 
 from endpoint_process import start_endpoint
-from startup import tree_env
 from throughput import ROOT, _dataset
+from trees import tree_env
 
 TIMER = r"""
 import json, sys, tempfile, time

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from endpoint_process import start_endpoint
-from startup import tree_first
 from throughput import CALLS_PER_PROMPT, ROOT, _children, _dataset, _tree
+from trees import tree_first
 
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 

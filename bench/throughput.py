@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from endpoint_process import start_endpoint
-from startup import tree_first
+from trees import tree_first
 
 ROOT = Path(__file__).resolve().parent.parent
 CALLS_PER_PROMPT = 2

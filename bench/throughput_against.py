@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 
 from endpoint_process import start_endpoint
-from startup import compiled
 from throughput import _dataset
+from trees import compiled
 
 ROOT = Path(__file__).resolve().parent.parent
 
