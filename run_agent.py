@@ -9,8 +9,10 @@ constructor and result dict. Also a single-query command line:
 from __future__ import annotations
 
 from agent.common.secrets import conceal
+from agent.common.stop_signals import stop_on_signals
 
 if __name__ == "__main__":
+    stop_on_signals()  # Ctrl-C and SIGTERM stop the command from here on (exit 130)
     conceal()  # may re-execute this script: first, so the SDK's ~1 s of imports is paid once
 
 import asyncio
@@ -191,6 +193,7 @@ def _set_log_level(verbose: bool, quiet: bool) -> None:
 
 def answer(config: QueryConfig) -> int:
     """Run `config.query` once and print the answer; the exit code says how it ended."""
+    from agent.cli.command_line import write_out
     from agent.config.agent_config import serving
 
     with serving(config.agent, config.embedded_threads) as cfg:
@@ -210,7 +213,7 @@ def answer(config: QueryConfig) -> int:
         outcome, error = result["outcome"], result["error"]
         print(f"error: the conversation ended without a final answer ({outcome}): {error}", file=sys.stderr)
         return 4
-    print(result["final_response"])
+    write_out(result["final_response"])
     return 0
 
 

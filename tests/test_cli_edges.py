@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,6 +84,76 @@ def test_ctrl_c_stops_a_query_started_with_sigint_ignored(tmp_path: Path) -> Non
     assert last == "interrupted: the conversation was stopped before its answer (exit 130)"
 
 
+def sigint_caught(pid: int) -> bool:
+    """Whether the process has a handler of its own for SIGINT (its first line has run)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+
+
+def group_members(pgid: int) -> list[str]:
+    """The live (not zombie) processes of process group `pgid`, as "pid state command"."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")[:100]
+        except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(f"{entry.name} {fields[0]} {command!r}")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("script", "stop", "key"),
+    [(RUNNER, "ctrl-c", False), (RUNNER, "sigterm", False), (RUNNER, "ctrl-c", True),
+     (RUNNER, "sigterm", True), (AGENT, "ctrl-c", True)],
+    ids=["runner-ctrl-c", "runner-sigterm", "runner-ctrl-c-reexec", "runner-sigterm-reexec", "query-ctrl-c"],
+)  # fmt: skip
+def test_a_signal_while_the_command_starts_stops_it_with_130(
+    tmp_path: Path, script: str, stop: str, key: bool
+) -> None:
+    """From the script's first line on (its SIGINT handler set, as /proc shows): through the
+    re-exec that takes the key off the command line, the imports, the fork server's start and
+    the checks, each moment sampled ends the command with 130 and one `interrupted` line: the
+    signal is not lost (SIGINT came in ignored), no traceback (nor the fork server's), and no
+    process of the command is left behind. Ctrl-C goes to the whole group, as a terminal sends
+    it; SIGTERM to the command alone, as `kill` does."""
+    prompts_dataset(tmp_path / "d.jsonl", [f"p{i}" for i in range(20)])
+    flags = ["--model=m", "--base_url=http://127.0.0.1:9/v1", *(["--api_key=sk-early"] if key else [])]
+    if script == RUNNER:
+        flags += ["--dataset_file=d.jsonl", "--batch_size=5", "--sandbox=local"]
+        flags.append("--distribution=terminal_only")
+    else:
+        flags += ["--query=hi", "--enabled_toolsets=terminal"]
+    env = dict(os.environ, TERMINAL_ENV="local", TMPDIR=str(tmp_path))
+    for n, delay in enumerate((0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8)):
+        run_name = [f"--run_name=r{n}"] if script == RUNNER else []
+        stop_while_starting(start_ignoring_sigint([sys.executable, script, *flags, *run_name], tmp_path, env),
+                            stop, delay, tmp_path / "runner.err")  # fmt: skip
+
+
+def stop_while_starting(proc: subprocess.Popen[bytes], stop: str, delay: float, err_file: Path) -> None:
+    wait_until(lambda: sigint_caught(proc.pid), "the script's first line", 30)
+    time.sleep(delay)
+    if stop == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130, (delay, err_file.read_text()[-2000:])
+    err = err_file.read_text()
+    assert "Traceback" not in err, (delay, err[-3000:])
+    last = (err.rstrip().splitlines() or [""])[-1]  # or, once the run began, its own summary
+    assert (last.startswith("interrupted") and "(exit 130)" in last) or "rerun with --resume" in last, last
+    wait_until(lambda: not group_members(proc.pid), f"no process left in the group (at {delay} s)", 10)
+
+
 @pytest.mark.parametrize(
     "argv",
     [[RUNNER, "--help"], [RUNNER, "--list_distributions"], [AGENT, "--help"]],
@@ -101,6 +172,20 @@ def test_a_reader_that_closed_stdout_ends_the_command_quietly(argv: list[str]) -
         os.close(write_end)
     assert done.stderr == ""  # no traceback, no "Exception ignored … BrokenPipeError"
     assert done.returncode == PIPE_CLOSED
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[RUNNER, "--help"], [RUNNER, "--list_distributions"], [AGENT, "--help"]],
+    ids=["runner-help", "distributions", "agent-help"],
+)
+def test_a_stdout_that_cannot_be_written_is_one_line_and_exit_2(argv: list[str]) -> None:
+    """`… > /dev/full`: every write fails with ENOSPC. One line says so; no traceback."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, *argv], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=60, check=False)  # fmt: skip
+    assert done.stderr == "error: cannot write to standard output: No space left on device\n"
+    assert done.returncode == 2
 
 
 def test_a_dataset_file_typo_is_reported_before_the_toolsets_it_would_need(tmp_path: Path) -> None:

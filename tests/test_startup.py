@@ -102,7 +102,7 @@ def test_a_run_stopped_by_its_dataset_leaves_no_process_behind(tmp_path: Path) -
 
 
 FORKED = """
-import ctypes, gc, sys
+import ctypes, gc, signal, subprocess, sys
 from agent.batch.fork_server import warm_workers, worker_context
 
 def dumpable(pipe):
@@ -111,8 +111,15 @@ def dumpable(pipe):
 def collector(pipe):
     pipe.send(f"{gc.isenabled()} {gc.get_freeze_count()} {gc.get_count()[0]}")
 
+def signals(pipe):
+    command = "grep -E '^Sig(Blk|Ign)' /proc/self/status"  # what a command it runs starts with
+    mask = subprocess.run(["sh", "-c", command], capture_output=True, text=True).stdout.split()
+    pipe.send(f"{signal.getsignal(signal.SIGINT) is signal.SIG_IGN} {mask[1]} {int(mask[3], 16) & 2}")
+
 if __name__ == "__main__":
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     with warm_workers():
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == blocked  # the runner's own, as it was
         context = worker_context()
         ours, theirs = context.Pipe()
         process = context.Process(target=globals()[sys.argv[1]], args=(theirs,))
@@ -138,6 +145,17 @@ def test_a_forked_worker_is_not_dumpable_before_it_unpickles_its_config(tmp_path
     process it forks is from its first instruction (the flag survives fork), not only once
     `worker_entry.main` sets it."""
     assert forked(tmp_path, "dumpable") == "0"
+
+
+def test_a_forked_worker_ignores_ctrl_c_and_its_commands_start_with_nothing_blocked(tmp_path: Path) -> None:
+    """The runner starts the fork server with SIGINT blocked, so that a Ctrl-C during its imports
+    is no KeyboardInterrupt there (a traceback); the server then ignores it and unblocks it. A
+    worker ignores Ctrl-C (the runner decides how a run stops); a command it starts has no
+    signal blocked (SigBlk all zeros) and SIGINT ignored, as under `nohup`: what it had before."""
+    ignored, blocked, command_ignores_sigint = forked(tmp_path, "signals").split()
+    assert ignored == "True"
+    assert int(blocked, 16) == 0
+    assert command_ignores_sigint == "2"
 
 
 def test_workers_start_under_a_tmpdir_too_long_for_the_servers_socket(tmp_path: Path) -> None:

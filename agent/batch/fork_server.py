@@ -26,17 +26,19 @@ import sysconfig
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from multiprocessing import forkserver, util
+from multiprocessing import forkserver, resource_tracker, util
 from typing import Any
 
 # What the fork server imports for every worker: the script run (multiprocessing's default),
 # the worker with what it imports (the SDK, the loop, the tools), and what it imports when it
 # starts (its event loop's package: one the server cannot import is skipped, as uvloop may be;
-# the host sandbox backends, the default's and `local`'s). First, `agent.batch.server_path` (see
-# `_package_on_path`), then `agent.batch.undumpable`: the server, and so every worker it forks,
-# is non-dumpable. The imports run without cyclic collection (`agent.batch.collector_paused`,
-# then `collector_resumed`: the run's first request waits for them).
+# the host sandbox backends, the default's and `local`'s). First `agent.batch.ctrl_c_ignored`,
+# then `agent.batch.server_path` (see `_package_on_path`), then `agent.batch.undumpable`: the
+# server, and so every worker it forks, is non-dumpable. The imports run without cyclic
+# collection (`agent.batch.collector_paused`, then `collector_resumed`: the run's first request
+# waits for them).
 PRELOAD = (
+    "agent.batch.ctrl_c_ignored",
     "agent.batch.server_path",
     "agent.batch.undumpable",
     "agent.batch.collector_paused",
@@ -79,8 +81,22 @@ def warm_workers() -> Iterator[None]:
 def start_server() -> None:
     """Start the fork server (it starts importing at once); nothing when it runs already."""
     worker_context()
-    with _package_on_path():
+    with _package_on_path(), _ctrl_c_held():
         forkserver.ensure_running()
+
+
+@contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """SIGINT blocked while the server is started: the server starts with it blocked, until its
+    first import ignores it (`agent.batch.ctrl_c_ignored`); one sent meanwhile waits here for the
+    runner's handler. Never ignored here: a pending one would be discarded. Multiprocessing's
+    resource tracker is started first, as the server's start would: its start unblocks SIGINT."""
+    resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 @contextmanager

@@ -36,6 +36,7 @@ from agent.batch.jobs import Job
 from agent.batch.limit_pipes import HubServer, hub_of
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
 from agent.batch.stopped import StoppedWatch
+from agent.common.stop_signals import raise_dropped_stop
 from agent.config.run_config import RunConfig
 from agent.errors import FailureClass, SandboxError
 from agent.sandboxes import reap_stale
@@ -103,6 +104,7 @@ class Scheduler:
         next_tick = time.monotonic() + SYNC_EVERY
         while self.members and (deadline is None or time.monotonic() < deadline):
             if not self._stopping:
+                raise_dropped_stop()  # a Ctrl-C Python dropped (agent.common.stop_signals)
                 self._dispatch()
             ready = wait([m.events for m in self.members], timeout=0.2)
             for member in [m for m in self.members if m.events in ready]:

@@ -10,16 +10,16 @@ asked for (`agent.backends.warm_up`), beside the checks and the dataset scan her
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from agent.cli.command_line import run_command
+from agent.cli.command_line import run_command, write_out
 from agent.cli.flags import BATCH
 from agent.cli.logs import configure_logging
 from agent.common.redaction import redact_streams
+from agent.common.stop_signals import raise_dropped_stop
 
 if TYPE_CHECKING:
     from agent.config.run_config import RunConfig
@@ -43,7 +43,7 @@ def main(values: Mapping[str, Any]) -> int:
     if values["list_distributions"]:
         from agent.cli.batch_cli import list_distributions_text
 
-        print(list_distributions_text(values))
+        write_out(list_distributions_text(values))
         return 0
     if values["rescore"]:  # check an existing run's entries again; nothing runs
         from agent.cli.rescore_cli import rescore
@@ -85,6 +85,7 @@ def run(config: RunConfig) -> int:
     if scan.error_count > len(scan.errors):
         _say(f"… and {scan.error_count - len(scan.errors)} more invalid lines")
     require_valid_rows(scan)  # after every bad line was named
+    raise_dropped_stop()  # a Ctrl-C during the imports or the scan (agent.common.stop_signals)
     check_verification(config, scan)  # --verifier, --judge_rubric, and the rows' checks with the flags
     config = ready_sandbox(config, scan)  # which sandbox images the rows need is known now
     backend = backend_factory(config.backend)  # imported only now: Ray takes seconds to import
@@ -96,14 +97,9 @@ def run(config: RunConfig) -> int:
     return code
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # SIGTERM stops the run like Ctrl-C: sandboxes destroyed, checkpoint written
-
-
 def run_cli() -> None:
     """The script's entry: flags read by Fire, checked against agent.cli.flags, then `main`.
     Everything printed passes the secret redactor (`agent.common.redaction`)."""
     redact_streams()
     configure_logging(console, informative=INFORMATIVE)
-    signal.signal(signal.SIGTERM, _terminate)
     run_command(BATCH, main, _say)

@@ -26,6 +26,7 @@ from agent.cli.flag_values import parse_flags
 from agent.cli.help_page import help_page
 from agent.common.redaction import install
 from agent.common.secrets import is_flag, started_secrets
+from agent.common.stop_signals import INTERRUPTED, raise_dropped_stop, stop_on_signals
 from agent.config.agent_config import resolve_api_key
 from agent.errors import AgentError, ConfigError
 
@@ -94,11 +95,9 @@ def run_command(
 ) -> NoReturn:
     """Parse the command line of `cli`, hand the values to `handle` and exit with the code it
     returns (0 after `--help`). An AgentError is one `error:` line and its exit code; Ctrl-C
-    (and SIGTERM, where the script turns it into KeyboardInterrupt) is 130; a reader that
+    and SIGTERM are 130 (`agent.common.stop_signals`); a reader that
     closed our stdout (`| head`) ends it quietly with 141, as SIGPIPE ends the standard tools."""
-    # Ctrl-C must stop the run whatever SIGINT disposition was inherited: started with `nohup …
-    # &` (or from a shell script running it in the background) SIGINT comes in ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_signals()  # the scripts did already; a script of one's own calling `run_cli` too
     try:
         code = _run(cli, handle, say, argv)
         sys.stdout.flush()  # here, not at exit: a closed pipe must be seen while it can be handled
@@ -106,6 +105,21 @@ def run_command(
         _quiet_stdout()
         sys.exit(PIPE_CLOSED)
     exit_now(code)
+
+
+def write_out(text: str) -> None:
+    """Print `text` on stdout, flushed. A reader that closed the pipe stays a BrokenPipeError
+    (`run_command` ends quietly with 141); any other failure to write (`> /dev/full`) is an
+    operator's error: one line and exit 2, stdout then pointed at /dev/null so that what is
+    still buffered does not fail again on the way out."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        _quiet_stdout()
+        raise ConfigError(f"cannot write to standard output: {exc.strerror or exc}") from None
 
 
 def exit_now(code: int) -> NoReturn:
@@ -150,11 +164,13 @@ def _run(
     try:
         values = read_command_line(cli, sys.argv[1:] if argv is None else argv)
         if values is None:
-            print(help_page(cli))
+            write_out(help_page(cli))
             return 0
+        raise_dropped_stop()  # a Ctrl-C during the imports, not to be lost
         return handle(values)
     except AgentError as exc:
         say(f"error: {exc}")
         return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt:  # before a run or conversation began (each says how it stopped)
+        say(f"interrupted (exit {INTERRUPTED})")
+        return INTERRUPTED

@@ -28,6 +28,7 @@ from agent.batch.worker import hub_member
 from agent.cluster import probe, require_ray
 from agent.cluster.actor import HubActor, WorkerActor, hub_options
 from agent.cluster.members import JobLine, Member
+from agent.common.stop_signals import raise_dropped_stop
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError, FailureClass
 
@@ -136,6 +137,7 @@ class RayScheduler:
             if self.no_more:
                 self._recall(line)
             elif deadline is None:
+                raise_dropped_stop()
                 self._top_up(line, live)
             if line.empty and not any(m.assigned for m in live):
                 self._end(live)

@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import re
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ SECRET_FLAG = "api_key"
 HANDOFF_VARIABLE = "AGENT_SECRETS_FD"  # the pipe's descriptor number (not itself a secret)
 _PIPE_CAPACITY = 1 << 16  # a pipe holds 64 KiB by default: written whole before the exec
 PR_SET_DUMPABLE = 4
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,21 @@ def strip_secret_flags(argv: Sequence[str]) -> tuple[list[str], str | None]:
 
 
 def _reexec(argv: list[str], secrets: StartSecrets) -> NoReturn:
-    payload = json.dumps({"flag_key": secrets.flag_key, "environ": dict(secrets.environ)}).encode()
+    """Execute the script again, the secrets handed over a pipe. Ctrl-C and SIGTERM are held
+    blocked across the exec (a blocked signal stays pending through it): the new image has the
+    default dispositions until its first lines set its own, and one sent then would kill it
+    (or, ignored, be lost) instead of stopping it. `_receive` puts the mask back."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        _exec_handing_over(argv, secrets, mask)
+    finally:  # the exec failed: an OSError, raised with the mask as it was
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _exec_handing_over(argv: list[str], secrets: StartSecrets, mask: set[int | signal.Signals]) -> NoReturn:
+    mask_numbers = sorted(int(number) for number in mask)
+    handed = {"flag_key": secrets.flag_key, "environ": dict(secrets.environ), "mask": mask_numbers}
+    payload = json.dumps(handed).encode()
     if len(payload) >= _PIPE_CAPACITY:
         sys.exit("error: the secret variables are too large to hand over (64 KiB at most)")
     read_fd, write_fd = os.pipe()
@@ -161,4 +177,5 @@ def _receive(handed: str) -> StartSecrets:
     finally:
         os.close(fd)
     data = json.loads(b"".join(chunks))
+    signal.pthread_sigmask(signal.SIG_SETMASK, data["mask"])  # a signal held since the exec, now
     return StartSecrets(data["flag_key"], dict(data["environ"]))

@@ -1,0 +1,75 @@
+"""How Ctrl-C and SIGTERM stop either command, from the script's first line on.
+
+Once a command reads its flags, a KeyboardInterrupt is a clean stop and exit 130
+(`agent.cli.command_line.run_command`; a run destroys its sandboxes and writes its checkpoint).
+Before that, the script is importing (the SDK: a second or more) and, for a run, its fork
+server is already starting (`agent.backends.warm_up_early`). A signal then must stop the command
+just the same: not be lost (SIGINT comes in ignored under `nohup … &`), not print a traceback,
+not leave the fork server behind. So the scripts call `stop_on_signals` first, before
+`conceal()`, which holds both signals blocked across its re-exec (`agent.common.secrets`).
+
+A KeyboardInterrupt raised where Python cannot pass it on (a weakref callback of the import
+system, a `__del__`) is printed as "Exception ignored" and dropped: the stop would be lost.
+Such a one is kept here instead, and raised again at the next `raise_dropped_stop`.
+
+This module imports nothing of ours: the scripts import it before anything else.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+from contextlib import suppress
+from types import TracebackType
+from typing import Any
+
+INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C
+
+_dropped = False  # a KeyboardInterrupt was raised where it could only be dropped
+
+
+def stop_on_signals() -> None:
+    """SIGINT and SIGTERM raise KeyboardInterrupt from now on, whatever disposition was
+    inherited; one that no code of the command catches ends the process quietly with 130."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
+    sys.excepthook = _exit_interrupted
+    sys.unraisablehook = _keep_dropped_stop
+
+
+def raise_dropped_stop() -> None:
+    """Raise the KeyboardInterrupt of a stop that was dropped (see above), once."""
+    global _dropped
+    if _dropped:
+        _dropped = False
+        raise KeyboardInterrupt
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops a command like Ctrl-C
+
+
+def _keep_dropped_stop(unraisable: Any) -> None:
+    global _dropped
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        _dropped = True
+    else:
+        sys.__unraisablehook__(unraisable)
+
+
+def _exit_interrupted(kind: type[BaseException], value: BaseException, trace: TracebackType | None) -> None:
+    """An interrupt nothing caught (the script was still importing): one line and 130, after
+    the exit handlers, which stop the fork server (a normal exit would end by SIGINT, not 130)."""
+    if not issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, value, trace)
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not cut the handlers short
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print(f"interrupted (exit {INTERRUPTED})", file=sys.stderr)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(OSError, ValueError):  # closed: nothing more can be said on it
+            stream.flush()
+    os._exit(INTERRUPTED)
