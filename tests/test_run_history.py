@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from agent.servers.simulated.server import SimulatedEndpoint
+from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from agent.store.run_history import join_timelines, previous_invocations, with_history
 from agent.store.statistics import render_statistics
 from agent.store.timeline import COLUMNS, TIMELINE_POINTS
@@ -31,6 +31,7 @@ from tests.support.batch import (
     read_json,
     read_jsonl,
     tool_then_answer,
+    wait_until,
     write_dataset,
 )
 
@@ -234,3 +235,52 @@ def test_the_summary_and_report_say_what_the_data_holds(tmp_path: Path) -> None:
     assert rows["Reasoning coverage"] == (
         "0.0% of 0 assistant turns in the output (discarded entries: 6 turns, 0 with reasoning)"
     )
+
+
+def test_a_dataset_changed_under_the_run_ends_it_with_its_figures_and_exit_2(tmp_path: Path) -> None:
+    """A line edited while the run reads the dataset: no new prompt starts, the running ones
+    finish, the run writes its checkpoint, statistics and merged output as at any stop and
+    exits 2 naming the line. Its figures are then in the whole run's sums after the --resume
+    that finishes the (new) dataset: nothing run is counted twice or left out."""
+    prompts = [f"p{i:03d} " + "x" * 1000 for i in range(120)]  # past the reader's 8 KiB buffer
+    dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+    flags = (
+        "--dataset_file=d.jsonl",
+        "--batch_size=10",
+        "--run_name=ch",
+        "--num_workers=1",
+        "--max_inflight=1",
+    )
+    with SimulatedEndpoint() as endpoint:
+        endpoint.set_default_script([Turn(content="done", reasoning="Think.", delay=0.05)])
+        cli = BatchCLI(tmp_path, endpoint)
+        proc = cli.start(*flags)
+        wait_until(lambda: len(endpoint.requests) >= 3, "the first prompts", 120)
+        raw = dataset.read_bytes()
+        with dataset.open("r+b") as edit:  # in place, as an editor saving over it would
+            edit.seek(raw.index(b"p100 "))
+            edit.write(b"q100 ")
+        assert proc.wait(timeout=120) == 2
+        err = (tmp_path / "runner.err").read_text()
+        run_dir = cli.run_dir("ch")
+        first = read_json(run_dir / "statistics.json")
+        merged = read_jsonl(run_dir / "trajectories.jsonl")
+        resumed = cli.run(*flags, "--resume")
+    assert "d.jsonl:101: the dataset changed since the run scanned it" in err
+    last = err.rstrip().splitlines()[-1]
+    assert last == (
+        "Not done: 20 not started of 120 prompts (the dataset changed since the run scanned it). "
+        "Next: rerun with --resume to run them."
+    )
+    completion = first["completion"]
+    assert completion["stopped_by"] == "dataset_changed" and completion["exit_code"] == 2
+    assert completion["in_output"] == len(merged) == 100 == first["whole_run"]["processed"]
+    assert completion["not_started"] == 20
+    assert resumed.returncode == 0, resumed
+    again = read_json(run_dir / "statistics.json")
+    final = read_jsonl(run_dir / "trajectories.jsonl")
+    assert sorted(e["conversations"][1]["value"] for e in final) == sorted(
+        p.replace("p100 ", "q100 ") for p in prompts
+    )  # the dataset as it is now, each prompt once
+    assert again["whole_run"]["invocations"] == 2
+    assert again["whole_run"]["processed"] == 120 == len(endpoint.requests)

@@ -37,7 +37,8 @@ class Tally:
     running: dict[str, int] = field(default_factory=dict)  # key -> worker running it, until answered
     dead_workers: set[int] = field(default_factory=set)  # workers that died without a goodbye
     interrupted: bool = False
-    stopped_by: str | None = None  # why scheduling ended early: "max_cost", "crash_loop", "worker_lost"
+    stopped_by: str | None = None  # why scheduling ended early: "max_cost", "crash_loop", "worker_lost",
+    # "dataset_changed"
     losses: LossBook | None = None  # workers lost and replaced
 
 

@@ -22,7 +22,8 @@ from agent.store.keys import SAMPLE_MARK, split_key
 
 log = logging.getLogger("agent.batch.run")
 
-EXIT_OK, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 130
+EXIT_OK, EXIT_FAILURES, EXIT_DATASET, EXIT_INTERRUPTED = 0, 1, 2, 130
+DATASET_CHANGED = "dataset_changed"  # why scheduling stopped (`job_feed.until_changed`): exit 2
 NAMED = 10  # prompt indices named in the summary, the rest counted
 
 
@@ -36,7 +37,7 @@ class Completion:
     in_flight: list[int] = field(default_factory=list)  # dataset indices, cancelled by the stop
     lost: list[int] = field(default_factory=list)  # done on disk, not in the merged output
     interrupted: bool = False
-    stopped_by: str | None = None  # "max_cost", "worker_lost", "crash_loop" or None
+    stopped_by: str | None = None  # "max_cost", "worker_lost", "crash_loop", "dataset_changed" or None
     # --samples_per_prompt: with N > 1 every count but `prompts` counts attempts (units of work)
     samples_per_prompt: int = 1
     prompts: int = 0  # valid prompts (sample 0 of each)
@@ -124,6 +125,8 @@ class Completion:
     def exit_code(self) -> int:
         if self.interrupted:
             return EXIT_INTERRUPTED
+        if self.missing and self.stopped_by == DATASET_CHANGED:
+            return EXIT_DATASET
         return EXIT_FAILURES if self.missing or self.missing_tokens else EXIT_OK
 
     def _of_valid(self) -> str:
@@ -164,6 +167,7 @@ class Completion:
             "max_cost": " (--max_cost reached)",
             "worker_lost": " (a worker died)",
             "crash_loop": " (workers kept dying: a crash loop)",
+            DATASET_CHANGED: " (the dataset changed since the run scanned it)",
         }
         why = because.get(self.stopped_by or "", "")
         counts = " and ".join(parts)

@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import logging
 import random
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
+from agent.batch.completion import DATASET_CHANGED
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units, iter_wanted_rows
 from agent.batch.dataset_memo import forget
 from agent.batch.jobs import Job, sample_sampling
@@ -17,6 +19,8 @@ from agent.config.run_config import RunConfig
 from agent.errors import DatasetError
 from agent.store.numbering import Numbering
 from agent.toolbox.distributions import sample_toolsets_from_distribution
+
+log = logging.getLogger("agent.batch.job_feed")
 
 
 def planned_rows(
@@ -48,6 +52,17 @@ def forgetting(run_dir: Path, rows: Iterator[DatasetRow]) -> Iterator[DatasetRow
     except DatasetError:
         forget(run_dir)
         raise
+
+
+def until_changed(jobs: Iterator[Job], stop_feeding: Callable[[str], None]) -> Iterator[Job]:
+    """`jobs`, ended where the dataset is found changed since the run scanned it: said in one
+    line, no new prompt starts ("dataset_changed"), the running ones finish, and the run ends
+    as at any stop, its checkpoint and statistics written; it exits 2 (`Completion`)."""
+    try:
+        yield from jobs
+    except DatasetError as exc:
+        log.error("error: %s", exc)
+        stop_feeding(DATASET_CHANGED)
 
 
 def every_unit(config: RunConfig) -> Iterator[DatasetRow]:

@@ -24,7 +24,7 @@ from agent.batch.dataset import DatasetScan, keyed_units
 from agent.batch.dataset_memo import remember
 from agent.batch.end_fold import EndFold
 from agent.batch.events import Failed, WorkerEvent
-from agent.batch.job_feed import every_unit, jobs, planned_rows
+from agent.batch.job_feed import every_unit, jobs, planned_rows, until_changed
 from agent.batch.keeping import KeepPass, keep_at_end, reapply_filters_and_keep
 from agent.batch.monitor import RunMonitor
 from agent.batch.planned import PlannedKeys, PlannedUnits
@@ -191,7 +191,8 @@ class BatchRun:
         with progress:
             self.workers = self.make_backend(config, self._on_event, self._tick)
             rows = planned_rows(self.config, scan, self.units, self.wanted)
-            ended = drive(self.workers, jobs(self.config, rows, self.done_keys, self.numbering))
+            feed = jobs(self.config, rows, self.done_keys, self.numbering)
+            ended = drive(self.workers, until_changed(feed, self.workers.stop_feeding))
             self.monitor.finish()
             return ended
 
