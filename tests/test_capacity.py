@@ -43,6 +43,7 @@ def test_a_hard_limit_too_low_for_the_conversations_exits_2_naming_the_number(tm
     need = needed_fds(4096)
     assert f"need {need} open files, but the hard limit is 1024" in done.stderr
     assert f"ulimit -Hn {need}" in done.stderr
+    assert not cli.run_dir("fds").exists()  # refused before the run directory is made
 
 
 def test_more_workers_than_the_hard_limit_allows_exits_2_naming_the_flag(tmp_path: Path) -> None:
@@ -57,3 +58,4 @@ def test_more_workers_than_the_hard_limit_allows_exits_2_naming_the_flag(tmp_pat
     assert done.returncode == 2, done.stderr
     assert "error: --num_workers=100000: the runner needs" in done.stderr
     assert "Traceback" not in done.stderr
+    assert not cli.run_dir("fds").exists()
