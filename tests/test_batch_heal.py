@@ -109,6 +109,7 @@ def test_an_idle_worker_killed_is_replaced_and_the_run_completes(tmp_path: Path)
     assert losses["exit_codes"] == {"-9": 1}
     err = (tmp_path / "runner.err").read_text()
     assert "exited unexpectedly" in err and "starting a replacement" in err
+    assert "killed by SIGKILL, no prompt running) exited unexpectedly (the OOM killer? a kill?)" in err
 
 
 def test_a_busy_worker_killed_loses_one_attempt_and_its_prompt_reruns(tmp_path: Path) -> None:
@@ -151,6 +152,8 @@ def test_a_worker_sent_sigterm_alone_hands_its_prompts_back_and_is_replaced(tmp_
     losses = losses_of(cli, "term")
     assert (losses["losses"], losses["replacements"], losses["lost_attempts"]) == (1, 1, 0)
     assert losses["exit_codes"] == {"0": 1}
+    err = " ".join((tmp_path / "runner.err").read_text().split())
+    assert "exit code 0, no prompt running) exited unexpectedly (a SIGTERM sent to it alone?)" in err
 
 
 @pytest.mark.long

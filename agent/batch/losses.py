@@ -14,6 +14,7 @@ sweep) is below the limit; every worker dying again before any prompt finishes i
 
 from __future__ import annotations
 
+import signal
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,8 +40,25 @@ class Loss:
     running: tuple[int, ...]
 
     def describe(self) -> str:
-        held = f"running prompt(s) {_indices(self.running)}" if self.running else "running no prompt"
-        return f"worker {self.worker} (pid {self.pid}, exit code {self.exit_code}, {held})"
+        held = f"running prompt(s) {_indices(self.running)}" if self.running else "no prompt running"
+        return f"worker {self.worker} (pid {self.pid}, {self._ending()}, {held})"
+
+    def guess(self) -> str:
+        """What likely ended the worker, for the operator's line."""
+        if self.exit_code is not None and self.exit_code < 0:
+            return "the OOM killer? a kill?"
+        if self.exit_code == 0:  # it stopped as when the run stops: its prompts were cancelled
+            return "a SIGTERM sent to it alone?"
+        return "its log lines above say why"
+
+    def _ending(self) -> str:
+        if self.exit_code is None:
+            return "exit code unknown"
+        if self.exit_code < 0:
+            number = -self.exit_code
+            name = signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
+            return f"killed by {name}"
+        return f"exit code {self.exit_code}"
 
 
 @dataclass

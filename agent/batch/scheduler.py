@@ -188,8 +188,9 @@ class Scheduler:
             return
         replace = not self._no_more and (self.pending or not self._exhausted)
         log.warning(
-            "%s exited unexpectedly (the OOM killer? a kill?): %d prompt(s) it held requeued; %s",
+            "%s exited unexpectedly (%s): %d prompt(s) sent to it and not answered requeued; %s",
             loss.describe(),
+            loss.guess(),
             requeued,
             "starting a replacement" if replace else "not replaced: no work left",
         )
