@@ -23,36 +23,42 @@ from enum import StrEnum
 
 class FailureClass(StrEnum):
     """Why a prompt reached no outcome. A member is a `str` equal to its value: written to
-    failures.jsonl, statistics.json and the report as that value, unchanged."""
+    failures.jsonl, statistics.json and the report as that value, unchanged. What each means
+    and what the operator can do about it: `FAILURE_ADVICE`."""
 
-    # The endpoint refused the key (401/403): check --api_key / the provider's key and its rights.
     AUTH = "auth"
-    # The endpoint refused the request (400/422/other 4xx): check --model and the model's limits.
     BAD_REQUEST = "bad_request"
-    # The model or path does not exist (404): check --model and --base_url.
     NOT_FOUND = "not_found"
-    # Still throttled (429) after every retry: lower --num_workers or set --rpm/--tpm; resume.
     RATE_LIMIT = "rate_limit"
-    # The endpoint failed (5xx, 408, 409) after every retry: its side; --resume retries later.
     SERVER_ERROR = "server_error"
-    # No complete answer within --request_timeout after every retry: raise it or resume later.
     TIMEOUT = "timeout"
-    # The endpoint could not be reached after every retry: check --base_url and the network.
     CONNECTION = "connection"
-    # An answer that is no chat completion or image reply (bad JSON, too big): an endpoint bug.
     INVALID_RESPONSE = "invalid_response"
-    # --max_cost was reached, so no model call starts: raise it and --resume to go on.
     BUDGET = "budget"
-    # The conversation failed without saying how (not expected): report it as a bug.
     API = "api"
-    # No outcome within --prompt_timeout: raise it, or look at what the prompt's tools wait on.
     PROMPT_TIMEOUT = "prompt_timeout"
-    # The prompt's sandbox could not be made or used: check the --sandbox backend's set-up.
     SANDBOX = "sandbox"
-    # An unexpected error in the runner (its message names it): report it as a bug; resume.
     EXCEPTION = "exception"
-    # Its worker died --max_prompt_attempts times (crash, OOM killer): a poison prompt? --resume.
     WORKER_LOST = "worker_lost"
+
+
+# What the operator can do about each class, said under "Failed this run" in the summary.
+FAILURE_ADVICE: dict[str, str] = {  # every class: tests/test_run_stats.py
+    FailureClass.AUTH: "the endpoint refused the key (401/403): check --api_key and the key's rights",
+    FailureClass.BAD_REQUEST: "the endpoint refused the request: check --model and its limits",
+    FailureClass.NOT_FOUND: "no such model or path (404): check --model and --base_url",
+    FailureClass.RATE_LIMIT: "throttled (429) after every retry: lower --max_inflight or set --rpm/--tpm",
+    FailureClass.SERVER_ERROR: "the endpoint failed (5xx, 408, 409) after every retry: its side",
+    FailureClass.TIMEOUT: "no complete answer within --request_timeout after every retry: raise it?",
+    FailureClass.CONNECTION: "the endpoint was not reached: check --base_url, that it is up, the network",
+    FailureClass.INVALID_RESPONSE: "answers that are no chat completion: the endpoint's bug",
+    FailureClass.BUDGET: "--max_cost was reached: raise it to go on",
+    FailureClass.API: "failed without saying how: a bug, please report it",
+    FailureClass.PROMPT_TIMEOUT: "no outcome within --prompt_timeout: raise it, or see what its tools await",
+    FailureClass.SANDBOX: "its sandbox could not be made or used: check the --sandbox backend's set-up",
+    FailureClass.EXCEPTION: "an error in the runner (failures.jsonl has it): a bug, please report it",
+    FailureClass.WORKER_LOST: "its worker died --max_prompt_attempts times: a prompt that kills it?",
+}
 
 
 class AgentError(Exception):

@@ -10,6 +10,8 @@ from typing import Any
 
 from rich.console import Console
 
+from agent.cli.flags import BY_NAME
+from agent.errors import FAILURE_ADVICE, FailureClass
 from agent.store.statistics import HISTORY_POINTS, RunStatistics, has_reasoning, merge_histories
 from agent.store.summary_view import render_statistics
 from agent.store.tool_counts import add_tool_stats
@@ -241,6 +243,8 @@ def test_summary_lists_discards_failures_with_resume_hint_and_throttling() -> No
     text = rendered(json.loads(json.dumps(document(stats))))  # also renders a loaded statistics.json
     assert "Discarded this run: no_reasoning 1" in text
     assert "Failed this run: rate_limit 1 · sandbox 1" in text
+    assert "  rate_limit: throttled (429) after every retry: lower --max_inflight or set" in text
+    assert "  sandbox: its sandbox could not be made or used: check the --sandbox backend" in text
     assert "rerun with --resume to retry them" in text
     assert "7 rate-limited (429)" in text and "in-flight limit 16–32, final 16" in text  # no run_limit
     assert "No tool calls" in text
@@ -256,6 +260,14 @@ def test_the_summary_shows_the_runs_own_limit_not_the_workers_idle_shares() -> N
     assert doc["rate_limiting"]["run_limit"] == [24.0, 64.0]
     text = rendered(doc)
     assert "in-flight limit 24–64\n" in text and "limit 0–" not in text
+
+
+def test_every_failure_class_has_advice_that_names_a_flag_or_says_whose_it_is() -> None:
+    assert set(FAILURE_ADVICE) == set(FailureClass)
+    for kind, advice in FAILURE_ADVICE.items():
+        flags = [word for word in advice.replace(",", " ").split() if word.startswith("--")]
+        assert all(flag.strip("?.:").split("/")[0][2:] in BY_NAME for flag in flags), (kind, flags)
+        assert flags or "bug" in advice or "its side" in advice, kind
 
 
 def test_summary_without_failures_gives_no_resume_hint() -> None:

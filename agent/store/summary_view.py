@@ -18,6 +18,7 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
+from agent.errors import FAILURE_ADVICE
 from agent.store.jsonl import json_int
 from agent.store.run_history import limit_range
 from agent.store.summary_lines import (
@@ -154,6 +155,7 @@ def _problems(stats: Mapping[str, Any]) -> Text:
     failures = stats.get("failures") or {}
     lines.append(f"Failed this run: {_counts_line(failures)}")
     if any(json_int(value) for value in failures.values()):
+        lines += [f"  {kind}: {FAILURE_ADVICE[kind]}" for kind in failures if kind in FAILURE_ADVICE]
         lines.append("  rerun with --resume to retry them")
     lines += _worker_loss_lines(stats.get("worker_losses") or {})
     done = stats.get("completion") or {}
