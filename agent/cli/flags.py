@@ -92,7 +92,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("disabled_toolsets", "list", _agent("disabled_toolsets"), "comma list of toolsets to leave out",
          "Query", _QUERY, shown="none"),
     Flag("save_trajectories", "bool", False,
-         "save the conversation to trajectory_samples.jsonl (also: agent.save_trajectories in config.yaml)",
+         "append the conversation to ./trajectory_samples.jsonl (./failed_trajectories.jsonl when it did"
+         " not complete; also: agent.save_trajectories in config.yaml)",
          "Query", _QUERY),
     # Model endpoint
     Flag("model", "str", _agent("model"), "model id; embedded or embedded:/path.gguf serves a local model",

@@ -9,6 +9,9 @@ from agent.cli.flags import BATCH, GROUPS, QUERY, Flag, flags_of
 _HEAD = {
     BATCH: (
         "usage: python batch_runner.py --dataset_file=PATH --batch_size=N --run_name=NAME [--flag=value ...]",
+        "       python batch_runner.py --run_name=NAME --export=FORMATS [--push_to_hub=ORG/NAME]"
+        "   (an existing run's output)",
+        "       python batch_runner.py --run_name=NAME --rescore [--keep=best]   (check its entries again)",
         "       python batch_runner.py --list_distributions",
         "",
         "Run the agent over every prompt of a JSONL dataset; ShareGPT trajectories go to"
@@ -20,6 +23,9 @@ _HEAD = {
         "Run one conversation and print the final answer.",
     ),
 }
+# What a required flag's row says: the batch runner's are required for a run, not for an
+# existing run's export or rescore (which need --run_name alone).
+REQUIRED = {BATCH: "required for a run", QUERY: "required"}
 _EXIT_CODES = {
     BATCH: "0 done, 1 some prompts failed (rerun with --resume), 2 bad configuration or dataset,"
     " 3 run directory locked by another runner, 130 interrupted",
@@ -48,9 +54,9 @@ def _usage(flag: Flag) -> str:
     return f"--{flag.name}={metavar}"
 
 
-def _row(flag: Flag, width: int) -> str:
+def _row(cli: str, flag: Flag, width: int) -> str:
     meaning = f"{flag.help}: {', '.join(flag.choices)}" if flag.choices else flag.help
-    default = "required" if flag.required else f"default: {flag.shown_default}"
+    default = REQUIRED[cli] if flag.required else f"default: {flag.shown_default}"
     return f"  {_usage(flag):{width}}  {meaning} [{default}]"
 
 
@@ -62,6 +68,6 @@ def help_page(cli: str) -> str:
     for group in GROUPS:
         members = [flag for flag in accepted if flag.group == group]
         if members:
-            lines += ["", f"{group}:", *(_row(flag, width) for flag in members)]
+            lines += ["", f"{group}:", *(_row(cli, flag, width) for flag in members)]
     lines += ["", *_VALUES, "", f"Exit codes: {_EXIT_CODES[cli]}."]
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agent.cli.flags import flags_of
+from agent.cli.help_page import REQUIRED
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
 from tests.support import zygote
 
@@ -38,7 +39,7 @@ def assert_lists_every_flag(page: str, cli: str, defaults: Mapping[str, str]) ->
     }
     assert sorted(rows) == sorted(f"--{flag.name}" for flag in flags_of(cli))
     for flag in flags_of(cli):
-        expected = "[required]" if flag.required else f"[default: {flag.shown_default}]"
+        expected = f"[{REQUIRED[cli]}]" if flag.required else f"[default: {flag.shown_default}]"
         assert rows[f"--{flag.name}"].endswith(expected), rows[f"--{flag.name}"]
     for name, default in defaults.items():
         assert rows[f"--{name}"].endswith(f"[default: {default}]"), rows[f"--{name}"]
