@@ -25,7 +25,7 @@ from typing import Any
 
 from agent.config.agent_config import DEFAULT_BASE_URL, DEFAULT_MODEL, AgentConfig
 from agent.config.query_config import QueryConfig
-from agent.errors import ConfigError
+from agent.errors import FAILURE_ADVICE, ConfigError
 from agent.export.samples_file import save_trajectory
 from agent.export.sharegpt import to_sharegpt
 from agent.llm.rate_limit import AdaptiveLimiter
@@ -37,6 +37,7 @@ from agent.sandboxes import SandboxOptions, sandbox_factory
 from agent.toolbox.registry import ResolvedTools, resolve_tools
 
 log = logging.getLogger("agent")
+RETRIES = "agent.llm.client"  # its INFO lines say each failed model call that is retried
 
 
 class AIAgent:
@@ -186,6 +187,7 @@ def _set_log_level(verbose: bool, quiet: bool) -> None:
         log.setLevel(logging.DEBUG)
     elif quiet:
         log.setLevel(logging.WARNING)
+        logging.getLogger(RETRIES).setLevel(logging.WARNING)
 
 
 # ---------------------------------------------------------------- the single-query command line
@@ -207,7 +209,11 @@ def answer(config: QueryConfig) -> int:
         result = agent.run_conversation(config.query)
     if result["failed"]:
         error_class, error = result["error_class"], result["error"]
-        print(f"error: the model endpoint at {cfg.base_url} failed ({error_class}): {error}", file=sys.stderr)
+        advice = FAILURE_ADVICE.get(error_class, "")
+        print(
+            f"error: the model endpoint at {cfg.base_url} failed ({error_class}): {error} ({advice})",
+            file=sys.stderr,
+        )
         return 1
     if not result["completed"]:
         outcome, error = result["outcome"], result["error"]
@@ -225,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from agent.common.redaction import redact_streams
 
     redact_streams()  # every line printed passes the secret redactor
-    configure_logging()  # plain lines: stdout is the answer, stderr a few warnings at most
+    configure_logging(informative=(RETRIES,))  # plain lines: stdout the answer, stderr warnings, retries
     run_query_command(answer, argv)
 
 

@@ -24,7 +24,8 @@ def saved_lines(path: Path) -> list[dict[str, object]]:
 
 
 def error_lines(stderr: str) -> list[str]:
-    return stderr.splitlines()
+    """What stderr says besides the first retry's notice (`INFO model endpoint …: attempt 1`)."""
+    return [line for line in stderr.splitlines() if not line.startswith("INFO model endpoint ")]
 
 
 def no_sandboxes_left(cwd: Path) -> bool:
@@ -123,6 +124,9 @@ def test_an_unreachable_endpoint_is_one_line_exit_1(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout) == (1, "")
     (line,) = error_lines(done.stderr)
     assert line.startswith(f"error: the model endpoint at http://127.0.0.1:{port}/v1 failed (connection)")
+    assert line.endswith("(the endpoint was not reached: check --base_url, that it is up, the network)")
+    retried = f"INFO model endpoint http://127.0.0.1:{port}/v1: attempt 1 failed (connection: "
+    assert done.stderr.startswith(retried) and "at most 1 more attempt(s)" in done.stderr  # as it waits
     assert no_sandboxes_left(tmp_path)
 
 

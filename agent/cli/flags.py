@@ -91,10 +91,8 @@ FLAGS: tuple[Flag, ...] = (
          "Query", _QUERY, shown="all"),
     Flag("disabled_toolsets", "list", _agent("disabled_toolsets"), "comma list of toolsets to leave out",
          "Query", _QUERY, shown="none"),
-    Flag("save_trajectories", "bool", False,
-         "append the conversation to ./trajectory_samples.jsonl (./failed_trajectories.jsonl when it did"
-         " not complete; also: agent.save_trajectories in config.yaml)",
-         "Query", _QUERY),
+    Flag("save_trajectories", "bool", False, "append the conversation to ./trajectory_samples.jsonl (or"
+         " ./failed_trajectories.jsonl; also agent.save_trajectories in config.yaml)", "Query", _QUERY),
     # Model endpoint
     Flag("model", "str", _agent("model"), "model id; embedded or embedded:/path.gguf serves a local model",
          "Model endpoint"),

@@ -157,6 +157,7 @@ class OpenAIChatModel:
         self.max_retries = max_retries
         self.limiter = limiter
         self._rng = random.Random(seed)
+        self._told_retrying = False  # the first retry is said at INFO (`_say_retrying`)
         transport = AiohttpTransport(max_connections=max_connections, max_reply_bytes=max_reply_bytes)
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
@@ -242,6 +243,20 @@ class OpenAIChatModel:
             ticket.answered(reply.usage)
             return reply
 
+    def _say_retrying(self, attempt: int, error_class: str, exc: Exception) -> None:
+        """The first retry of this client at INFO (run_agent.py shows it: a lone query would wait
+        silently for minutes; a run's workers do not), every one at DEBUG."""
+        log.debug("%s (attempt %d), retrying", error_class, attempt + 1)
+        if self._told_retrying:
+            return
+        self._told_retrying = True
+        log.info(
+            "model endpoint %s: attempt %d failed (%s: %s); retrying, at most %d more attempt(s),"
+            " waiting longer each time (--max_retries)",
+            str(self._client.base_url).rstrip("/"), attempt + 1, error_class, str(exc)[:300],
+            self.max_retries - attempt,
+        )  # fmt: skip
+
     async def _retrying(self, send: Callable[[], Awaitable[bytes]], parse: Callable[[bytes], R]) -> R:
         attempt = 0
         while True:
@@ -257,6 +272,6 @@ class OpenAIChatModel:
                         error_class, f"{type(exc).__name__}: {exc}", status=status, attempts=attempt + 1
                     ) from exc
                 delay = backoff_delay(attempt, retry_after(exc), self._rng)
-                log.debug("%s (attempt %d), retrying in %.2fs", error_class, attempt + 1, delay)
+                self._say_retrying(attempt, error_class, exc)
                 attempt += 1
                 await asyncio.sleep(delay)
