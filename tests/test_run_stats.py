@@ -270,6 +270,16 @@ def test_every_failure_class_has_advice_that_names_a_flag_or_says_whose_it_is() 
         assert flags or "bug" in advice or "its side" in advice, kind
 
 
+def test_a_peak_summed_over_replaced_workers_says_it_is_an_upper_bound() -> None:
+    stats = RunStatistics()  # two workers, both killed and replaced: four limiters, 32 each
+    for _ in range(4):
+        stats.add_limiter({"calls": 9, "peak_inflight": 32, "history": [[0, 32]]})
+    doc = json.loads(json.dumps(document(stats)))
+    assert "peak 128 in flight (sum over 4 workers)" in rendered(doc)
+    doc["worker_losses"] = {"losses": 2, "replacements": 2, "exit_codes": {"-9": 2}}
+    assert "peak 128 in flight (sum over 4 workers, 2 of them replacements: an upper bound)" in rendered(doc)
+
+
 def test_summary_without_failures_gives_no_resume_hint() -> None:
     text = rendered(document(RunStatistics()))
     assert "Failed this run: none" in text and "--resume" not in text

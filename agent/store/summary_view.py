@@ -212,6 +212,13 @@ def _filter_lines(stats: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _replaced(stats: Mapping[str, Any]) -> str:
+    """Each worker's own peak is summed: with replacements among them (the dead one's peak and
+    its replacement's never at once), the sum is more than were ever in flight together."""
+    replacements = json_int((stats.get("worker_losses") or {}).get("replacements"))
+    return f", {_n(replacements)} of them replacements: an upper bound" if replacements else ""
+
+
 def _rate_limiting(stats: Mapping[str, Any]) -> Text:
     r = stats.get("rate_limiting") or {}
     limits = [point[1] for point in r.get("limit_history") or []]
@@ -220,7 +227,8 @@ def _rate_limiting(stats: Mapping[str, Any]) -> Text:
         f"{_n(r.get('rate_limited'))} rate-limited (429) · "
         f"{_n(r.get('server_errors'))} server errors · {_n(r.get('timeouts'))} timeouts · "
         f"{_n(r.get('connection_errors'))} connection errors\n"
-        f"  peak {_n(r.get('peak_inflight'))} in flight (sum over {_n(r.get('workers'))} workers)"
+        f"  peak {_n(r.get('peak_inflight'))} in flight "
+        f"(sum over {_n(r.get('workers'))} workers{_replaced(stats)})"
     )
     run_limit = limit_range([r.get("run_limit")])
     if run_limit is not None:  # the run's own, lowest and highest (it adapts to 429s)
