@@ -280,6 +280,16 @@ def test_a_peak_summed_over_replaced_workers_says_it_is_an_upper_bound() -> None
     assert "peak 128 in flight (sum over 4 workers, 2 of them replacements: an upper bound)" in rendered(doc)
 
 
+def test_with_several_samples_per_prompt_the_summary_counts_attempts() -> None:
+    doc = json.loads(json.dumps(document(RunStatistics())))
+    assert "Prompts processed this run: 0 " in rendered(doc) and " prompts/s" in rendered(doc)
+    doc["samples_per_prompt"] = 3
+    doc["whole_run"] = {"invocations": 2, "processed": 6, "completed": 6}
+    text = rendered(doc)
+    assert "Attempts processed this run: 0 " in text and " attempts/s" in text and "prompts/s" not in text
+    assert "Whole run (2 invocations): 6 attempts processed (✓ 6 completed" in text
+
+
 def test_summary_without_failures_gives_no_resume_hint() -> None:
     text = rendered(document(RunStatistics()))
     assert "Failed this run: none" in text and "--resume" not in text

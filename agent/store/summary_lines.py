@@ -27,13 +27,14 @@ def plural(count: Any, noun: str) -> str:
     return f"{n(count)} {noun}{'' if json_int(count) == 1 else ('es' if noun.endswith('h') else 's')}"
 
 
-def whole_run_lines(total: Mapping[str, Any]) -> list[str]:
-    """The whole run's figures, when more than one invocation wrote this run directory."""
+def whole_run_lines(total: Mapping[str, Any], unit: str = "prompts") -> list[str]:
+    """The whole run's figures, when more than one invocation wrote this run directory; `unit`:
+    what they count (attempts, with more than one sample per prompt)."""
     if json_int(total.get("invocations")) < 2:
         return []
     tokens = (total.get("tokens") or {}).get("total")
     return [
-        f"Whole run ({n(total.get('invocations'))} invocations): {n(total.get('processed'))} prompts "
+        f"Whole run ({n(total.get('invocations'))} invocations): {n(total.get('processed'))} {unit} "
         f"processed (✓ {n(total.get('completed'))} completed, ◐ {n(total.get('partial'))} partial, "
         f"⌫ {n(total.get('discarded'))} discarded, ✗ {n(total.get('failed'))} failed) · "
         f"{n(total.get('api_calls'))} model calls · {n(tokens)} tokens · cost {usd(total.get('cost_usd'))} · "

@@ -87,11 +87,12 @@ def _cost_line(stats: Mapping[str, Any]) -> str:
 def _summary(stats: Mapping[str, Any]) -> Panel:
     run, merged = stats.get("this_invocation") or {}, stats.get("trajectories") or {}
     tokens = stats.get("tokens") or {}
+    unit = "attempts" if json_int(stats.get("samples_per_prompt")) > 1 else "prompts"  # what is counted
     lines = [
-        f"Prompts processed this run: {_n(run.get('processed'))} (✓ {_n(run.get('completed'))} completed, "
-        f"◐ {_n(run.get('partial'))} partial, ⌫ {_n(run.get('discarded'))} discarded, "
-        f"✗ {_n(run.get('failed'))} failed) · {run.get('prompts_per_second', 0.0):.2f} prompts/s",
-        *whole_run_lines(stats.get("whole_run") or {}),
+        f"{unit.capitalize()} processed this run: {_n(run.get('processed'))} (✓ {_n(run.get('completed'))} "
+        f"completed, ◐ {_n(run.get('partial'))} partial, ⌫ {_n(run.get('discarded'))} discarded, "
+        f"✗ {_n(run.get('failed'))} failed) · {run.get('prompts_per_second', 0.0):.2f} {unit}/s",
+        *whole_run_lines(stats.get("whole_run") or {}, unit),
         _merged_line(stats, merged),
         f"Duration: {_duration(float(run.get('duration_seconds', stats.get('duration_seconds')) or 0.0))}",
         f"Tokens this run: {_token_line(tokens.get('this_invocation') or {})}",
