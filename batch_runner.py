@@ -14,8 +14,12 @@ trajectories.jsonl (merged), plus discarded.jsonl and failures.jsonl records.
 
 from __future__ import annotations
 
-from agent.common.secrets import conceal
 from agent.common.stop_signals import stop_on_signals
+
+if __name__ == "__main__":
+    stop_on_signals()  # first: Ctrl-C and SIGTERM stop the command from here on (exit 130)
+
+from agent.common.secrets import conceal
 
 # Nothing else is imported here (those two modules import little): multiprocessing starts each
 # worker process by importing this script again (as __mp_main__), and a worker needs none of the
@@ -30,7 +34,6 @@ def run_cli() -> None:
 
 
 if __name__ == "__main__":
-    stop_on_signals()  # Ctrl-C and SIGTERM stop the command from here on (exit 130)
     conceal()  # may re-execute this script: first, so the heavy imports are paid once
     import sys
 

@@ -8,11 +8,14 @@ constructor and result dict. Also a single-query command line:
 
 from __future__ import annotations
 
-from agent.common.secrets import conceal
 from agent.common.stop_signals import stop_on_signals
 
 if __name__ == "__main__":
-    stop_on_signals()  # Ctrl-C and SIGTERM stop the command from here on (exit 130)
+    stop_on_signals()  # first: Ctrl-C and SIGTERM stop the command from here on (exit 130)
+
+from agent.common.secrets import conceal
+
+if __name__ == "__main__":
     conceal()  # may re-execute this script: first, so the SDK's ~1 s of imports is paid once
 
 import asyncio

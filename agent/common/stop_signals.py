@@ -12,7 +12,9 @@ A KeyboardInterrupt raised where Python cannot pass it on (a weakref callback of
 system, a `__del__`) is printed as "Exception ignored" and dropped: the stop would be lost.
 Such a one is kept here instead, and raised again at the next `raise_dropped_stop`.
 
-This module imports nothing of ours: the scripts import it before anything else.
+This module imports nothing of ours, nor anything Python's start has not imported already (not
+`typing`): the scripts import it first, and until it runs a signal is handled by Python's
+defaults.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ import atexit
 import os
 import signal
 import sys
-from contextlib import suppress
-from types import TracebackType
-from typing import Any
+from contextlib import suppress  # contextlib and types: imported by Python's start already
+from types import FrameType, TracebackType
 
 INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C
 
@@ -47,11 +48,11 @@ def raise_dropped_stop() -> None:
         raise KeyboardInterrupt
 
 
-def _terminate(signum: int, frame: Any) -> None:
+def _terminate(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # SIGTERM stops a command like Ctrl-C
 
 
-def _keep_dropped_stop(unraisable: Any) -> None:
+def _keep_dropped_stop(unraisable: sys.UnraisableHookArgs) -> None:
     global _dropped
     if isinstance(unraisable.exc_value, KeyboardInterrupt):
         _dropped = True
