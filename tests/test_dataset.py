@@ -395,6 +395,14 @@ def test_a_dataset_changed_since_its_scan_stops_the_feed_with_its_line(dataset: 
         _wanted(other, scan_path=dataset)
 
 
+def test_a_dataset_cut_short_since_its_scan_stops_the_feed(dataset: Path, tmp_path: Path) -> None:
+    write_lines(dataset, ['{"prompt": "a"}', '{"prompt": "b"}', '{"prompt": "c"}'])
+    short = write_lines(tmp_path / "short.jsonl", ['{"prompt": "a"}', '{"prompt": "b"}'])
+    expected = r"short.jsonl:3: the dataset changed since the run scanned it \(it ends after 2 of its 3 rows"
+    with pytest.raises(DatasetError, match=expected):
+        _wanted(short, scan_path=dataset)
+
+
 def test_rows_appended_since_the_scan_are_left_for_the_next_resume(dataset: Path) -> None:
     write_lines(dataset, ['{"prompt": "a"}', '{"prompt": "b"}'])
     scan = scan_dataset(dataset, keys=True)

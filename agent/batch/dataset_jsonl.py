@@ -38,8 +38,9 @@ class JsonlSource:
     ) -> Iterator[tuple[int, int, Record]]:
         """(row index, line number, record) of the rows `wanted` among the first `rows`, the
         others passed by their bytes: given every bad line's number (`bad`), a line is a row
-        unless it is one of them or blank (a row is a JSON object: it starts with `{`)."""
-        index = 0
+        unless it is one of them or blank (a row is a JSON object: it starts with `{`). A file
+        that ends before its `rows` (cut short since they were counted) raises DatasetError."""
+        index = line_no = 0
         for line_no, raw in _lines(self.path):
             if index >= rows:
                 return
@@ -48,6 +49,11 @@ class JsonlSource:
             if wanted(index):
                 yield index, line_no, self._classify(line_no, raw, backend)
             index += 1
+        if index < rows:
+            raise DatasetError(
+                f"{self.name}:{line_no + 1}: the dataset changed since the run scanned it (it ends after "
+                f"{index} of its {rows} rows); run again with --resume"
+            )
 
     def _classify(self, line_no: int, raw: bytes | None, backend: str | None) -> Record:
         """One line as its fields, its error, or None when it is blank."""

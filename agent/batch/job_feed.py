@@ -61,7 +61,7 @@ def until_changed(jobs: Iterator[Job], stop_feeding: Callable[[str], None]) -> I
     try:
         yield from jobs
     except DatasetError as exc:
-        log.error("error: %s", exc)
+        log.error("%s", exc)
         stop_feeding(DATASET_CHANGED)
 
 

@@ -81,3 +81,28 @@ def token_capture_lines(tokens: Mapping[str, Any]) -> list[str]:
         f"{n(tokens.get('completion_ids'))} completion ids · {n(tokens.get('with_drift'))} with drift"
         + (f" · {n(missing)} missing" if missing else "")
     ]
+
+
+def worker_loss_lines(losses: Mapping[str, Any]) -> list[str]:
+    """Worker processes that died during the run (replaced; their prompts rerun)."""
+    if not json_int(losses.get("losses")):
+        return []
+    codes = ", ".join(f"{code} x{n(count)}" for code, count in (losses.get("exit_codes") or {}).items())
+    line = (
+        f"Workers lost: {n(losses['losses'])} (exit codes {codes}), "
+        f"replaced {n(losses.get('replacements'))}; prompt attempts lost: {n(losses.get('lost_attempts'))}"
+    )
+    given_up = losses.get("failed_prompts") or []
+    if given_up:
+        line += (
+            f"; failed after --max_prompt_attempts={n(losses.get('max_prompt_attempts'))}: "
+            f"prompts {', '.join(str(i) for i in given_up)}"
+        )
+    return [line]
+
+
+def replaced_note(stats: Mapping[str, Any]) -> str:
+    """Each worker's own peak is summed: with replacements among them (the dead one's peak and
+    its replacement's never at once), the sum is more than were ever in flight together."""
+    replacements = json_int((stats.get("worker_losses") or {}).get("replacements"))
+    return f", {n(replacements)} of them replacements: an upper bound" if replacements else ""

@@ -25,9 +25,11 @@ from agent.store.summary_lines import (
     dataset_lines,
     endpoint_label,
     plural,
+    replaced_note,
     token_capture_lines,
     verification_lines,
     whole_run_lines,
+    worker_loss_lines,
 )
 from agent.store.summary_lines import duration as _duration
 from agent.store.summary_lines import n as _n
@@ -158,7 +160,7 @@ def _problems(stats: Mapping[str, Any]) -> Text:
     if any(json_int(value) for value in failures.values()):
         lines += [f"  {kind}: {FAILURE_ADVICE[kind]}" for kind in failures if kind in FAILURE_ADVICE]
         lines.append("  rerun with --resume to retry them")
-    lines += _worker_loss_lines(stats.get("worker_losses") or {})
+    lines += worker_loss_lines(stats.get("worker_losses") or {})
     done = stats.get("completion") or {}
     if json_int(done.get("not_started")):
         named = ", ".join(str(i) for i in done.get("not_started_indices") or [])
@@ -172,24 +174,6 @@ def _problems(stats: Mapping[str, Any]) -> Text:
             named = ", ".join(str(i) for i in done.get(f"{key}_indices") or [])
             lines.append(f"{label}: {_n(done[key])} prompts (dataset indices {named})")
     return Text("\n".join(lines))
-
-
-def _worker_loss_lines(losses: Mapping[str, Any]) -> list[str]:
-    """Worker processes that died during the run (replaced; their prompts rerun)."""
-    if not json_int(losses.get("losses")):
-        return []
-    codes = ", ".join(f"{code} x{_n(n)}" for code, n in (losses.get("exit_codes") or {}).items())
-    line = (
-        f"Workers lost: {_n(losses['losses'])} (exit codes {codes}), "
-        f"replaced {_n(losses.get('replacements'))}; prompt attempts lost: {_n(losses.get('lost_attempts'))}"
-    )
-    given_up = losses.get("failed_prompts") or []
-    if given_up:
-        line += (
-            f"; failed after --max_prompt_attempts={_n(losses.get('max_prompt_attempts'))}: "
-            f"prompts {', '.join(str(i) for i in given_up)}"
-        )
-    return [line]
 
 
 def _filter_lines(stats: Mapping[str, Any]) -> list[str]:
@@ -213,13 +197,6 @@ def _filter_lines(stats: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _replaced(stats: Mapping[str, Any]) -> str:
-    """Each worker's own peak is summed: with replacements among them (the dead one's peak and
-    its replacement's never at once), the sum is more than were ever in flight together."""
-    replacements = json_int((stats.get("worker_losses") or {}).get("replacements"))
-    return f", {_n(replacements)} of them replacements: an upper bound" if replacements else ""
-
-
 def _rate_limiting(stats: Mapping[str, Any]) -> Text:
     r = stats.get("rate_limiting") or {}
     limits = [point[1] for point in r.get("limit_history") or []]
@@ -229,7 +206,7 @@ def _rate_limiting(stats: Mapping[str, Any]) -> Text:
         f"{_n(r.get('server_errors'))} server errors · {_n(r.get('timeouts'))} timeouts · "
         f"{_n(r.get('connection_errors'))} connection errors\n"
         f"  peak {_n(r.get('peak_inflight'))} in flight "
-        f"(sum over {_n(r.get('workers'))} workers{_replaced(stats)})"
+        f"(sum over {_n(r.get('workers'))} workers{replaced_note(stats)})"
     )
     run_limit = limit_range([r.get("run_limit")])
     if run_limit is not None:  # the run's own, lowest and highest (it adapts to 429s)
