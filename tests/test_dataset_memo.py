@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows
+from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, scan_dataset
 from agent.batch.dataset_memo import MEMO_FILE, identity, remember, scan_for_run
-from agent.batch.job_feed import forgetting
+from agent.batch.job_feed import as_scanned, forgetting
+from agent.batch.planned import PlannedUnits
 from agent.common import redaction
 from agent.config.dataset_config import DatasetOptions
 from agent.errors import DatasetError
@@ -159,3 +160,25 @@ def test_a_dataset_found_changed_by_the_job_feed_drops_the_memo(run: Path) -> No
     with pytest.raises(DatasetError):
         list(forgetting(run / "run", rows()))
     assert not (run / "run" / MEMO_FILE).exists()
+
+
+def test_a_dataset_read_whole_is_checked_row_by_row_against_its_scan(tmp_path: Path) -> None:
+    """Where the feed reads every row (Parquet, the Hub, a JSONL file with more bad lines than
+    its scan kept), each row's key is compared with the scan's for its position: an edited row
+    or a dataset cut short stops the feed with DatasetError; a row appended is left over."""
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in "abc"), encoding="utf-8")
+    scan = scan_dataset(path, keys=True)
+    assert scan.keys is not None
+    units = PlannedUnits(scan.keys)
+
+    def fed(*prompts: str) -> list[str]:
+        path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
+        return [row.prompt for row in as_scanned(iter_rows(path), units, "d.jsonl")]
+
+    assert fed("a", "b", "c") == ["a", "b", "c"]
+    assert fed("a", "b", "c", "d") == ["a", "b", "c"]  # for the next --resume
+    with pytest.raises(DatasetError, match=r"^d\.jsonl:2: the dataset changed since the run scanned it"):
+        fed("a", "x", "c")
+    with pytest.raises(DatasetError, match=r"since the run scanned it \(it ends after 2 of its 3 rows\)"):
+        fed("a", "b")

@@ -21,6 +21,7 @@ from agent.store.numbering import Numbering
 from agent.toolbox.distributions import sample_toolsets_from_distribution
 
 log = logging.getLogger("agent.batch.job_feed")
+CHANGED = "the dataset changed since the run scanned it"
 
 
 def planned_rows(
@@ -29,19 +30,41 @@ def planned_rows(
     """The units of the plan, read from the dataset: a row with a unit left to run (`wanted`,
     per row) is parsed, the others passed by their bytes where the dataset allows
     (`iter_wanted_rows`: a resume reaches its first row left without parsing those before
-    it), else every row is read (`every_unit`)."""
+    it), else every row is read and checked against the scan's keys (`as_scanned`)."""
     samples = config.samples_per_prompt
-    rows = None
-    if units is not None:
-        rows = iter_wanted_rows(
-            config.dataset_file,
-            scan,
-            backend=config.sandbox.backend,
-            options=config.dataset,
-            row_key=lambda row: units.key(row * samples),  # sample 0's key is the row's
-            wanted=lambda row: wanted[row] == 1,
-        )
-    return every_unit(config) if rows is None else forgetting(config.run_dir, iter_units(rows, samples))
+    if units is None:
+        return every_unit(config)
+    rows = iter_wanted_rows(
+        config.dataset_file,
+        scan,
+        backend=config.sandbox.backend,
+        options=config.dataset,
+        row_key=lambda row: units.key(row * samples),  # sample 0's key is the row's
+        wanted=lambda row: wanted[row] == 1,
+    )
+    if rows is None:
+        every = iter_rows(config.dataset_file, config.max_samples, backend=config.sandbox.backend,
+                          options=config.dataset)  # fmt: skip
+        rows = as_scanned(every, units, str(config.dataset_file))
+    return forgetting(config.run_dir, iter_units(rows, samples))
+
+
+def as_scanned(rows: Iterator[DatasetRow], units: PlannedUnits, name: str) -> Iterator[DatasetRow]:
+    """`rows` (a dataset read whole: Parquet, a Hub dataset, a JSONL file with more bad lines
+    than its scan kept) as the run planned them: a row whose prompt no longer has the key the
+    scan gave its position, or a dataset that ends before its planned rows, raises
+    DatasetError; a row appended since is left for the next --resume."""
+    planned, seen = len(units.rows), 0
+    for row in rows:
+        if row.index >= planned:
+            return
+        if row.key != units.rows.key(row.index):
+            raise DatasetError(f"{name}:{row.line_no}: {CHANGED}; run again with --resume")
+        seen += 1
+        yield row
+    if seen < planned:
+        ends = f"it ends after {seen} of its {planned} rows"
+        raise DatasetError(f"{name}: {CHANGED} ({ends}); run again with --resume")
 
 
 def forgetting(run_dir: Path, rows: Iterator[DatasetRow]) -> Iterator[DatasetRow]:
