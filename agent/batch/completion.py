@@ -16,6 +16,7 @@ from itertools import chain
 from typing import Any
 
 from agent.batch.dataset import DatasetRow
+from agent.batch.dataset_source import CHANGED
 from agent.batch.planned import PlannedKeys, PlannedUnits, Unit
 from agent.protocols import KeyBook, StoredKeys
 from agent.store.keys import SAMPLE_MARK, split_key
@@ -167,7 +168,7 @@ class Completion:
             "max_cost": " (--max_cost reached)",
             "worker_lost": " (a worker died)",
             "crash_loop": " (workers kept dying: a crash loop)",
-            DATASET_CHANGED: " (the dataset changed since the run scanned it)",
+            DATASET_CHANGED: f" ({CHANGED})",
         }
         why = because.get(self.stopped_by or "", "")
         counts = " and ".join(parts)

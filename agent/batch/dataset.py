@@ -24,8 +24,8 @@ from typing import Any
 from agent.batch.dataset_copies import CopyCounter, RowKeys
 from agent.batch.dataset_hub import HUB_PREFIX, DiskSource, HubSource, is_datasets_directory, split_directory
 from agent.batch.dataset_jsonl import JsonlSource
+from agent.batch.dataset_source import CHANGED, Source, where
 from agent.batch.dataset_source import LineError as LineError  # where it always was, for callers
-from agent.batch.dataset_source import Source, where
 from agent.batch.dataset_sources import ParquetSource, is_parquet
 from agent.batch.row_columns import ColumnMap
 from agent.batch.row_fields import LineFields
@@ -242,10 +242,7 @@ def _wanted_rows(
         key = row_key(index)
         digest, _colon, occurrence = key.rpartition(":")
         if not isinstance(record, LineFields) or prompt_hash(record.prompt) != digest:
-            raise DatasetError(
-                f"{where(source, line_no)}: the dataset changed since the run scanned it; "
-                "run again with --resume"
-            )
+            raise DatasetError(f"{where(source, line_no)}: {CHANGED}; run again with --resume")
         yield DatasetRow.of(index, line_no, record, digest, int(occurrence))
 
 

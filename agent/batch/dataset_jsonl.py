@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from agent.batch.dataset_source import LineError, Record
+from agent.batch.dataset_source import CHANGED, LineError, Record
 from agent.batch.row_columns import ColumnMap
 from agent.batch.row_fields import FieldError, parse_line
 from agent.errors import DatasetError
@@ -51,8 +51,8 @@ class JsonlSource:
             index += 1
         if index < rows:
             raise DatasetError(
-                f"{self.name}:{line_no + 1}: the dataset changed since the run scanned it (it ends after "
-                f"{index} of its {rows} rows); run again with --resume"
+                f"{self.name}:{line_no + 1}: {CHANGED} (it ends after {index} of its {rows} rows); "
+                "run again with --resume"
             )
 
     def _classify(self, line_no: int, raw: bytes | None, backend: str | None) -> Record:

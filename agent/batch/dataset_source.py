@@ -13,6 +13,8 @@ from agent.batch.row_columns import ColumnMap
 from agent.batch.row_fields import FieldError, LineFields, parse_record
 from agent.errors import DatasetError
 
+CHANGED = "the dataset changed since the run scanned it"  # each feed that finds it says so
+
 
 @dataclass(frozen=True)
 class LineError:

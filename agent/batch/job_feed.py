@@ -12,6 +12,7 @@ from pathlib import Path
 from agent.batch.completion import DATASET_CHANGED
 from agent.batch.dataset import DatasetRow, DatasetScan, iter_rows, iter_units, iter_wanted_rows
 from agent.batch.dataset_memo import forget
+from agent.batch.dataset_source import CHANGED
 from agent.batch.jobs import Job, sample_sampling
 from agent.batch.planned import PlannedUnits
 from agent.batch.row_verify import job_checks
@@ -21,7 +22,6 @@ from agent.store.numbering import Numbering
 from agent.toolbox.distributions import sample_toolsets_from_distribution
 
 log = logging.getLogger("agent.batch.job_feed")
-CHANGED = "the dataset changed since the run scanned it"
 
 
 def planned_rows(

@@ -94,9 +94,9 @@ def run_command(
     cli: str, handle: Callable[[Values], int], say: Callable[[str], None], argv: Sequence[str] | None = None
 ) -> NoReturn:
     """Parse the command line of `cli`, hand the values to `handle` and exit with the code it
-    returns (0 after `--help`). An AgentError is one `error:` line and its exit code; Ctrl-C
-    and SIGTERM are 130 (`agent.common.stop_signals`); a reader that
-    closed our stdout (`| head`) ends it quietly with 141, as SIGPIPE ends the standard tools."""
+    returns (0 after `--help`). An AgentError is one `error:` line and its exit code; Ctrl-C and
+    SIGTERM are 130 (`agent.common.stop_signals`); a reader that closed our stdout (`| head`)
+    ends it quietly with 141, as SIGPIPE ends the standard tools."""
     stop_on_signals()  # the scripts did already; a script of one's own calling `run_cli` too
     try:
         code = _run(cli, handle, say, argv)
