@@ -97,9 +97,12 @@ def test_no_command_in_a_local_sandbox_can_read_the_key(tmp_path: Path, source: 
         flags += ["--distribution=terminal_only", "--num_workers=2", "--sandbox=local"]
         flags += [f"--base_url={sim.base_url}", "--model=sim-model", f"--output_dir={tmp_path / 'data'}"]
         key_env = {"OPENAI_API_KEY": KEY}
+        # its own: "every process" also reads the other case's runner, run beside it by xdist,
+        # in the few ms before that runner re-executes without it (root reads any environ)
+        other = "sk-canary-other-" + secrets.token_hex(8)
         if source == "flag":
             flags.append(f"--api_key={KEY}")
-            key_env = {"OPENROUTER_API_KEY": "sk-canary-other"}  # a variable the flag overrides
+            key_env = {"OPENROUTER_API_KEY": other}  # a variable the flag overrides
         done = _run(tmp_path, [str(REPO / "batch_runner.py"), *flags], _env(tmp_path, **key_env))
         seen = tool_outputs(sim)
         authorizations = {r.headers.get("authorization") for r in sim.requests}
@@ -107,7 +110,7 @@ def test_no_command_in_a_local_sandbox_can_read_the_key(tmp_path: Path, source: 
     assert authorizations == {f"Bearer {KEY}"}  # the key still reaches the endpoint
     assert "batch_runner.py" in seen and "PATH=" in seen  # the commands did read the runner's /proc
     assert (tmp_path / "data" / "canary" / "trajectories.jsonl").exists()
-    assert "sk-canary-other" not in seen
+    assert other not in seen
     assert canary_bytes(tmp_path, done) == []
 
 
