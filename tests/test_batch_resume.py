@@ -183,7 +183,7 @@ def test_prompt_index_is_unique_and_kept_across_resumes_of_an_edited_dataset(
     assert read_json(run_dir / "checkpoint.json")["completed_prompts"] == list(range(13))  # no gap
 
 
-def test_a_resume_with_another_distribution_is_refused_before_anything_runs(
+def test_a_resume_with_another_distribution_or_batch_size_is_refused_before_anything_runs(
     cli: BatchCLI, sim_endpoint: SimulatedEndpoint
 ) -> None:
     """The entries written sampled from one distribution: a resume sampling from another would
@@ -203,6 +203,14 @@ def test_a_resume_with_another_distribution_is_refused_before_anything_runs(
             f"not {other}: one run samples one distribution; pass --distribution=terminal_only, "
             "or choose another --run_name"
         ], done
+    other_size = [f if f != "--batch_size=2" else "--batch_size=7" for f in flags[:-1]]
+    done = cli.run(*other_size, "--resume", "--distribution=terminal_only")  # shards by another size
+    assert done.returncode == 2, done
+    assert [line for line in done.stderr.splitlines() if line.startswith("error:")] == [
+        "error: --resume: run dist ran with --batch_size=2 (run_config.json), not 7: one run has one "
+        "batch size (batch_N.jsonl holds its prompts from N × batch size on); pass --batch_size=2, "
+        "or choose another --run_name"
+    ], done
     assert not sim_endpoint.requests
     assert (cli.run_dir("dist") / "run_config.json").read_bytes() == recorded
     resumed = cli.run(*flags[:-1], "--resume", "--distribution=terminal_only")

@@ -19,7 +19,7 @@ from agent.cli.dataset_cli import build_dataset_options
 from agent.cli.export_cli import build_export_options, check_publishable
 from agent.cli.flag_values import check_required
 from agent.cli.flags import BATCH
-from agent.cli.resume_tools import check_resumed_distribution, check_resumed_tools
+from agent.cli.resume_tools import check_resumed_settings, check_resumed_tools
 from agent.cli.shared_config import build_agent_config, build_tool_config, check_toolsets
 from agent.cli.token_cli import check_resumed_mode
 from agent.config.agent_config import embedded_hint, is_embedded, is_loopback
@@ -127,7 +127,7 @@ def check_ready(config: RunConfig) -> None:
             "pass --resume to continue that run, or choose another --run_name"
         )
     check_resumed_tools(config)
-    check_resumed_distribution(config)
+    check_resumed_settings(config)
     check_resumed_mode(config)  # the endpoint's token API is probed once it is served (ready_tokens)
     _check_toolsets(config)
 

@@ -21,18 +21,27 @@ def _recorded_tools(run_dir: Path) -> dict[str, Any]:
     return tools if isinstance(tools, dict) else {}
 
 
-def check_resumed_distribution(config: RunConfig) -> None:
-    """ConfigError when this --resume samples from another distribution than the run recorded."""
+# What a run keeps for its whole life, and why: a --resume with another value is refused.
+FIXED_FOR_A_RUN = {
+    "distribution": "one run samples one distribution",
+    "batch_size": "one run has one batch size (batch_N.jsonl holds its prompts from N × batch size on)",
+}
+
+
+def check_resumed_settings(config: RunConfig) -> None:
+    """ConfigError when this --resume gives another value of a `FIXED_FOR_A_RUN` setting than
+    the run recorded in run_config.json."""
     if not config.resume:
         return
-    recorded = recorded_config(config.run_dir).get("distribution")
-    if not isinstance(recorded, str) or recorded == config.distribution:
-        return
-    raise ConfigError(
-        f"--resume: run {config.run_name} ran with --distribution={recorded} (run_config.json), "
-        f"not {config.distribution}: one run samples one distribution; pass --distribution={recorded}, "
-        "or choose another --run_name"
-    )
+    recorded = recorded_config(config.run_dir)
+    for name, why in FIXED_FOR_A_RUN.items():
+        then, now = recorded.get(name), getattr(config, name)
+        if type(then) is not type(now) or then == now:  # none recorded (or unreadable), or the same
+            continue
+        raise ConfigError(
+            f"--resume: run {config.run_name} ran with --{name}={then} (run_config.json), not {now}: "
+            f"{why}; pass --{name}={then}, or choose another --run_name"
+        )
 
 
 def check_resumed_tools(config: RunConfig) -> None:
