@@ -35,7 +35,8 @@ def whole_run_lines(total: Mapping[str, Any], unit: str = "prompts") -> list[str
     tokens = (total.get("tokens") or {}).get("total")
     return [
         f"Whole run ({n(total.get('invocations'))} invocations): {n(total.get('processed'))} {unit} "
-        f"processed (✓ {n(total.get('completed'))} completed, ◐ {n(total.get('partial'))} partial, "
+        f"processed, a retried one in each (✓ {n(total.get('completed'))} completed, "
+        f"◐ {n(total.get('partial'))} partial, "
         f"⌫ {n(total.get('discarded'))} discarded, ✗ {n(total.get('failed'))} failed) · "
         f"{n(total.get('api_calls'))} model calls · {n(tokens)} tokens · cost {usd(total.get('cost_usd'))} · "
         f"{duration(float(total.get('duration_seconds') or 0.0))} running"
