@@ -37,7 +37,7 @@ def test_ctrl_c_summary_says_what_is_on_disk_and_the_next_step(tmp_path: Path) -
         run_dir = interrupt_after_the_quick_prompts(tmp_path, endpoint, "cc").run_dir("cc")
     err = (tmp_path / "runner.err").read_text()
     flat = " ".join(err.replace("│", " ").split())  # the summary panel wraps at the console width
-    assert "Trajectories in merged file: 0" not in flat and "tools available" not in flat
+    assert "Trajectories in merged file: 0" not in flat and "No tool calls" not in flat
     assert "not rewritten (interrupted); on disk: 2 results in the batch files and 0 discards of 4" in flat
     assert "Tokens in merged file" not in flat and "Not started" not in flat
     assert "Interrupted in flight: 2 prompts (dataset indices 1, 3)" in flat  # running, cancelled

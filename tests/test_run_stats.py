@@ -247,7 +247,7 @@ def test_summary_lists_discards_failures_with_resume_hint_and_throttling() -> No
     assert "  sandbox: its sandbox could not be made or used: check the --sandbox backend" in text
     assert "rerun with --resume to retry them" in text
     assert "7 rate-limited (429)" in text and "in-flight limit 16–32, final 16" in text  # no run_limit
-    assert "No tool calls" in text
+    assert "No tool calls.\n" in text and "tools available" not in text  # none: no entry in the output
 
 
 def test_the_summary_shows_the_runs_own_limit_not_the_workers_idle_shares() -> None:
@@ -334,7 +334,7 @@ def test_an_unmerged_summary_counts_nothing_from_the_merged_file() -> None:
     text = " ".join(rendered(document(RunStatistics(), extra=extra)).replace("│", " ").split())
     assert "Trajectories in merged file: not rewritten (interrupted); on disk: 3 results" in text
     assert "1 discards of 9 prompts" in text
-    assert "Tokens in merged file" not in text and "tools available" not in text
+    assert "Tokens in merged file" not in text and "No tool calls" not in text
     assert "Tool usage and reasoning: not counted (the merged file was not rewritten)" in text
 
 
