@@ -7,6 +7,7 @@ stops its own worker (SIGSTOP). A worker killed while idle or busy: tests/test_b
 
 from __future__ import annotations
 
+import socket
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,3 +68,20 @@ def test_a_command_that_stops_its_worker_cannot_hang_the_run(tmp_path: Path) -> 
     assert [f["error_class"] for f in failures] == ["prompt_timeout"]
     assert trajectory_prompts(cli.run_dir("stop")) == Counter(["Fine"])
     assert done.stderr.count("was stopped (SIGSTOP from one of its commands?)") == 1, done
+
+
+def test_a_dead_endpoint_is_said_at_the_first_retry_and_the_summary_names_base_url(tmp_path: Path) -> None:
+    """Nobody listens at the port: each worker says its first retry (once, as it happens, not
+    after every retry), the prompts fail as `connection`, and the summary says what to check."""
+    with socket.socket() as probe:  # a port that was free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in ("one", "two", "three")])
+    cli = BatchCLI(tmp_path)
+    done = cli.run("--dataset_file=d.jsonl", "--batch_size=2", "--run_name=dead", "--num_workers=1",
+                   f"--base_url=http://127.0.0.1:{port}/v1", "--max_retries=1")  # fmt: skip
+    assert done.returncode == 1, done
+    said = f"INFO model endpoint http://127.0.0.1:{port}/v1: attempt 1 failed (connection: "
+    assert done.stderr.count(said) == 1, done.stderr[-3000:]  # one worker, said once
+    assert "  connection: the endpoint was not reached: check --base_url, that it is up" in done.stderr
+    assert len(read_jsonl(cli.run_dir("dead") / "failures.jsonl")) == 3

@@ -95,6 +95,9 @@ def forward_logs(events: Any, verbose: bool) -> None:
     root.handlers[:] = [logging.handlers.QueueHandler(events)]
     root.setLevel(logging.DEBUG if verbose else logging.WARNING)
     logging.getLogger("agent").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    # the model client's first retry, once per worker: a dead endpoint is said in seconds, not
+    # when the first prompt has spent every retry
+    logging.getLogger("agent.llm.client").setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
