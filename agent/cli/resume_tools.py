@@ -2,9 +2,10 @@
 that this invocation does not offer would be judged malformed at the merge (`tool_not_offered`)
 and moved out of the output. So `--resume` without the `--mcp_config` servers or the
 `--tools_module` modules that run_config.json recorded stops before anything is touched; so
-does `--rescore`, which merges again too. A `--resume` with another `--distribution` than the
-run recorded stops too: its prompts would sample from another set of toolsets than the entries
-already written, and run_config.json, rewritten, would no longer say what those ran with."""
+does `--rescore`, which merges again too. A `--resume` with another value of a setting a run
+keeps for its whole life (`FIXED_FOR_A_RUN`: `--distribution`, `--batch_size`) stops too: its
+prompts would sample from other toolsets, or be sharded otherwise, than the entries already
+written, and run_config.json, rewritten, would no longer say what those ran with."""
 
 from __future__ import annotations
 

@@ -206,8 +206,7 @@ def _rate_limiting(stats: Mapping[str, Any]) -> Text:
         f"{_n(r.get('server_errors'))} server errors · {_n(r.get('timeouts'))} timeouts · "
         f"{_n(r.get('connection_errors'))} connection errors\n"
         f"  peak {_n(r.get('peak_inflight'))} in flight "
-        f"(sum over {_n(r.get('workers'))} worker{'' if json_int(r.get('workers')) == 1 else 's'}"
-        f"{replaced_note(stats)})"
+        f"(sum over {plural(r.get('workers'), 'worker')}{replaced_note(stats)})"
     )
     run_limit = limit_range([r.get("run_limit")])
     if run_limit is not None:  # the run's own, lowest and highest (it adapts to 429s)
