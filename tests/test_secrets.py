@@ -233,3 +233,28 @@ def test_conceal_re_executes_once_without_the_secrets_and_hands_them_over(tmp_pa
     assert KEY not in seen["cmdline"] + seen["environ"] and TOKEN not in seen["environ"]
     assert not seen["handoff_left"]  # children do not inherit the descriptor's name
     assert len(seen["fds"]) == 4  # 0, 1, 2 and the listing's own: the pipe was closed
+
+
+DROPPED_THEN_CONCEAL = """
+from agent.common.stop_signals import stop_on_signals
+stop_on_signals()
+
+class Stopped:
+    def __del__(self) -> None:  # where Python can only drop it, as in an import's weakref callback
+        raise KeyboardInterrupt
+
+Stopped()
+from agent.common.secrets import conceal
+conceal()
+print("went on")
+"""
+
+
+def test_a_stop_dropped_before_the_re_exec_still_stops_the_command(tmp_path: Path) -> None:
+    """Once lost: a SIGTERM raised in an import's callback, then the re-exec, and the run went on."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(DROPPED_THEN_CONCEAL, encoding="utf-8")
+    argv = [sys.executable, str(probe), "--api_key", KEY]
+    proc = subprocess.run(argv, env=_env(tmp_path), capture_output=True, text=True, timeout=60, check=False)
+    assert (proc.returncode, proc.stdout) == (130, ""), proc.stderr
+    assert proc.stderr == "interrupted (exit 130)\n"

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 from agent.common.redaction import install
+from agent.common.stop_signals import raise_dropped_stop
 
 # The web search APIs' key variables (tools/web): backend -> variable, in the reference's order.
 SEARCH_API_KEYS = {"firecrawl": "FIRECRAWL_API_KEY", "tavily": "TAVILY_API_KEY", "exa": "EXA_API_KEY"}
@@ -144,8 +145,9 @@ def _reexec(argv: list[str], secrets: StartSecrets) -> NoReturn:
     (or, ignored, be lost) instead of stopping it. `_receive` puts the mask back."""
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
+        raise_dropped_stop()  # a stop this image could only drop would not survive the exec
         _exec_handing_over(argv, secrets, mask)
-    finally:  # the exec failed: an OSError, raised with the mask as it was
+    finally:  # stopped, or the exec failed: raised with the mask as it was
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
