@@ -246,7 +246,8 @@ def test_summary_lists_discards_failures_with_resume_hint_and_throttling() -> No
     assert "  rate_limit: throttled (429) after every retry: lower --max_inflight or set" in text
     assert "  sandbox: its sandbox could not be made or used: check the --sandbox backend" in text
     assert "rerun with --resume to retry them" in text
-    assert "7 rate-limited (429)" in text and "in-flight limit 16–32, final 16" in text  # no run_limit
+    assert "Endpoint: 70 requests (retries and judge calls included) · 7 rate-limited (429)" in text
+    assert "in-flight limit 16–32, final 16" in text  # no run_limit
     assert "No tool calls.\n" in text and "tools available" not in text  # none: no entry in the output
 
 

@@ -201,7 +201,7 @@ def _rate_limiting(stats: Mapping[str, Any]) -> Text:
     r = stats.get("rate_limiting") or {}
     limits = [point[1] for point in r.get("limit_history") or []]
     line = (
-        f"{endpoint_label(stats)}: {_n(r.get('calls'))} calls · "
+        f"{endpoint_label(stats)}: {_n(r.get('calls'))} requests (retries and judge calls included) · "
         f"{_n(r.get('rate_limited'))} rate-limited (429) · "
         f"{_n(r.get('server_errors'))} server errors · {_n(r.get('timeouts'))} timeouts · "
         f"{_n(r.get('connection_errors'))} connection errors\n"
