@@ -275,3 +275,29 @@ def test_keep_best_with_samples_keeps_exactly_one_per_prompt(tmp_path: Path) -> 
         assert back.returncode == 0, back
         assert endpoint.requests == []
         assert _output(run_dir) == Counter({prompt: 2 for prompt in ANSWERS})
+
+
+def test_entries_moved_out_whose_discard_records_are_gone_come_back_not_lost(tmp_path: Path) -> None:
+    """discarded.jsonl deleted after a --keep run: its tombstones alone once counted as discards,
+    so a resume said "Done", exit 0, with the moved attempts in neither file. A withdrawal
+    writes its record first, so a tombstone without one is an edit: the entry (still in its
+    shard) comes back into the output without a model call and --keep judges it again."""
+    with SimulatedEndpoint() as endpoint:
+        cli = _setup(tmp_path, endpoint)
+        assert cli.run(*FLAGS, "--keep=passing").returncode == 0
+        run_dir = cli.run_dir("k")
+        (run_dir / "discarded.jsonl").unlink()
+        endpoint.clear_requests()
+        again = cli.run(*FLAGS, "--resume", "--keep=passing")
+        assert again.returncode == 0, again
+        assert endpoint.requests == []
+        said = " ".join((again.stdout + again.stderr).split())
+        assert "2 entries moved out of the output have no record in discarded.jsonl" in said, said
+        output = _output(run_dir)
+        assert output == Counter(["Right 0", "Right 1"])
+        assert set(_current_discards(run_dir, output)) == {"Wrong 0", "Wrong 1"}
+        assert read_json(run_dir / "statistics.json")["completion"]["discarded"] == 2
+
+        (run_dir / "discarded.jsonl").unlink()
+        assert cli.run(*FLAGS, "--resume", "--keep=all").returncode == 0
+        assert _output(run_dir) == Counter(list(ANSWERS))

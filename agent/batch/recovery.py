@@ -38,6 +38,7 @@ def reapply_filters(
     config: RunConfig, store: RunStore, stored: StoredKeys
 ) -> tuple[Counter[str], Counter[str]]:
     """(withdrawn, recovered) per reason: the run's filters applied again to what is stored."""
+    restore_unrecorded(config, store, stored)
     withdrawn = withdraw_kept(config, store, stored)
     for reason, count in sorted(withdrawn.items()):
         log.warning("moved %d kept %s entries to discarded.jsonl: this run does not keep them", count, reason)
@@ -45,6 +46,27 @@ def reapply_filters(
     for reason, count in sorted(recovered.items()):
         log.warning("moved %d %s discard(s) into the output: this run keeps them", count, reason)
     return withdrawn, recovered
+
+
+def restore_unrecorded(config: RunConfig, store: RunStore, stored: StoredKeys) -> int:
+    """Put back into the output the withdrawn entries whose discard record is gone (a
+    withdrawal appends its record before its tombstone, so only an edit of discarded.jsonl
+    leaves a tombstone after a result line without one: the entry would be in neither file).
+    Each is appended to its shard again, as a recovered discard is, where this run's filters
+    and --keep judge it anew: nothing lost, no model call. A tombstone with no result before it
+    (another tool's discard marker) stays a discard. Returns how many."""
+    restored = 0
+    for key, entry in shard_entries(config.run_dir, stored.unrecorded) if stored.unrecorded else ():
+        store.append_result(batch_of(entry, {}, config.batch_size), entry)
+        mark_recovered(stored, key)
+        restored += 1
+    if restored:
+        log.warning(
+            "%d entries moved out of the output have no record in discarded.jsonl (was it edited?): "
+            "put back into the output, where this run's filters and --keep judge them again",
+            restored,
+        )
+    return restored
 
 
 def recover_discards(config: RunConfig, store: RunStore, stored: StoredKeys) -> Counter[str]:
@@ -107,6 +129,7 @@ def mark_recovered(stored: StoredKeys, key: str) -> None:
     """`stored` after `key`'s discard moved back into the output."""
     stored.done.add(key)
     stored.tombstoned.discard(key)
+    stored.unrecorded.discard(key)
 
 
 def merge_output(

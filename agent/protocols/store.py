@@ -46,6 +46,9 @@ class StoredKeys(Protocol):
     def tombstoned(self) -> set[str]: ...  # keys whose result was withdrawn (moved to discards)
 
     @property
+    def unrecorded(self) -> set[str]: ...  # tombstoned keys without a record in discarded.jsonl
+
+    @property
     def labels(self) -> dict[str, list[str]]: ...  # key -> discard_reasons of a kept flawed entry
 
 

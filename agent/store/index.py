@@ -35,6 +35,9 @@ class RunIndex:
     invalid_lines: int = 0
     # keys whose last batch-file line is a tombstone: a result line before it is not merged
     tombstoned: set[str] = field(default_factory=set)
+    # tombstoned keys with no record in discarded.jsonl: another tool's discard marker (no
+    # result line before it), or one of ours whose record was deleted (`restore_unrecorded`)
+    unrecorded: set[str] = field(default_factory=set)
     # key -> `metadata.discard_reasons` of a kept entry (a run keeping a filter labels them)
     labels: dict[str, list[str]] = field(default_factory=dict)
     numbered: bool = True  # whether `indices` is kept (the end's scans need no numbers)
@@ -58,6 +61,8 @@ def scan_run(
     _scan_results(directory, index, records)
     for key, _number in _record_keys(directory / DISCARDED_FILE, index):
         index.discarded.add(key)
+    index.unrecorded = index.tombstoned - index.discarded
+    index.discarded |= index.tombstoned
     attempts: Counter[str] = Counter()
     hints: dict[str, int] = {}
     for key, number in _record_keys(directory / FAILURES_FILE, index):
@@ -87,7 +92,6 @@ def _scan_results(directory: Path, index: RunIndex, records: ShardRecords | None
             _note_line(index, key, entry.get("prompt_index"), is_tombstone(entry), reasons)
         if shard is not None:
             _note_shard(index, shard)
-    index.discarded |= index.tombstoned
 
 
 def _note_shard(index: RunIndex, shard: Shard) -> None:
