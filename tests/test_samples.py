@@ -311,3 +311,22 @@ def test_the_merge_writes_each_shard_in_prompt_index_order(tmp_path: Path) -> No
         (5, "late"),
     ]
     assert (report.written, report.duplicates) == (4, 1)
+
+
+def test_more_attempts_than_a_run_plans_is_one_line_and_exit_2(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint
+) -> None:
+    """Once a MemoryError traceback, exit 1, and a run_config.json left behind."""
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": "one"}, {"prompt": "two"}])
+    cli = BatchCLI(tmp_path, sim_endpoint)
+    huge = cli.run(
+        "--dataset_file=d.jsonl", "--batch_size=2", "--run_name=huge", "--samples_per_prompt=100000000000"
+    )
+    assert huge.returncode == 2, huge
+    assert huge.stderr.strip().splitlines()[-1] == (
+        "error: --samples_per_prompt=100000000000: 2 prompts x 100,000,000,000 = 200,000,000,000 "
+        "attempts, more than one run takes (100,000,000): lower it, or split the dataset into "
+        "several runs"
+    )
+    assert "Traceback" not in huge.stderr and sim_endpoint.requests == []
+    assert not cli.run_dir("huge").exists()

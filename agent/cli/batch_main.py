@@ -69,7 +69,7 @@ def run(config: RunConfig) -> int:
     from agent.cli.dataset_cli import pin_dataset
     from agent.cli.export_cli import export_and_push, merged
     from agent.cli.token_cli import ready_tokens
-    from agent.cli.verify_cli import check_verification, refuse_bad_checks
+    from agent.cli.verify_cli import check_attempts, check_verification, refuse_bad_checks
     from agent.config.agent_config import serving
 
     check_ready(config)
@@ -86,6 +86,7 @@ def run(config: RunConfig) -> int:
         _say(f"… and {scan.error_count - len(scan.errors)} more invalid lines")
     require_valid_rows(scan)  # after every bad line was named
     raise_dropped_stop()  # a Ctrl-C during the imports or the scan (agent.common.stop_signals)
+    check_attempts(config, scan)  # prompts x --samples_per_prompt
     check_verification(config, scan)  # --verifier, --judge_rubric, and the rows' checks with the flags
     config = ready_sandbox(config, scan)  # which sandbox images the rows need is known now
     backend = backend_factory(config.backend)  # imported only now: Ray takes seconds to import

@@ -11,6 +11,21 @@ from agent.config.run_config import RunConfig
 from agent.errors import ConfigError
 from agent.verify.python_verifier import load_verifier
 
+MAX_ATTEMPTS = 100_000_000  # units of work one run plans: the parent holds a few bytes of each
+
+
+def check_attempts(config: RunConfig, scan: DatasetScan) -> None:
+    """ConfigError (exit 2) when the dataset's prompts times --samples_per_prompt are more
+    attempts than one run plans (before anything is written for them)."""
+    prompts = len(scan.keys) if scan.keys is not None else scan.valid
+    attempts = prompts * config.samples_per_prompt
+    if attempts > MAX_ATTEMPTS:
+        raise ConfigError(
+            f"--samples_per_prompt={config.samples_per_prompt}: {prompts:,} prompts x "
+            f"{config.samples_per_prompt:,} = {attempts:,} attempts, more than one run takes "
+            f"({MAX_ATTEMPTS:,}): lower it, or split the dataset into several runs"
+        )
+
 
 class _RowError(Exception):
     def __init__(self, field_name: str, reason: str) -> None:
