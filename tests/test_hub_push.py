@@ -192,3 +192,28 @@ def test_a_run_that_cannot_push_spends_nothing(pushed: Pushed, tmp_path: Path) -
         assert run.returncode == 2, run
         assert "needs a Hugging Face token" in run.stderr
         assert sum(requested_prompts(endpoint).values()) == 0
+
+
+def test_a_push_of_the_rl_export_alone_is_refused_before_anything_runs(
+    pushed: Pushed, tmp_path: Path
+) -> None:
+    """Once the whole run, then "cannot export this entry: max() arg is an empty sequence", exit 2."""
+    with SimulatedEndpoint() as endpoint:
+        cli = HubCLI(tmp_path, endpoint, pushed.hub.url, TOKEN)
+        dataset = prompts_dataset(tmp_path / "prompts.jsonl", PROMPTS)
+        flags = (
+            f"--dataset_file={dataset}",
+            "--run_name=rl",
+            *RUN,
+            "--export=rl",
+            "--capture_tokens=required",
+        )
+        run = cli.run(*flags, "--push_to_hub=my-org/x")
+        assert run.returncode == 2, run
+        assert run.stderr.strip().splitlines()[-1] == (
+            "error: --push_to_hub pushes the text formats (sharegpt, parquet, openai), and --export=rl "
+            "has none: add one (--export=rl,parquet)"
+        )
+        assert sum(requested_prompts(endpoint).values()) == 0
+    existing = cli.run("--run_name=hub", "--export=rl", "--push_to_hub=my-org/x")
+    assert existing.returncode == 2 and "--export=rl has none" in existing.stderr, existing

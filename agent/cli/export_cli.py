@@ -50,6 +50,11 @@ def build_export_options(values: Mapping[str, Any]) -> ExportOptions:
         raise ConfigError(
             f"--export={sorted(wanted)[0]} needs the model's token ids: add --capture_tokens=required"
         )
+    if values["push_to_hub"] is not None and not hub_configs(formats):
+        raise ConfigError(
+            f"--push_to_hub pushes the text formats (sharegpt, parquet, openai), and "
+            f"--export={','.join(formats)} has none: add one (--export={','.join(formats)},parquet)"
+        )
     return ExportOptions(
         export=formats,
         export_reasoning=values["export_reasoning"],
