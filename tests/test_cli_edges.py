@@ -200,6 +200,16 @@ def test_a_dataset_file_typo_is_reported_before_the_toolsets_it_would_need(tmp_p
     assert done.stderr.strip().splitlines()[0] == "error: promtps.jsonl: dataset file not found"
 
 
+def test_an_error_line_shows_what_was_typed_not_an_emoji(tmp_path: Path) -> None:
+    """`:smile:` once printed as an emoji (rich's emoji codes) in the error naming it."""
+    with SimulatedEndpoint() as endpoint:
+        done = BatchCLI(tmp_path, endpoint).run(
+            "--dataset_file=:smile:.jsonl", "--batch_size=1", "--run_name=e"
+        )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[0] == "error: :smile:.jsonl: dataset file not found"
+
+
 RULE = (
     "needs toolsets that are unavailable here "
     "(enable them, or pass --allow_missing_toolsets to run without them):"

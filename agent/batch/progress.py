@@ -122,7 +122,7 @@ class RunProgress:
         self.total = total
         self.unit = unit
         self.already_done = already_done
-        self.console = console or Console(stderr=True)
+        self.console = console or Console(stderr=True, emoji=False)
         self.live = enabled and self.console.is_interactive
         self._interval, self._max_interval = interval, max_interval
         self._clock = clock

@@ -24,7 +24,7 @@ from agent.common.stop_signals import raise_dropped_stop
 if TYPE_CHECKING:
     from agent.config.run_config import RunConfig
 
-console = Console(stderr=True)
+console = Console(stderr=True, emoji=False)  # ":x" in a path or flag value stays as typed
 # Said once per run at INFO: which sandbox backend runs the prompts (and how it tracks processes),
 # loading the embedded model (and how long it took), what token ids the endpoint gives.
 INFORMATIVE = ("agent.sandboxes", "agent.embedded", "agent.tokens")
