@@ -102,6 +102,45 @@ def test_rescore_keeps_a_command_check_as_it_was_and_says_so(tmp_path: Path) -> 
             assert new["passed"] == old["passed"]
 
 
+def test_rescore_follows_each_rows_command_check_as_the_dataset_now_gives_it(tmp_path: Path) -> None:
+    """A row's command check removed is dropped; changed, or new, it cannot run without the
+    attempt's sandbox: undecided, never the old result (once kept as it was) nor a pass."""
+    with SimulatedEndpoint() as endpoint:
+        for prompt, answer in ANSWERS.items():
+            endpoint.script(prompt, [Turn(content=answer, reasoning=THINK)])
+        commands = {"Right 0": "exit 3", "Right 1": "true", "Wrong 0": "true"}
+        with_command = {p: {"command": c} for p, c in commands.items()}
+        rows = [{"prompt": p, "verify": {"answer": "42", **with_command.get(p, {})}} for p in ANSWERS]
+        write_dataset(tmp_path / "d.jsonl", rows)
+        cli = BatchCLI(tmp_path, endpoint)
+        assert cli.run("--dataset_file=d.jsonl", "--batch_size=2", "--num_workers=1", *RUN).returncode == 0
+        edited = {"Right 0": "true", "Wrong 0": None, "Wrong 1": "exit 1"}  # changed, removed, added
+        for row in rows:
+            command = edited.get(row["prompt"], commands.get(row["prompt"]))
+            row["verify"] = {"answer": "42", **({"command": command} if command else {})}
+        write_dataset(tmp_path / "d.jsonl", rows)
+        again = cli.run(*RUN, "--rescore")
+        assert again.returncode == 0, again
+        said = " ".join(again.stderr.split())
+        assert (
+            "1 attempts have a command check" in said and "2 attempts are asked for a command check" in said
+        )
+        checked = {
+            human_prompt(e): {c["method"]: c for c in e["metadata"]["verification"]["checks"]}
+            for e in read_jsonl(cli.run_dir("r") / "trajectories.jsonl")
+        }
+        assert checked["Right 1"]["command"]["passed"] is True  # the same command: kept
+        assert "command" not in checked["Wrong 0"]
+        for prompt, ran in (("Right 0", "exit 3"), ("Wrong 1", None)):
+            command = checked[prompt]["command"]
+            assert (command["passed"], command["error"].split(":")[0]) == (None, "sandbox_error")
+            assert command["details"] == {
+                "command": edited[prompt],
+                "rescored": False,
+                **({"ran": ran} if ran else {}),
+            }
+
+
 def test_bad_rescore_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     with SimulatedEndpoint() as endpoint:
         cli = _run(tmp_path, endpoint)

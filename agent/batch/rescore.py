@@ -3,9 +3,11 @@
 Each entry of the shards and of discarded.jsonl is matched to its dataset row by its prompt
 id (the row's prompt key) and checked with the row's `verify` object over this invocation's
 flags (`agent.verify.runner.rescore_attempt`: answer, python without a sandbox, judge). A
-`command` check needs the attempt's sandbox, gone since: its old result is kept, marked
-`"rescored": false`. `metadata.reward` and `metadata.verification` are rewritten; an entry no
-check applies to any more loses both.
+`command` check needs the attempt's sandbox, gone since: where this invocation asks for the
+command the attempt ran, its old result is kept, marked `"rescored": false`; another or a new
+command cannot run (undecided, `sandbox_error`); one no longer asked for is dropped.
+`metadata.reward` and `metadata.verification` are rewritten; an entry no check applies to any
+more loses both.
 
 Every entry is matched before anything is written (a dataset that no longer matches the run
 is one line and exit 2). Each file is then rewritten atomically (a temp file, fsynced,
@@ -37,7 +39,7 @@ from agent.export.openai_messages import from_sharegpt
 from agent.protocols import ChatModel, RunStore
 from agent.protocols.model import ChatRequest, ModelReply
 from agent.protocols.turns import SEPARATED, AssistantTurn, Turn, from_openai_messages
-from agent.protocols.verification import METHODS, Attempt, CheckResult, Verification
+from agent.protocols.verification import METHODS, Attempt, CheckError, CheckResult, Verification
 from agent.store.durable import atomic_write
 from agent.store.jsonl import encode_line, read_lines
 from agent.store.keys import KeyResolver, is_tombstone, record_key
@@ -55,11 +57,20 @@ CONCURRENCY = 16  # entries checked at once (a judge's calls go through the endp
 
 @dataclass(frozen=True)
 class Rescored:
-    """What a rescore did: the attempts (keys) checked, and those whose command check was kept
-    as it was. Keys, not lines: an attempt may be stored twice (a batch file and discarded.jsonl)."""
+    """What a rescore did: the attempts (keys) checked, those whose command check was kept as it
+    was, and those whose command could not run (changed or new). Keys, not lines: an attempt may
+    be stored twice (a batch file and discarded.jsonl)."""
 
     entries: frozenset[str] = frozenset()
     commands_kept: frozenset[str] = frozenset()
+    commands_undecided: frozenset[str] = frozenset()
+
+    def __or__(self, other: Rescored) -> Rescored:
+        return Rescored(
+            self.entries | other.entries,
+            self.commands_kept | other.commands_kept,
+            self.commands_undecided | other.commands_undecided,
+        )
 
 
 def rescore_step(config: RunConfig, store: RunStore, console: Console) -> None:
@@ -79,20 +90,24 @@ def rescore_run(config: RunConfig) -> Rescored:
     files = [*batch_files(config.run_dir), config.run_dir / DISCARDED_FILE]
     for path in files:
         _match(path, rows, config.dataset_file)
-    entries: frozenset[str] = frozenset()
-    commands: frozenset[str] = frozenset()
+    done = Rescored()
     for number, path in enumerate(files, start=1):
-        done = asyncio.run(_rescore_file(path, rows, config))
-        entries, commands = entries | done.entries, commands | done.commands_kept
+        done |= asyncio.run(_rescore_file(path, rows, config))
         if os.environ.get(KILL_AFTER) == str(number):  # the crash tests' kill between two files
             os.kill(os.getpid(), signal.SIGKILL)
-    if commands:
+    if done.commands_kept:
         log.warning(
             "%d attempts have a command check: it needs the attempt's sandbox and was not re-scored "
             '(its earlier result is kept, marked "rescored": false)',
-            len(commands),
+            len(done.commands_kept),
         )
-    return Rescored(entries, commands)
+    if done.commands_undecided:
+        log.warning(
+            "%d attempts are asked for a command check other than the one they ran (or none): it "
+            "needs the attempt's sandbox, gone since, so it is undecided (sandbox_error)",
+            len(done.commands_undecided),
+        )
+    return done
 
 
 Line = tuple[bytes, str | None, dict[str, Any] | None, dict[str, Any] | None]
@@ -158,7 +173,8 @@ async def _rescore_file(path: Path, rows: Mapping[str, DatasetRow], config: RunC
     keys = [(key, entry, command) for (_l, key, _r, _o), (entry, command) in zip(lines, checked, strict=True)]
     return Rescored(
         frozenset(key for key, entry, _command in keys if key is not None and entry is not None),
-        frozenset(key for key, _entry, command in keys if key is not None and command),
+        frozenset(key for key, _entry, command in keys if key is not None and command == _KEPT),
+        frozenset(key for key, _entry, command in keys if key is not None and command == _UNDECIDED),
     )
 
 
@@ -177,19 +193,20 @@ async def _checked(
     config: RunConfig,
     model: ChatModel,
     gate: asyncio.Semaphore,
-) -> tuple[dict[str, Any] | None, bool]:
-    """(the entry with its new verification, whether it kept a command check's result)."""
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(the entry with its new verification, what became of its command check: `_KEPT`,
+    `_UNDECIDED` or None when none is asked)."""
     if entry is None or key is None:
-        return None, False
+        return None, None
     prompt_id, sample = prompt_of(entry, key)
     row = rows[prompt_id]
     checks = job_checks(row.verify, config.verify)
     async with gate:
         fresh = await rescore_attempt(checks, attempt_of(entry, row, sample, checks), model, config.verify)
-    kept = _old_command(entry)  # the attempt's sandbox is gone, its flag given again or not
-    results = [*(fresh.checks if fresh is not None else ()), *((kept,) if kept is not None else ())]
+    command, state = _command_check(entry, checks)
+    results = [*(fresh.checks if fresh is not None else ()), *((command,) if command is not None else ())]
     results.sort(key=lambda check: METHODS.index(check.method))
-    return _with_verification(entry, Verification(tuple(results)) if results else None), kept is not None
+    return _with_verification(entry, Verification(tuple(results)) if results else None), state
 
 
 def attempt_of(entry: Mapping[str, Any], row: DatasetRow, sample: int, checks: Checks | None) -> Attempt:
@@ -223,6 +240,28 @@ def turns_of(entry: Mapping[str, Any]) -> tuple[Turn, ...]:
             found.update(reasoning=message.get("reasoning_content") or "", **{SEPARATED: True})
         messages.append(found)
     return from_openai_messages(messages)
+
+
+_KEPT, _UNDECIDED = "kept", "undecided"
+_NO_SANDBOX = (
+    f"{CheckError.SANDBOX_ERROR}: --rescore cannot run a command check: the attempt's sandbox is gone"
+)
+
+
+def _command_check(entry: Mapping[str, Any], checks: Checks | None) -> tuple[CheckResult | None, str | None]:
+    """The attempt's command check under this invocation's checks, and `_KEPT` or `_UNDECIDED`:
+    none asked, none; the command the attempt ran, its earlier result; another or a new one,
+    undecided (it would need the attempt's sandbox)."""
+    asked = checks.command if checks is not None else None
+    if asked is None:
+        return None, None
+    old = _old_command(entry)
+    if old is not None and old.details.get("command") == asked.run:
+        return old, _KEPT
+    details = {"command": asked.run, "rescored": False}
+    if old is not None:
+        details["ran"] = old.details.get("command")
+    return CheckResult("command", None, None, details, error=_NO_SANDBOX), _UNDECIDED
 
 
 def _old_command(entry: Mapping[str, Any]) -> CheckResult | None:

@@ -2,7 +2,8 @@
 their transcripts (`agent.batch.rescore`), then kept, merged and reported as a run ends; no
 prompt runs. The run's dataset, batch size, samples per prompt, row limit and distribution come
 from its `run_config.json` (`--dataset_file` names another copy of the dataset); the checks are
-this command line's flags over the rows' `verify` objects. Bad input is one line and exit 2."""
+this command line's flags over the rows' `verify` objects, `--verify_command` the run's unless
+given. Bad input is one line and exit 2."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def rescore_config(values: Mapping[str, Any]) -> RunConfig:
     for name in _THE_RUNS:
         filled[name] = saved.get(name, values[name])
     filled.update(saved_dataset_flags(saved))  # its columns, and its Hub revision (pinned below)
+    if values["verify_command"] is None:  # it cannot run again: the run's stands, unless another is named
+        filled["verify_command"] = (saved.get("verify") or {}).get("verify_command")
     filled["resume"] = True  # it continues the run's files and statistics
     return build_run_config(filled)
 
