@@ -81,6 +81,13 @@ def test_keep_passing_discards_the_rest_whole_and_resume_with_all_brings_them_ba
         assert endpoint.requests == []
         assert _output(run_dir) == Counter(["Right 0", "Right 1"])
         assert read_json(run_dir / "statistics.json")["withdrawn_entries"] == {"not_passing": 2}
+        still = cli.run(*FLAGS, "--resume", "--keep=passing")  # nothing moves: the discards stay counted
+        assert still.returncode == 0, still
+        stats = read_json(run_dir / "statistics.json")
+        assert (stats["withdrawn_entries"], stats["discarded"]) == ({}, {})
+        assert stats["current_discards"] == {"not_passing": 2}
+        said = " ".join((still.stdout + still.stderr).split())
+        assert "In discarded.jsonl now (the whole run): not_passing 2" in said, said
         report = RunReport(run_dir)
         report.write()
         assert report.digest.discards == Counter({"not_passing": 2})  # each prompt's current record, once

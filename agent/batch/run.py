@@ -264,6 +264,7 @@ class BatchRun:
             **worker_losses(ended),
             **checked,
             "keep": self.kept.section(self.config.verify.keep) if merged_keys is not None else None,
+            "current_discards": report.current_discards(merged=merged_keys is not None),
         }
         stats = self.tally.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
         stats["rate_limiting"]["partial"] = bool(ended is not None and ended.dead_workers)

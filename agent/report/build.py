@@ -72,6 +72,7 @@ class RunReport:
         self.run_dir = Path(run_dir)
         self.digest = RunDigest(sample_size, keyed=False)
         self._fed = False
+        self._records_read = False
 
     def output_keys(self, keys: KnownKeys) -> None:
         """The keys of the output's entries (the merge's), for a report fed `keyed=False`."""
@@ -100,16 +101,25 @@ class RunReport:
                 keys.add(key)
         self.output_keys(keys)
 
+    def current_discards(self, *, merged: bool) -> dict[str, int]:
+        """The discards of the run directory now (prompts not in the output), by each one's
+        last reason: discarded.jsonl and failures.jsonl read once, after the output's entries."""
+        if not self._records_read:
+            if not self._fed:
+                self._read_entries({"merged": merged})
+                self._fed = True
+            for discard in last_records(self.run_dir / DISCARDED_FILE):  # a prompt's current reason, once
+                self.digest.add_discard(discard)
+            for _, record in read_lines(self.run_dir / FAILURES_FILE):
+                if record is not None:
+                    self.digest.add_failure(record)
+            self._records_read = True
+        return dict(sorted(self.digest.discards.items()))
+
     def write(self, stats: Mapping[str, Any] | None = None, output: Path | None = None) -> Path:
         """Write the page (to `output`, by default `report.html` in the run directory)."""
         stats = read_statistics(self.run_dir) if stats is None else stats
-        if not self._fed:
-            self._read_entries(stats)
-        for discard in last_records(self.run_dir / DISCARDED_FILE):  # a prompt's current reason, once
-            self.digest.add_discard(discard)
-        for _, record in read_lines(self.run_dir / FAILURES_FILE):
-            if record is not None:
-                self.digest.add_failure(record)
+        self.current_discards(merged=stats.get("merged") is not False)
         page = render(stats, self.digest).encode("utf-8", "replace")
         path = output if output is not None else self.run_dir / REPORT_FILE
         with atomic_write(path) as handle:

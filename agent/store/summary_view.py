@@ -154,6 +154,9 @@ def _reasoning(stats: Mapping[str, Any]) -> Text:
 
 def _problems(stats: Mapping[str, Any]) -> Text:
     lines = [f"Discarded this run: {_counts_line(stats.get('discarded') or {})}"]
+    current = stats.get("current_discards") or {}
+    if any(json_int(v) for v in current.values()) and current != (stats.get("discarded") or {}):
+        lines.append(f"In discarded.jsonl now (the whole run): {_counts_line(current)}")
     lines += _filter_lines(stats)
     failures = stats.get("failures") or {}
     lines.append(f"Failed this run: {_counts_line(failures)}")
