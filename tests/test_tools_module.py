@@ -266,3 +266,38 @@ def test_a_package_whose_import_raises_is_one_line_too(
     raised = r"^--tools_module=broken_team_pkg.tools: importing it raised KeyError: 'settings' \("
     with pytest.raises(ConfigError, match=raised):
         resolve_tool_modules(["broken_team_pkg.tools"])
+
+
+CANCELS = """
+import asyncio
+from agent.protocols import ToolSpec, Toolset
+
+async def cancel(args, context):
+    raise asyncio.CancelledError("the handler's own")
+
+SCHEMA = {"name": "cancel", "description": "d", "parameters": {"type": "object", "properties": {}}}
+TOOLSET = Toolset("cancelling", "raises CancelledError", (ToolSpec("cancel", SCHEMA, cancel),))
+"""
+
+
+def test_a_tool_raising_cancelled_error_is_a_tool_error_not_a_prompt_run_forever(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint
+) -> None:
+    """Once taken for a stop: the prompt was cancelled, run again, and so on (46,828 requests
+    in 2 minutes)."""
+    (tmp_path / "cancels.py").write_text(CANCELS, encoding="utf-8")
+    (tmp_path / "dists.yaml").write_text(
+        "c:\n  description: d\n  toolsets: {cancelling: 100}\n", encoding="utf-8"
+    )
+    sim_endpoint.script("go", [call("cancel", {}), answer("done")])
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": "go"}])
+    cli = BatchCLI(tmp_path, sim_endpoint)
+    run = cli.run(
+        "--dataset_file=d.jsonl", "--batch_size=1", "--run_name=c", "--num_workers=1",
+        "--tools_module=cancels", "--distributions_file=dists.yaml", "--distribution=c",
+    )  # fmt: skip
+    assert run.returncode == 0, run
+    assert len(sim_endpoint.requests) == 2
+    assert tool_results(sim_endpoint)["go"] == [
+        {"error": "Tool 'cancel' failed: CancelledError: the handler's own"}
+    ]

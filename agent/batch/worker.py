@@ -213,6 +213,11 @@ class Worker:
             return Failed.of(
                 job, FailureClass.PROMPT_TIMEOUT, f"no outcome within --prompt_timeout={run.prompt_timeout}s"
             )
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # stopped: `_run_job` says so, and the prompt runs again later
+            return Failed.of(job, FailureClass.EXCEPTION, f"CancelledError raised in the conversation: {exc}")
         except SandboxError as exc:
             return Failed.of(job, FailureClass.SANDBOX, str(exc))
         except AgentError as exc:

@@ -5,6 +5,7 @@ blocking tool is wrapped in a thread where its family declares it), so there is 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Mapping
@@ -41,9 +42,21 @@ async def dispatch(
         return _content(await spec.handler(args, context))
     except SandboxStartError:
         raise
+    except asyncio.CancelledError as exc:
+        if _stopping():
+            raise  # the conversation itself is being stopped
+        log.debug("tool %s raised CancelledError", name, exc_info=True)  # a handler's own
+        return _error(f"Tool '{name}' failed: CancelledError: {exc}")
     except Exception as exc:  # any handler failure is a tool result the model reads
         log.debug("tool %s raised", name, exc_info=True)
         return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
+
+
+def _stopping() -> bool:
+    """Whether this task was asked to stop (cancelled), not handed a CancelledError a handler
+    raised itself, which once ended the conversation as stopped, to be run again, forever."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 def _prepare(
