@@ -92,17 +92,18 @@ def test_a_stdio_server_in_the_sandbox_is_called_with_the_models_arguments(
     assert servers_left(work) == []
 
 
+# TAVILY_API_KEY: a variable the runner takes out of its environment at start (agent.common.secrets)
+@pytest.mark.parametrize("variable", [HEADER_TOKEN_NAME, "TAVILY_API_KEY"])
 def test_a_host_server_gets_its_env_and_not_the_runners_secrets(
-    sim_endpoint: SimulatedEndpoint, work: Path
+    sim_endpoint: SimulatedEndpoint, work: Path, variable: str
 ) -> None:
     config = write_mcp_config(
-        work / "mcp.json",
-        {"calc": stdio_entry(work, host=True, env={"CALC_KEY": f"${{{HEADER_TOKEN_NAME}}}"})},
+        work / "mcp.json", {"calc": stdio_entry(work, host=True, env={"CALC_KEY": f"${{{variable}}}"})}
     )
     query = "host calls"
     script(sim_endpoint, query, ("add", {"a": 1.5, "b": 2}), ("env_value", {"name": "OPENAI_API_KEY"}),
            ("env_value", {"name": "CALC_KEY"}))  # fmt: skip
-    env = {HEADER_TOKEN_NAME: SECRET, "OPENAI_API_KEY": "sk-runner-key-never-passed-on"}
+    env = {variable: SECRET, "OPENAI_API_KEY": "sk-runner-key-never-passed-on"}
     done = run_cli(work, *endpoint_flags(sim_endpoint, query), f"--mcp_config={config}",
                    "--enabled_toolsets=calc", "--verbose", env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr

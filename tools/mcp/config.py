@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from agent.common.secrets import started_secrets
 from agent.errors import ConfigError
 from agent.protocols import McpServer
 from tools.mcp.names import FUNCTION_NAME, toolset_name_problem
@@ -37,7 +38,8 @@ class EntryError(Exception):
 
 def read_config(path: str, environ: Mapping[str, str] | None = None) -> tuple[McpServer, ...]:
     """The servers `path` declares (those not `"disabled": true`), in the file's order."""
-    environ = os.environ if environ is None else environ
+    if environ is None:  # the secret variables the runner took out of its environment at start too
+        environ = {**started_secrets().environ, **os.environ}
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
