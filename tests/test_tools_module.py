@@ -301,3 +301,49 @@ def test_a_tool_raising_cancelled_error_is_a_tool_error_not_a_prompt_run_forever
     assert tool_results(sim_endpoint)["go"] == [
         {"error": "Tool 'cancel' failed: CancelledError: the handler's own"}
     ]
+
+
+FRAGILE = """
+from agent.protocols import ToolSpec, Toolset
+
+async def noop(args, context):
+    return "ok"
+
+def {available}(config):
+    return 1 / 0
+
+def named(config):
+    raise KeyError("no region configured")
+
+SCHEMA = {{"name": "noop", "description": "d", "parameters": {{"type": "object", "properties": {{}}}}}}
+TOOLSET = Toolset({name}, "fragile", (ToolSpec("noop", SCHEMA, noop, {available}),), backend=named)
+"""
+
+
+def test_a_modules_own_functions_that_raise_are_said_not_a_traceback(tmp_path: Path) -> None:
+    """available() and backend() raising, and a toolset named None, once ended the command with
+    a traceback and exit 1: now the toolset is unavailable with the reason, or one line, exit 2."""
+    (tmp_path / "fragile.py").write_text(
+        FRAGILE.format(available="nowhere", name="'fragile'"), encoding="utf-8"
+    )
+    listed = BatchCLI(tmp_path).run("--tools_module=fragile", "--list_distributions", output=False)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert (
+        "fragile" in listed.stdout
+        and "its available() raised ZeroDivisionError: division by zero" in listed.stdout
+    )
+    query = ["--tools_module=fragile", "--query=q", "--model=sim-model", "--base_url=http://127.0.0.1:9/v1"]
+    refused = run_cli(tmp_path, *query, "--enabled_toolsets=fragile")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert "its available() raised ZeroDivisionError" in refused.stderr
+    backend = FRAGILE.format(available="nowhere", name="'named'").replace(", noop, nowhere)", ", noop)")
+    (tmp_path / "backend.py").write_text(backend, encoding="utf-8")
+    listed = BatchCLI(tmp_path).run("--tools_module=backend", "--list_distributions", output=False)
+    assert listed.returncode == 0, listed.stderr
+    assert "its backend() raised KeyError: 'no region configured'" in listed.stdout, listed.stdout
+    (tmp_path / "unnamed.py").write_text(FRAGILE.format(available="nowhere", name="None"), encoding="utf-8")
+    unnamed = BatchCLI(tmp_path).run("--tools_module=unnamed", "--list_distributions", output=False)
+    assert unnamed.returncode == 2, unnamed.stderr
+    assert unnamed.stderr.strip() == "error: --tools_module=unnamed (" + str(tmp_path / "unnamed.py") + (
+        "): toolset name None: use 1-64 letters, digits, _ or -"
+    )
