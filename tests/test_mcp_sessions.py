@@ -35,7 +35,7 @@ def tool(name: str, properties: dict[str, Any] | None = None) -> McpTool:
 
 def server(work: Path, *modes: str, host: bool = False) -> McpServer:
     args = (*modes, f"--name={work.name}")
-    names = ("add", "hang", "image", "resource", "fail", "env_value", "big")
+    names = ("add", "hang", "image", "resource", "fail", "env_value", "big", "server_error")
     tools = tuple(tool(name) for name in names)
     if host:
         return McpServer(
@@ -123,11 +123,15 @@ def test_results_become_tool_messages(work: Path) -> None:
         conversation = context(work, artifacts=work / "run")
         calls = handlers(server(work, host=True))
         try:
-            return [await calls[name]({}, conversation) for name in ("image", "resource", "fail")]
+            names = ("image", "resource", "fail", "server_error", "fail")
+            return [await calls[name]({}, conversation) for name in names]
         finally:
             await conversation.aclose()
 
-    image, resource, fail = asyncio.run(scenario())
+    image, resource, fail, server_error, again = asyncio.run(scenario())
+    # -32000 answered by the server is its error, read by the model; the session lives on
+    assert server_error == {"error": "MCP server t: server_error: internal kaboom"}, server_error
+    assert again == fail
     assert image.startswith("a red square\n\n![image](images/key-0-mcp-1.png) (png, 2x2, "), image
     assert (work / "run" / "images" / "key-0-mcp-1.png").read_bytes().startswith(b"\x89PNG")
     assert resource == "[resource <note://readme>]\nthe resource's text"

@@ -120,7 +120,7 @@ class Connection:
             try:
                 return call.result()
             except MCPError as exc:
-                if exc.code != mcp_types.CONNECTION_CLOSED:
+                if not _closed(exc):
                     raise
             why = f"it exited or closed its output during {what}"
         else:
@@ -144,3 +144,12 @@ class Connection:
             owner.cancel()
             with contextlib.suppress(asyncio.CancelledError):  # the cancel we just asked for
                 await owner
+
+
+_SDK_CLOSED = "Connection closed"  # the message of the SDK's own CONNECTION_CLOSED error
+
+
+def _closed(exc: MCPError) -> bool:
+    """Whether the SDK says the connection closed: its CONNECTION_CLOSED (-32000) is also
+    JSON-RPC's usual code for a server's own error, which leaves the session running."""
+    return exc.code == mcp_types.CONNECTION_CLOSED and exc.message == _SDK_CLOSED and exc.data is None
