@@ -175,6 +175,18 @@ def test_a_server_that_crashes_at_start_is_one_line_with_its_stderr(
     assert not sim_endpoint.requests
 
 
+def test_a_tool_list_the_sdk_cannot_read_is_one_line(sim_endpoint: SimulatedEndpoint, work: Path) -> None:
+    """Once a pydantic ValidationError traceback, exit 1."""
+    config = write_mcp_config(work / "mcp.json", {"odd": stdio_entry(work, "--bad-schema", host=True)})
+    flags = [*endpoint_flags(sim_endpoint, "q"), f"--mcp_config={config}", "--enabled_toolsets=odd"]
+    done = run_cli(work, *flags)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(
+        "error: --mcp_config: MCP server odd: its tools/list answer is malformed: tools."
+    ), line
+
+
 def test_a_program_missing_from_the_sandbox_is_one_line_saying_where_it_was_looked_for(
     sim_endpoint: SimulatedEndpoint, work: Path
 ) -> None:

@@ -4,7 +4,7 @@ Stdlib only because it runs under a bare `python3` inside the sandboxes (bwrap's
 python, docker's python:3.11-slim), where the `mcp` SDK is not installed; the tests check that
 the official SDK client accepts it. Deterministic and offline.
 
-    python3 mcp_stdio_server.py [--crash-at-start] [--hang-at-start] [--slow-start=S]
+    python3 mcp_stdio_server.py [--crash-at-start] [--hang-at-start] [--slow-start=S] [--bad-schema]
                                 [--stderr-noise] [--name=NAME]
 
 Tools: add(a, b) (with structured content), echo(text), note_write(name, text) /
@@ -211,7 +211,8 @@ def _handle(message: Any, name: str, noisy: bool) -> None:
     elif method == "ping":
         _send({"jsonrpc": "2.0", "id": request_id, "result": {}})
     elif method == "tools/list":
-        _send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": _tool_list()}})
+        tools = _tool_list() + ([{"name": "odd", "inputSchema": "notanobject"}] if BAD_SCHEMA else [])
+        _send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
     elif method == "tools/call" and params.get("name") == "server_error":  # not listed: called by name
         _error(request_id, -32000, "internal kaboom")  # JSON-RPC's usual server error, as the SDK's "closed"
     elif method == "tools/call" and params.get("name") in TOOLS:
@@ -234,6 +235,9 @@ def _serve(name: str, noisy: bool) -> None:
         _handle(message, name, noisy)
 
 
+BAD_SCHEMA = False  # --bad-schema: tools/list also names a tool whose inputSchema is a string
+
+
 def _start_up(flags: dict[str, str]) -> None:
     if "--stderr-noise" in flags:
         sys.stderr.write(NOISE_LINE * NOISE_LINES)
@@ -250,9 +254,18 @@ def _start_up(flags: dict[str, str]) -> None:
 
 def main(argv: list[str]) -> None:
     flags = {arg.partition("=")[0]: arg.partition("=")[2] for arg in argv}
-    unknown = set(flags) - {"--crash-at-start", "--hang-at-start", "--slow-start", "--stderr-noise", "--name"}
-    if unknown:
+    known = {
+        "--crash-at-start",
+        "--hang-at-start",
+        "--slow-start",
+        "--stderr-noise",
+        "--name",
+        "--bad-schema",
+    }
+    if unknown := set(flags) - known:
         sys.exit(f"unknown arguments: {sorted(unknown)}")
+    global BAD_SCHEMA
+    BAD_SCHEMA = "--bad-schema" in flags
     _start_up(flags)
     _serve(flags.get("--name") or "test-stdio-server", "--stderr-noise" in flags)
 

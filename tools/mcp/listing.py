@@ -11,6 +11,8 @@ from dataclasses import replace
 from typing import Any
 
 import mcp_types
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from agent.protocols import McpServer, McpTool, Sandbox, SandboxSpec
 from agent.protocols.sandbox import SandboxFactory
@@ -39,6 +41,12 @@ async def _listed(server: McpServer, launch: Launch) -> McpServer:
     await connection.start()
     try:
         tools = await connection.list_tools()
+    except MCPError as exc:  # it answered with an error
+        raise connection.failure(f"its tools/list answered an error: {exc}") from None
+    except ValidationError as exc:  # a tool the SDK cannot read (an inputSchema not an object, ...)
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
+        where = ".".join(str(part) for part in first["loc"])
+        raise connection.failure(f"its tools/list answer is malformed: {where}: {first['msg']}") from None
     finally:
         await connection.close()
     if not tools:
