@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,6 +163,24 @@ def test_a_bad_hub_dataset_is_one_line_and_exit_2(
     assert done.returncode == 2, done
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(message), line
+
+
+def test_an_unreachable_hub_is_one_line_and_exit_2(
+    tmp_path: Path, hub_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once an httpx2.ConnectError traceback, exit 1 (the client's errors are not OSErrors)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_ENDPOINT", closed)
+    flags = ("--dataset_file=hf://datasets/org/tasks", "--batch_size=2", "--run_name=r", "--model=embedded")
+    done = BatchCLI(tmp_path).run(*flags)
+    assert done.returncode == 2, done
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(
+        "error: hf://datasets/org/tasks: cannot resolve revision 'main' (ConnectError: "
+    ), line
 
 
 def test_without_the_datasets_extra_a_hub_dataset_is_one_line_saying_how_to_install_it(

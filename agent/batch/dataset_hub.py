@@ -157,8 +157,8 @@ class HubSource(_RowsSource):
             return datasets.load_dataset(
                 hub.repo_id, name=hub.config, split=hub.split, revision=self.revision, streaming=True
             )
-        except (OSError, ValueError) as exc:  # not found, no such config or split, unreachable
-            raise DatasetError(f"{self.name}: cannot open the dataset ({exc})") from None
+        except _hub_errors() as exc:  # not found, no such config or split, unreachable
+            raise DatasetError(f"{self.name}: cannot open the dataset ({_said(exc)})") from None
 
     def _batches(self, dataset: Any) -> Iterable[Any]:
         rows: Iterable[Any] = iter(dataset)  # streamed: the Hub's files are read as rows are used
@@ -188,9 +188,24 @@ def resolve_commit(spec: str, revision: str | None) -> str:
         from huggingface_hub import HfApi
 
         sha = HfApi().dataset_info(hub.repo_id, revision=revision).sha
-    except (OSError, ValueError) as exc:  # no such dataset or revision, unreachable, not cached
+    except _hub_errors() as exc:  # no such dataset or revision, unreachable, not cached
         shown = revision or "main"
-        raise DatasetError(f"{spec}: cannot resolve revision {shown!r} ({exc})") from None
+        raise DatasetError(f"{spec}: cannot resolve revision {shown!r} ({_said(exc)})") from None
     if not sha:
         raise DatasetError(f"{spec}: the Hub gave no commit for revision {revision or 'main'!r}")
     return str(sha)
+
+
+def _hub_errors() -> tuple[type[Exception], ...]:
+    """What the Hub's client raises for a dataset it cannot reach or find: OSError and ValueError,
+    and its HTTP library's errors (httpx2's, not OSErrors: a refused connection was a traceback).
+    Imported when asked: a run's parent does not import the HTTP client otherwise."""
+    from httpx2 import HTTPError
+
+    return OSError, ValueError, HTTPError
+
+
+def _said(exc: BaseException) -> str:
+    """The error in a few words, with its class where its text alone says little."""
+    text = " ".join(str(exc).split())
+    return text if isinstance(exc, OSError | ValueError) and text else f"{type(exc).__name__}: {text}"
