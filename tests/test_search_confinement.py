@@ -72,6 +72,13 @@ async def test_local_results_read_as_sandbox_paths(local_sandbox: LocalSandbox) 
     ] == "src/app.py"
 
 
+async def test_local_searches_its_root_as_slash(local_sandbox: LocalSandbox) -> None:
+    """local shows its sandbox directory as `/`: `path="/"` is the sandbox's root, not refused."""
+    await local_sandbox.write_file("src/app.py", b"def main():\n")
+    found = await _search(local_sandbox, pattern="main", path="/")
+    assert found["matches"] == [{"path": "/workspace/src/app.py", "line": 1, "content": "def main():"}]
+
+
 async def test_local_pattern_naming_a_sandbox_path_is_searched_as_written(
     local_sandbox: LocalSandbox,
 ) -> None:

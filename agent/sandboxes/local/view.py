@@ -55,12 +55,14 @@ class SandboxView:
         return self.root + path if os.path.lexists(self.root + path) else path
 
     def host_path(self, path: str, workdir: str) -> str:
-        """The host path (not yet resolved) for a file tool's `path`: relative to `workdir`; an
-        absolute one in a place of the sandbox (/workspace/x) inside the slot; any other
+        """The host path (not yet resolved) for a file tool's `path`: relative to `workdir`; `/`,
+        the slot; an absolute one in a place of the sandbox (/workspace/x) inside the slot; any other
         absolute path as it is (the host's: the caller refuses it as outside the sandbox)."""
         if not path.startswith("/"):
             return os.path.join(workdir, path)
         normal = os.path.normpath(path)
+        if normal == "/":
+            return self.root  # the sandbox's root, as the model is shown it
         if normal == self.root or normal.startswith(self.root + "/"):
             return normal  # the slot's host path (what `workdir` holds)
         if normal.split("/")[1] in self._places:
