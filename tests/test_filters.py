@@ -165,6 +165,15 @@ def test_resume_re_applies_filters_both_ways_without_model_calls(tmp_path: Path)
     }
     assert (stats["completion"]["in_output"], stats["completion"]["discarded"]) == (1, len(REASONS))
     assert "moved 2 kept tool_not_offered entries to discarded.jsonl" in err
+    # their records deleted: put back from their shards, and moved out again by the same filters
+    records = [
+        d for d in read_jsonl(run_dir / "discarded.jsonl") if human_prompt(d["entry"]) not in MALFORMED
+    ]
+    (run_dir / "discarded.jsonl").write_text("".join(json.dumps(d) + "\n" for d in records))
+    err = resume(tmp_path)
+    assert "5 entries moved out of the output have no record in discarded.jsonl" in " ".join(err.split()), err
+    assert output_labels(run_dir) == {"well formed": None}
+    assert current_discards(run_dir) == set(REASONS)
 
     resume(tmp_path, "--keep_malformed")  # and back
     assert output_labels(run_dir) == {"well formed": None, **{p: REASONS[p] for p in MALFORMED}}

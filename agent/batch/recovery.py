@@ -59,6 +59,8 @@ def restore_unrecorded(config: RunConfig, store: RunStore, stored: StoredKeys) -
     for key, entry in shard_entries(config.run_dir, stored.unrecorded) if stored.unrecorded else ():
         store.append_result(batch_of(entry, {}, config.batch_size), entry)
         mark_recovered(stored, key)
+        if reasons := discard_reasons(entry):  # the filters it fails, judged next (`withdraw_kept`)
+            stored.labels[key] = reasons
         restored += 1
     if restored:
         log.warning(
