@@ -309,6 +309,7 @@ def test_scan_derives_keys_from_the_human_turn_when_metadata_has_none(run: RunDi
     index = run.scan()
     assert index.done == {prompt_key("same", 0), prompt_key("same", 1), prompt_key("other", 0)}
     assert index.discarded == {prompt_key("dropped", 0)}
+    assert index.unrecorded == set()  # another tool's discard marker: no result line before it
 
 
 # ---------------------------------------------------------------- merge
@@ -350,6 +351,7 @@ def test_a_tombstone_after_a_result_withdraws_it_and_a_later_result_brings_it_ba
     run.append_result(0, {"prompt_key": key, "discarded": True, "metadata": {"prompt_key": key}})
     index = run.scan()
     assert key not in index.done and key in index.discarded and index.tombstoned == {key}
+    assert index.unrecorded == {key}  # withdrawn, and no record in discarded.jsonl
     assert index.labels == {}
     report = run.merge(TOOLS, exclude=index.tombstoned)
     assert (report.written, report.withdrawn, report.tombstones) == (0, 1, 1)

@@ -35,9 +35,11 @@ class RunIndex:
     invalid_lines: int = 0
     # keys whose last batch-file line is a tombstone: a result line before it is not merged
     tombstoned: set[str] = field(default_factory=set)
-    # tombstoned keys with no record in discarded.jsonl: another tool's discard marker (no
-    # result line before it), or one of ours whose record was deleted (`restore_unrecorded`)
+    # tombstoned keys whose tombstone follows a result line (ours: a withdrawal) but that have
+    # no record in discarded.jsonl: the record was deleted (`restore_unrecorded`). Another
+    # tool's discard marker (no result line before it) is not one. Noted by a numbered scan.
     unrecorded: set[str] = field(default_factory=set)
+    _withdrawn: set[str] = field(default_factory=set)  # tombstoned keys with a result line before
     # key -> `metadata.discard_reasons` of a kept entry (a run keeping a filter labels them)
     labels: dict[str, list[str]] = field(default_factory=dict)
     numbered: bool = True  # whether `indices` is kept (the end's scans need no numbers)
@@ -61,7 +63,7 @@ def scan_run(
     _scan_results(directory, index, records)
     for key, _number in _record_keys(directory / DISCARDED_FILE, index):
         index.discarded.add(key)
-    index.unrecorded = index.tombstoned - index.discarded
+    index.unrecorded = (index.tombstoned & index._withdrawn) - index.discarded
     index.discarded |= index.tombstoned
     attempts: Counter[str] = Counter()
     hints: dict[str, int] = {}
@@ -137,6 +139,8 @@ def _note_line(index: RunIndex, key: str, number: Any, tombstone: bool, reasons:
     _note_number(index, key, number)
     if tombstone:
         index.tombstoned.add(key)
+        if key in index.done:
+            index._withdrawn.add(key)
         index.done.discard(key)
         index.labels.pop(key, None)
     else:
