@@ -224,6 +224,16 @@ BAD_FILES = {
     ),
     "bad_json": ("d.json", '{"mine": {"toolsets": {"web": 1,}}}', r"^d\.json: line 1: not valid JSON: "),
     "missing_file": (None, "", r"^--distributions_file=d\.yaml: no such file$"),
+    "twice_yaml": (  # once taken silently, the last one winning
+        "d.yaml",
+        "mine:\n  toolsets: {web: 1}\nmine:\n  toolsets: {file: 1}\n",
+        r"^d\.yaml: line 3: not valid YAML: 'mine' is given twice$",
+    ),
+    "twice_json": (
+        "d.json",
+        '{"mine": {"toolsets": {"web": 1, "web": 2}}}',
+        r"^d\.json: line 1: not valid JSON: 'web' is given twice$",
+    ),
 }
 
 

@@ -45,17 +45,53 @@ def _parse(path: str, text: str) -> Any:
     """The file's data: JSON for a .json file, YAML (which reads JSON too) otherwise."""
     if path.endswith(".json"):
         try:
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=_unique_pairs)
+        except _Twice as exc:
+            raise ConfigError(f"{path}: line 1: not valid JSON: {exc}") from None
         except ValueError as exc:
             line = getattr(exc, "lineno", None)
             raise ConfigError(f"{path}: line {line}: not valid JSON: {getattr(exc, 'msg', exc)}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeys)  # a SafeLoader that also checks keys
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{path}: {where}not valid YAML: {problem}") from None
+
+
+class _Twice(ValueError):
+    """A key given twice in one JSON object (json keeps the last silently)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _Twice(f"{key!r} is given twice")
+        found[key] = value
+    return found
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """`yaml.safe_load`'s loader, refusing a key given twice in one mapping (YAML keeps the last
+    silently: a distribution pasted twice with other odds would run with the second)."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _value in node.value:
+        key = loader.construct_object(key_node)
+        if not isinstance(key, str | int | float | bool):
+            continue  # an unhashable key: construct_mapping says so
+        if key in seen:
+            twice = f"{key!r} is given twice"
+            raise yaml.constructor.ConstructorError(None, None, twice, key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
 def parse_distributions(data: Any, where: str, known_only: bool = True) -> dict[str, Distribution]:
