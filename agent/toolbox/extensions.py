@@ -16,7 +16,6 @@ same module. Every problem is a ConfigError naming the entry: one line, exit 2.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -24,14 +23,13 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig, Toolset, ToolSpec
-from agent.protocols.tools import Availability
 from agent.toolbox.registry import ALL, TOOL_TO_TOOLSET_MAP, TOOLSETS, add_toolsets
 from tools.mcp import toolsets_for
 
@@ -169,47 +167,7 @@ def _declared(entry: str, module: ModuleType) -> tuple[Toolset, ...]:
         raise ConfigError(f"{where}: TOOLSETS is {_kind(toolsets)}, not a non-empty list of Toolsets")
     for toolset in toolsets:
         _check_toolset(where, toolset)
-    return tuple(_guarded(where, toolset) for toolset in toolsets)
-
-
-_GUARDED: dict[int, tuple[Toolset, Toolset]] = {}  # id of a module's toolset -> (it, its guarded copy)
-
-
-def _guarded(where: str, toolset: Toolset) -> Toolset:
-    """`toolset` with its module's `available` and `backend` functions kept from raising: one
-    that raises makes the tool unavailable, saying why (never a traceback at start). The same
-    copy each time (a second install in a process finds it registered)."""
-    if (known := _GUARDED.get(id(toolset))) is not None and known[0] is toolset:
-        return known[1]
-    tools = tuple(
-        dataclasses.replace(s, available=_safe_available(where, s.available)) for s in toolset.tools
-    )
-    backend = toolset.backend
-    guarded = dataclasses.replace(
-        toolset, tools=tools, backend=None if backend is None else _safe_backend(where, backend)
-    )
-    _GUARDED[id(toolset)] = (toolset, guarded)
-    return guarded
-
-
-def _safe_available(where: str, available: Availability) -> Availability:
-    def checked(config: ToolConfig) -> str | None:
-        try:
-            return available(config)
-        except Exception as exc:  # noqa: BLE001 - a user's function: its failure is the reason
-            return f"its available() raised {type(exc).__name__}: {exc} ({where})"
-
-    return checked
-
-
-def _safe_backend(where: str, backend: Callable[[ToolConfig], str]) -> Callable[[ToolConfig], str]:
-    def checked(config: ToolConfig) -> str:
-        try:
-            return backend(config)
-        except Exception as exc:  # noqa: BLE001 - a user's function: said in the listing
-            return f"its backend() raised {type(exc).__name__}: {exc} ({where})"
-
-    return checked
+    return tuple(toolsets)
 
 
 def _kind(value: object) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,8 +83,12 @@ _reported: set[str] = set()  # tools whose unavailability this process has logge
 
 
 def unavailable_reason(spec: ToolSpec, config: ToolConfig) -> str | None:
-    """Why `spec` cannot run on this machine with these settings, None when it can."""
-    reason = spec.available(config)
+    """Why `spec` cannot run on this machine with these settings, None when it can (also when
+    its `available` raises: a user's module's function, said here, not a traceback at start)."""
+    try:
+        reason = spec.available(config)
+    except Exception as exc:  # noqa: BLE001 - its failure is the reason it is not offered
+        reason = f"its available() raised {type(exc).__name__}: {exc}"
     if spec.handler is None:
         return reason or "no handler is implemented"
     return reason
@@ -172,8 +176,18 @@ def toolset_backends(config: ToolConfig = DEFAULT_TOOLS) -> dict[str, str]:
         if why is not None:
             out[name] = f"unavailable: {why}"
         else:
-            out[name] = describe(config) if describe is not None else "available"
+            out[name] = _described(describe, config)
     return out
+
+
+def _described(describe: Callable[[ToolConfig], str] | None, config: ToolConfig) -> str:
+    """A toolset's `backend` text; one that raises (a user's module's function) says so."""
+    if describe is None:
+        return "available"
+    try:
+        return describe(config)
+    except Exception as exc:  # noqa: BLE001 - shown in the listing instead of a traceback
+        return f"its backend() raised {type(exc).__name__}: {exc}"
 
 
 def unavailable_toolsets(names: Iterable[str], config: ToolConfig = DEFAULT_TOOLS) -> dict[str, str]:
