@@ -36,6 +36,7 @@ from agent.loop.agent_loop import converse
 from agent.loop.conversation import Prompt
 from agent.sandboxes import prepare_worker, sandbox_pool, throttled
 from agent.toolbox.context import Resources
+from agent.toolbox.dispatch import being_stopped
 from agent.toolbox.extensions import install_extensions
 from agent.toolbox.registry import ResolvedTools, resolve_tools
 
@@ -214,8 +215,7 @@ class Worker:
                 job, FailureClass.PROMPT_TIMEOUT, f"no outcome within --prompt_timeout={run.prompt_timeout}s"
             )
         except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is None or task.cancelling():
+            if being_stopped():
                 raise  # stopped: `_run_job` says so, and the prompt runs again later
             return Failed.of(job, FailureClass.EXCEPTION, f"CancelledError raised in the conversation: {exc}")
         except SandboxError as exc:

@@ -43,7 +43,7 @@ async def dispatch(
     except SandboxStartError:
         raise
     except asyncio.CancelledError as exc:
-        if _stopping():
+        if being_stopped():
             raise  # the conversation itself is being stopped
         log.debug("tool %s raised CancelledError", name, exc_info=True)  # a handler's own
         return _error(f"Tool '{name}' failed: CancelledError: {exc}")
@@ -52,9 +52,10 @@ async def dispatch(
         return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
 
 
-def _stopping() -> bool:
-    """Whether this task was asked to stop (cancelled), not handed a CancelledError a handler
-    raised itself, which once ended the conversation as stopped, to be run again, forever."""
+def being_stopped() -> bool:
+    """Whether the current task was asked to stop (cancelled), as opposed to handed a
+    CancelledError some code raised itself (a tool's handler): taken for a stop, that one once
+    ended the conversation as stopped, to be run again, forever."""
     task = asyncio.current_task()
     return task is None or task.cancelling() > 0
 
