@@ -88,12 +88,12 @@ class RunReport:
         are fed, not read from the files."""
         self._fed = True
 
-    def _read_entries(self, stats: Mapping[str, Any]) -> None:
-        merged = self.run_dir / TRAJECTORIES_FILE
-        if stats.get("merged") is False or not merged.exists():
+    def _read_entries(self, merged: bool) -> None:
+        output = self.run_dir / TRAJECTORIES_FILE
+        if not merged or not output.exists():
             entries: Iterator[tuple[str | None, dict[str, Any]]] = unmerged_entries(self.run_dir)
         else:
-            entries = merged_entries(merged)
+            entries = merged_entries(output)
         keys = KeySet()
         for key, entry in entries:
             self.digest.add_entry(entry)
@@ -103,23 +103,28 @@ class RunReport:
 
     def current_discards(self, *, merged: bool) -> dict[str, int]:
         """The discards of the run directory now (prompts not in the output), by each one's
-        last reason: discarded.jsonl and failures.jsonl read once, after the output's entries."""
-        if not self._records_read:
-            if not self._fed:
-                self._read_entries({"merged": merged})
-                self._fed = True
-            for discard in last_records(self.run_dir / DISCARDED_FILE):  # a prompt's current reason, once
-                self.digest.add_discard(discard)
-            for _, record in read_lines(self.run_dir / FAILURES_FILE):
-                if record is not None:
-                    self.digest.add_failure(record)
-            self._records_read = True
+        last reason (`merged`: whether trajectories.jsonl is this run's output)."""
+        self._read_records(merged)
         return dict(sorted(self.digest.discards.items()))
+
+    def _read_records(self, merged: bool) -> None:
+        """The output's entries unless fed, then discarded.jsonl and failures.jsonl: once."""
+        if self._records_read:
+            return
+        if not self._fed:
+            self._read_entries(merged)
+            self._fed = True
+        for discard in last_records(self.run_dir / DISCARDED_FILE):  # a prompt's current reason, once
+            self.digest.add_discard(discard)
+        for _, record in read_lines(self.run_dir / FAILURES_FILE):
+            if record is not None:
+                self.digest.add_failure(record)
+        self._records_read = True
 
     def write(self, stats: Mapping[str, Any] | None = None, output: Path | None = None) -> Path:
         """Write the page (to `output`, by default `report.html` in the run directory)."""
         stats = read_statistics(self.run_dir) if stats is None else stats
-        self.current_discards(merged=stats.get("merged") is not False)
+        self._read_records(merged=stats.get("merged") is not False)
         page = render(stats, self.digest).encode("utf-8", "replace")
         path = output if output is not None else self.run_dir / REPORT_FILE
         with atomic_write(path) as handle:
