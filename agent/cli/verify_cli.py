@@ -17,7 +17,7 @@ MAX_ATTEMPTS = 100_000_000  # units of work one run plans: the parent holds a fe
 def check_attempts(config: RunConfig, scan: DatasetScan) -> None:
     """ConfigError (exit 2) when the dataset's prompts times --samples_per_prompt are more
     attempts than one run plans (before anything is written for them)."""
-    prompts = len(scan.keys) if scan.keys is not None else scan.valid
+    prompts = scan.valid  # the rows the run plans (scan.keys holds one key each)
     attempts = prompts * config.samples_per_prompt
     if attempts > MAX_ATTEMPTS:
         raise ConfigError(
