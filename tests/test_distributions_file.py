@@ -234,6 +234,11 @@ BAD_FILES = {
         '{"mine": {"toolsets": {"web": 1, "web": 2}}}',
         r"^d\.json: line 1: not valid JSON: 'web' is given twice$",
     ),
+    "twice_json_lines": (  # its line, not the first
+        "d.json",
+        '{\n  "mine": {"toolsets": {"web": 1}},\n  "mine": {"toolsets": {"file": 1}}\n}',
+        r"^d\.json: line 3: not valid JSON: 'mine' is given twice$",
+    ),
 }
 
 

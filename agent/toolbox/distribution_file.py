@@ -47,7 +47,7 @@ def _parse(path: str, text: str) -> Any:
         try:
             return json.loads(text, object_pairs_hook=_unique_pairs)
         except _Twice as exc:
-            raise ConfigError(f"{path}: line 1: not valid JSON: {exc}") from None
+            raise ConfigError(f"{path}: {_line_of_twice(text)}not valid JSON: {exc}") from None
         except ValueError as exc:
             line = getattr(exc, "lineno", None)
             raise ConfigError(f"{path}: line {line}: not valid JSON: {getattr(exc, 'msg', exc)}") from None
@@ -71,6 +71,17 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise _Twice(f"{key!r} is given twice")
         found[key] = value
     return found
+
+
+def _line_of_twice(text: str) -> str:
+    """`line N: ` of a JSON key given twice (json's hook knows no position; YAML, which reads
+    JSON, does), or nothing where YAML reads the text otherwise."""
+    try:
+        yaml.load(text, Loader=_UniqueKeys)  # a SafeLoader that also checks keys
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        return f"line {mark.line + 1}: " if mark is not None else ""
+    return ""
 
 
 class _UniqueKeys(yaml.SafeLoader):
