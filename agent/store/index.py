@@ -37,7 +37,8 @@ class RunIndex:
     tombstoned: set[str] = field(default_factory=set)
     # tombstoned keys whose tombstone follows a result line (ours: a withdrawal) but that have
     # no record in discarded.jsonl: the record was deleted (`restore_unrecorded`). Another
-    # tool's discard marker (no result line before it) is not one. Noted by a numbered scan.
+    # tool's discard marker (no result line before it) is not one. Noted where `done` is kept
+    # whole (a scan with no `known` keys: the run's start).
     unrecorded: set[str] = field(default_factory=set)
     _withdrawn: set[str] = field(default_factory=set)  # tombstoned keys with a result line before
     # key -> `metadata.discard_reasons` of a kept entry (a run keeping a filter labels them)

@@ -44,7 +44,7 @@ async def _listed(server: McpServer, launch: Launch) -> McpServer:
     except MCPError as exc:  # it answered with an error
         raise connection.failure(f"its tools/list answered an error: {exc}") from None
     except ValidationError as exc:  # a tool the SDK cannot read (an inputSchema not an object, ...)
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
+        first = exc.errors()[0]  # a ValidationError holds one error at least
         where = ".".join(str(part) for part in first["loc"])
         raise connection.failure(f"its tools/list answer is malformed: {where}: {first['msg']}") from None
     finally:
