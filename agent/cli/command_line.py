@@ -26,7 +26,7 @@ from agent.cli.flag_values import parse_flags
 from agent.cli.help_page import help_page
 from agent.common.redaction import install
 from agent.common.secrets import is_flag, started_secrets
-from agent.common.stop_signals import INTERRUPTED, raise_dropped_stop, stop_on_signals
+from agent.common.stop_signals import INTERRUPTED, hand_over_ctrl_c, raise_dropped_stop, stop_on_signals
 from agent.config.agent_config import resolve_api_key
 from agent.errors import AgentError, ConfigError
 
@@ -166,6 +166,7 @@ def _run(
         if values is None:
             write_out(help_page(cli))
             return 0
+        hand_over_ctrl_c()
         raise_dropped_stop()  # a Ctrl-C during the imports, not to be lost
         return handle(values)
     except AgentError as exc:

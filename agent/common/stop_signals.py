@@ -10,7 +10,12 @@ not leave the fork server behind. So the scripts call `stop_on_signals` first, b
 
 A KeyboardInterrupt raised where Python cannot pass it on (a weakref callback of the import
 system, a `__del__`) is printed as "Exception ignored" and dropped: the stop would be lost.
-Such a one is kept here instead, and raised again at the next `raise_dropped_stop`.
+Such a one is kept here instead, and raised again at the next `raise_dropped_stop`. One raised
+inside the import machinery can come out as another exception (`from _ssl import RAND_egd`,
+which `ssl` expects to fail, once gave "TypeError: expected a message argument"): so while the
+command starts, SIGINT is a handler of ours that notes the stop, and whatever exception ends the
+command after a stop signal arrived is that stop. Once the flags are read, Ctrl-C is handed back
+to Python's own handler (`hand_over_ctrl_c`), which `asyncio.run` turns into a cancellation.
 
 This module imports nothing of ours, nor anything Python's start has not imported already (not
 `typing`): the scripts import it first, and until it runs a signal is handled by Python's
@@ -29,15 +34,26 @@ from types import FrameType, TracebackType
 INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C
 
 _dropped = False  # a KeyboardInterrupt was raised where it could only be dropped
+_signalled = False  # a stop signal arrived while a handler of ours was set
 
 
 def stop_on_signals() -> None:
     """SIGINT and SIGTERM raise KeyboardInterrupt from now on, whatever disposition was
     inherited; one that no code of the command catches ends the process quietly with 130."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
     sys.excepthook = _exit_interrupted
     sys.unraisablehook = _keep_dropped_stop
+
+
+def hand_over_ctrl_c() -> None:
+    """Ctrl-C raises KeyboardInterrupt through Python's own handler from now on: the one that
+    `asyncio.run` replaces with its own, which cancels the main task (a handler of ours it
+    would leave in place). A stop that arrived before and went nowhere (swallowed on its way
+    out of the import machinery) is raised now."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if _signalled:
+        raise KeyboardInterrupt
 
 
 def raise_dropped_stop() -> None:
@@ -48,7 +64,9 @@ def raise_dropped_stop() -> None:
         raise KeyboardInterrupt
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
+def _stop(signum: int, frame: FrameType | None) -> None:
+    global _signalled
+    _signalled = True
     raise KeyboardInterrupt  # SIGTERM stops a command like Ctrl-C
 
 
@@ -61,9 +79,10 @@ def _keep_dropped_stop(unraisable: sys.UnraisableHookArgs) -> None:
 
 
 def _exit_interrupted(kind: type[BaseException], value: BaseException, trace: TracebackType | None) -> None:
-    """An interrupt nothing caught (the script was still importing): one line and 130, after
-    the exit handlers, which stop the fork server (a normal exit would end by SIGINT, not 130)."""
-    if not issubclass(kind, KeyboardInterrupt):
+    """An interrupt nothing caught (the script was still importing), or any exception after a
+    stop signal (see above): one line and 130, after the exit handlers, which stop the fork
+    server (a normal exit would end by SIGINT, not 130)."""
+    if not (issubclass(kind, KeyboardInterrupt) or _signalled):
         sys.__excepthook__(kind, value, trace)
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not cut the handlers short
