@@ -269,23 +269,29 @@ def test_a_package_whose_import_raises_is_one_line_too(
 
 
 CANCELS = """
-import asyncio
+import asyncio, sys
 from agent.protocols import ToolSpec, Toolset
 
 async def cancel(args, context):
-    raise asyncio.CancelledError("the handler's own")
+    {raises}
 
-SCHEMA = {"name": "cancel", "description": "d", "parameters": {"type": "object", "properties": {}}}
-TOOLSET = Toolset("cancelling", "raises CancelledError", (ToolSpec("cancel", SCHEMA, cancel),))
+SCHEMA = {{"name": "cancel", "description": "d", "parameters": {{"type": "object", "properties": {{}}}}}}
+TOOLSET = Toolset("cancelling", "raises what ends a task or a process", (ToolSpec("cancel", SCHEMA, cancel),))
 """
 
 
+@pytest.mark.parametrize(
+    ("raises", "said"),
+    [("raise asyncio.CancelledError(\"the handler's own\")", "CancelledError: the handler's own"),
+     ("sys.exit(3)", "SystemExit: 3")],
+    ids=["cancelled-error", "sys-exit"],
+)  # fmt: skip
 def test_a_tool_raising_cancelled_error_is_a_tool_error_not_a_prompt_run_forever(
-    tmp_path: Path, sim_endpoint: SimulatedEndpoint
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint, raises: str, said: str
 ) -> None:
     """Once taken for a stop: the prompt was cancelled, run again, and so on (46,828 requests
-    in 2 minutes)."""
-    (tmp_path / "cancels.py").write_text(CANCELS, encoding="utf-8")
+    in 2 minutes). And sys.exit() in a handler once ended the worker (`worker_lost`)."""
+    (tmp_path / "cancels.py").write_text(CANCELS.format(raises=raises), encoding="utf-8")
     (tmp_path / "dists.yaml").write_text(
         "c:\n  description: d\n  toolsets: {cancelling: 100}\n", encoding="utf-8"
     )
@@ -298,9 +304,7 @@ def test_a_tool_raising_cancelled_error_is_a_tool_error_not_a_prompt_run_forever
     )  # fmt: skip
     assert run.returncode == 0, run
     assert len(sim_endpoint.requests) == 2
-    assert tool_results(sim_endpoint)["go"] == [
-        {"error": "Tool 'cancel' failed: CancelledError: the handler's own"}
-    ]
+    assert tool_results(sim_endpoint)["go"] == [{"error": f"Tool 'cancel' failed: {said}"}]
 
 
 FRAGILE = """

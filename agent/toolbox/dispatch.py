@@ -47,7 +47,8 @@ async def dispatch(
             raise  # the conversation itself is being stopped
         log.debug("tool %s raised CancelledError", name, exc_info=True)  # a handler's own
         return _error(f"Tool '{name}' failed: CancelledError: {exc}")
-    except Exception as exc:  # any handler failure is a tool result the model reads
+    except (Exception, SystemExit) as exc:  # any handler failure is a tool result the model reads:
+        # sys.exit() too (a script made a tool), which once ended the whole worker
         log.debug("tool %s raised", name, exc_info=True)
         return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
 
