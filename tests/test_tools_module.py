@@ -307,6 +307,30 @@ def test_a_tool_raising_cancelled_error_is_a_tool_error_not_a_prompt_run_forever
     assert tool_results(sim_endpoint)["go"] == [{"error": f"Tool 'cancel' failed: {said}"}]
 
 
+def test_a_sys_exit_that_ends_the_worker_is_said_in_its_log(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint
+) -> None:
+    """Out of the handler's reach (a callback it left on the loop), sys.exit() still ends the
+    worker: its prompt fails as worker_lost, and the log the loss points at says why."""
+    raises = "asyncio.get_running_loop().call_soon(sys.exit, 4); return 'ok'"
+    (tmp_path / "cancels.py").write_text(CANCELS.format(raises=raises), encoding="utf-8")
+    (tmp_path / "dists.yaml").write_text(
+        "c:\n  description: d\n  toolsets: {cancelling: 100}\n", encoding="utf-8"
+    )
+    sim_endpoint.script("go", [call("cancel", {}), answer("done")])
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": "go"}])
+    run = BatchCLI(tmp_path, sim_endpoint).run(
+        "--dataset_file=d.jsonl", "--batch_size=1", "--run_name=c", "--num_workers=1",
+        "--tools_module=cancels", "--distributions_file=dists.yaml", "--distribution=c",
+    )  # fmt: skip
+    assert run.returncode == 1, run
+    assert "worker 0: something it ran called sys.exit(4)" in run.stderr
+    assert "(pid" in run.stderr and "exit code 4, running prompt(s) 0)" in run.stderr
+    [failure] = read_jsonl(tmp_path / "data" / "c" / "failures.jsonl")
+    assert failure["error_class"] == "worker_lost"
+    assert len(sim_endpoint.requests) == 2 * 2  # --max_prompt_attempts=2: not run again and again
+
+
 FRAGILE = """
 from agent.protocols import ToolSpec, Toolset
 

@@ -69,6 +69,9 @@ def main(worker_id: int, config: RunConfig, jobs: Any, events: Any, parent_pid: 
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             _profiled(worker_id, lambda: runner.run(worker.serve(on_sigterm=True)))
+    except SystemExit as exc:  # ends the worker with nothing printed: the parent's loss says "see above"
+        log.error("worker %d: something it ran called sys.exit(%r)", worker_id, exc.code, exc_info=True)
+        raise
     finally:
         sink.close()  # our goodbye reaches the parent before we exit
 
@@ -191,8 +194,9 @@ class Worker:
         try:
             event = await self._converse(job)
         except asyncio.CancelledError:
-            self.events.put(Cancelled(job.key))
-            raise
+            if self.stopping.is_set():  # not charged: the prompt runs again
+                self.events.put(Cancelled(job.key))
+            raise  # else the loop is torn down under it: the worker dies, the parent books the loss
         self.events.put(event)
 
     def _tools(self, toolsets: tuple[str, ...]) -> ResolvedTools:
