@@ -174,11 +174,17 @@ def test_a_verifier_that_cannot_be_called_is_refused_naming_the_flag() -> None:
         ("tests.support.no_such_module:f", "cannot import tests.support.no_such_module: ModuleNotFoundError"),
         ("tests.support.verifiers:nope", "has no attribute 'nope'"),
         ("tests.support.verifiers:not_async", "not_async is not an async function"),
+        (
+            "tests.support.verifiers:one_parameter",
+            "one_parameter(attempt) cannot be called as (attempt, sandbox)",
+        ),
+        ("tests.support.verifiers:keyword_only", "keyword_only(attempt, *, sandbox) cannot be called as"),
         ("tests.support.verifiers", "give module:function"),
     ]:
         with pytest.raises(VerifierLoadError) as caught:
             load_verifier(spec)
         assert str(caught.value).startswith(f"--verifier={spec}: ") and why in str(caught.value), caught.value
+    assert load_verifier("tests.support.verifiers:with_defaults") is not None
 
 
 async def test_the_runner_runs_every_kind_in_order_and_rescoring_leaves_the_command_out(

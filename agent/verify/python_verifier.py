@@ -1,9 +1,10 @@
 """The `python` check: the run's `--verifier=module:function` (an `agent.protocols.verification.Verifier`).
 
 The function is loaded once per process (`load_verifier`, cached); the run's start loads it
-too, so a verifier that does not import, or is no async function, stops the run before a
-token is spent (`VerifierLoadError`, one line naming the flag). The module is found on
-`sys.path`, and in the current directory (as `python -m` would find it).
+too, so a verifier that does not import, is no async function or cannot take the two arguments
+`(attempt, sandbox)` stops the run before a token is spent (`VerifierLoadError`, one line naming
+the flag). The module is found on `sys.path`, and in the current directory (as `python -m` would
+find it).
 
 Each attempt's call runs under `--verify_timeout`. A verifier that raises, times out or returns
 something other than a `Score` (or a score outside [0, 1]) is no fail of the agent: the
@@ -59,7 +60,24 @@ def load_verifier(spec: str) -> Verifier:
         raise VerifierLoadError(
             f"--verifier={spec}: {name} is not an async function (`async def {name}(attempt, sandbox)`)"
         )
+    _check_parameters(spec, name, function)
     return cast(Verifier, function)
+
+
+def _check_parameters(spec: str, name: str, function: Any) -> None:
+    """A verifier that cannot take (attempt, sandbox) would make every attempt undecided."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # no signature to read (a C function): the call will say
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        bare = [parameter.replace(annotation=parameter.empty) for parameter in signature.parameters.values()]
+        shown = signature.replace(parameters=bare, return_annotation=signature.empty)
+        raise VerifierLoadError(
+            f"--verifier={spec}: {name}{shown} cannot be called as (attempt, sandbox): {exc}"
+        ) from None
 
 
 def _is_unit(score: Any) -> bool:

@@ -36,6 +36,18 @@ def not_async(attempt: Attempt, sandbox: Sandbox | None) -> Score:
     return Score(True)
 
 
+async def one_parameter(attempt: Attempt) -> Score:  # the sandbox forgotten
+    return Score(True)
+
+
+async def keyword_only(attempt: Attempt, *, sandbox: Sandbox | None) -> Score:
+    return Score(True)
+
+
+async def with_defaults(attempt: Attempt, sandbox: Sandbox | None = None, strict: bool = False) -> Score:
+    return Score(True)  # callable as (attempt, sandbox): accepted
+
+
 async def exits(attempt: Attempt, sandbox: Sandbox | None) -> Score:
     raise SystemExit(3)  # on purpose: a verifier's exit must not end its worker
 
