@@ -1,7 +1,8 @@
 """The chat model over HTTP: the `openai` SDK, our retry policy, reasoning capture.
 
 Retries happen here and only here (the SDK's own retries are off): transient failures
-(429, 5xx, timeouts, dropped connections) are retried with jittered exponential backoff that
+(429, 5xx, timeouts, dropped connections, and an error with such a code reported inside a
+200 reply: `agent.llm.reply.ErrorInReply`) are retried with jittered exponential backoff that
 honours `Retry-After`; everything else fails at once as a `ModelAPIError`. Each attempt is
 bounded by the transport (a deadline for the whole exchange, a cap on the reply body) and
 its body read by `agent.llm.reply`.
@@ -27,7 +28,7 @@ from agent.errors import FailureClass, ModelAPIError
 from agent.llm.http_client import LeanAsyncClient
 from agent.llm.images import DEFAULT_MODELS, parse_image_reply, request_body
 from agent.llm.rate_limit import AdaptiveLimiter
-from agent.llm.reply import parse_reply
+from agent.llm.reply import ErrorInReply, parse_reply
 from agent.llm.tokens import find_api
 from agent.llm.transport import AiohttpTransport, ReplyTooLarge
 from agent.protocols import ChatRequest, ImageReply, ImageRequest, ModelReply, Usage
@@ -69,10 +70,22 @@ def classify(exc: Exception) -> tuple[FailureClass, bool]:
         if isinstance(exc, kind):
             return name, False
     if isinstance(exc, openai.APIStatusError):
-        if exc.status_code >= 500 or exc.status_code in (408, 409):
-            return FailureClass.SERVER_ERROR, True
-        return FailureClass.BAD_REQUEST, False
+        return _by_status(exc.status_code)
+    if isinstance(exc, ErrorInReply):  # no code: the provider failed mid-answer, its side
+        return _by_status(500 if exc.status_code is None else exc.status_code)
     return FailureClass.INVALID_RESPONSE, False
+
+
+_STATUS_CLASSES = {401: FailureClass.AUTH, 403: FailureClass.AUTH, 404: FailureClass.NOT_FOUND}
+
+
+def _by_status(status: int) -> tuple[FailureClass, bool]:
+    """(error_class, retryable) for an HTTP status the SDK's own classes did not already name."""
+    if status == 429:
+        return FailureClass.RATE_LIMIT, True
+    if status >= 500 or status in (408, 409):
+        return FailureClass.SERVER_ERROR, True
+    return _STATUS_CLASSES.get(status, FailureClass.BAD_REQUEST), False
 
 
 def retry_after(exc: Exception) -> float | None:
@@ -237,7 +250,7 @@ class OpenAIChatModel:
         async with self.limiter.slot() as ticket:
             try:
                 reply = parse(await send())
-            except (openai.APIError, httpx2.HTTPError) as exc:
+            except (openai.APIError, httpx2.HTTPError, ErrorInReply) as exc:
                 ticket.failed(classify(exc)[0], retry_after(exc))
                 raise
             ticket.answered(reply.usage)
@@ -264,7 +277,7 @@ class OpenAIChatModel:
                 return await self._attempt(send, parse)
             except ReplyTooLarge as exc:  # the same request would get the same: not retried
                 raise ModelAPIError(FailureClass.INVALID_RESPONSE, str(exc), attempts=attempt + 1) from exc
-            except (openai.APIError, httpx2.HTTPError) as exc:
+            except (openai.APIError, httpx2.HTTPError, ErrorInReply) as exc:
                 error_class, retryable = classify(exc)
                 if not retryable or attempt >= self.max_retries:
                     status = getattr(exc, "status_code", None)

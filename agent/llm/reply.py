@@ -1,6 +1,9 @@
 """Reading a chat-completions response body into our `ModelReply`, whatever the endpoint sent.
 
-Anything that is not a completion with at least one choice is an invalid response
+An error the endpoint reports inside a 200 reply (OpenRouter does, once a model has started: the
+body's `error`, or a choice's `error` and `finish_reason: "error"`) is `ErrorInReply`, which the
+client classifies by its code as the HTTP status it stands for (retrying 5xx and 429).
+Anything else that is not a completion with at least one choice is an invalid response
 (`ModelAPIError(FailureClass.INVALID_RESPONSE)`, never retried): malformed or too deeply nested JSON,
 a message or a tool-call list of the wrong type, or more tool calls than any model emits in
 one turn (each would run in the sandbox, one after the other). Fields we only carry along
@@ -27,6 +30,38 @@ MAX_TOOL_CALLS = 256
 
 class _NotACompletion(ValueError):
     pass
+
+
+class ErrorInReply(Exception):
+    """An error the endpoint reported in a reply's body; `status_code` is its code, where it
+    gave a number (None: none given, taken as the provider's failure)."""
+
+    def __init__(self, status_code: int | None, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+def _reported(error: Any) -> ErrorInReply:
+    fields = error if isinstance(error, dict) else {}
+    code = fields.get("code")
+    if isinstance(code, str) and code.isascii() and code.isdigit():
+        code = int(code)
+    status = code if isinstance(code, int) and not isinstance(code, bool) and 100 <= code <= 599 else None
+    message = fields.get("message")
+    said = str(message)[:300] if message else json.dumps(error, ensure_ascii=False, default=str)[:300]
+    return ErrorInReply(status, f"the endpoint reported an error in its reply (code {code!r}): {said}")
+
+
+def _text_of(content: Any) -> str:
+    """A message's content as text: a string, or the text parts of a list of parts (as some
+    endpoints send it), joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
 
 
 def _tool_calls(message: dict[str, Any]) -> tuple[ToolCall, ...]:
@@ -85,7 +120,11 @@ def _message(raw: bytes) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]
     completion = json.loads(raw)
     if may_hold_surrogates(raw):  # a lone one would fail the next request of the conversation
         completion = encodable_json(completion)
+    if isinstance(completion, dict) and completion.get("error") and not completion.get("choices"):
+        raise _reported(completion["error"])
     choice = completion["choices"][0]
+    if isinstance(choice, dict) and (choice.get("finish_reason") == "error" or choice.get("error")):
+        raise _reported(choice.get("error") or completion.get("error"))
     message = choice["message"]
     if not isinstance(message, dict):
         raise TypeError("message is not an object")
@@ -113,8 +152,7 @@ def parse_reply(raw: bytes, token_api: str | None = None) -> ModelReply:
     except (ValueError, LookupError, TypeError) as exc:
         shown = raw[:200].decode("utf-8", "replace")
         raise ModelAPIError(FailureClass.INVALID_RESPONSE, f"not a chat completion ({exc}): {shown}") from exc
-    content = message.get("content")
-    text, content = reasoning.extract(message, content if isinstance(content, str) else "")
+    text, content = reasoning.extract(message, _text_of(message.get("content")))
     usage = completion.get("usage")
     finish = choice.get("finish_reason")
     tokens = None if token_api is None else _tokens(token_api, completion, choice)
