@@ -166,7 +166,11 @@ def test_routing_reasoning_and_prompt_flags_reach_the_endpoint(
     written = b"".join(p.read_bytes() for p in run_dir.iterdir() if p.is_file())
     assert API_KEY.encode() not in written
     assert API_KEY not in run.stderr + run.stdout
-    assert b"EPHEMERAL-SYSTEM-NOTE" not in b"".join(p.read_bytes() for p in run_dir.glob("*.jsonl"))
+    assert b"EPHEMERAL-SYSTEM-NOTE" not in written
+    saved_config = (run_dir / "run_config.json").read_text()  # (the simulated answer quotes the prefill)
+    assert "PREFILL-Q" not in saved_config and "PREFILL-A" not in saved_config
+    recorded = json.loads((run_dir / "run_config.json").read_text())["agent"]
+    assert (recorded["ephemeral_system_prompt_set"], recorded["prefill_messages_count"]) == (True, 2)
     for entry in entries:  # prefill primes each call but is no turn of the saved conversation
         assert [t["value"] for t in entry["conversations"] if t["from"] == "human"] == [human_prompt(entry)]
         assert not {"PREFILL-Q", "PREFILL-A"} & {t["value"] for t in entry["conversations"]}

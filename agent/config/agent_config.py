@@ -4,6 +4,7 @@ and loaders that turn already-typed flag values into it (flag text is parsed in 
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import logging
 import os
@@ -64,6 +65,8 @@ def load_prefill(name: str | None) -> tuple[dict[str, Any], ...]:
         raise ConfigError(f"--prefill_messages_file={name}: cannot read: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{name}:{exc.lineno}: prefill file is not valid JSON: {exc.msg}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{name}: prefill file is not UTF-8 text (at byte {exc.start})") from None
     if not isinstance(data, list):
         raise ConfigError(f"{name}: prefill file must hold a JSON array of messages")
     for i, item in enumerate(data):
@@ -74,10 +77,21 @@ def load_prefill(name: str | None) -> tuple[dict[str, Any], ...]:
 
 
 def check_base_url(url: str) -> None:
-    """An http(s) URL with a host: anything else would only fail, call after call, at run time."""
-    parts = urllib.parse.urlsplit(url)
+    """An http(s) URL with a host and a valid port: anything else would only fail, call after
+    call, at run time. No user:password in it: that is no key the SDK sends, and the URL is
+    saved (run_config.json) and shown in messages."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - read for its ValueError: out of range, or not a number
+    except ValueError as exc:
+        raise ConfigError(f"--base_url: not a URL the runner can use ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"--base_url={url!r}: must be an http:// or https:// URL with a host")
+    if "@" in parts.netloc:
+        raise ConfigError(
+            "--base_url: holds credentials (user:password@); give the key with --api_key or "
+            "OPENAI_API_KEY / OPENROUTER_API_KEY instead (a URL is saved and shown)"
+        )
 
 
 def resolve_api_key(key: str | None, base_url: str, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -152,10 +166,15 @@ class AgentConfig:
         return self if sampling is None else replace(self, sampling=sampling)
 
     def public(self) -> dict[str, Any]:
-        """The config as JSON-able data without secrets (saved with a run)."""
-        data = {k: v for k, v in self.__dict__.items() if k not in ("api_key", "tools", "sampling")}
+        """The config as JSON-able data without secrets (saved with a run), nor the ephemeral
+        system prompt and the prefill messages: those are used at call time and never saved
+        (their flags' promise), only whether they were given."""
+        unsaved = ("api_key", "tools", "sampling", "ephemeral_system_prompt", "prefill_messages")
+        data = {k: v for k, v in self.__dict__.items() if k not in unsaved}
         data["sampling"] = self.sampling.public()
         data["api_key_set"] = self.api_key is not None
+        data["ephemeral_system_prompt_set"] = self.ephemeral_system_prompt is not None
+        data["prefill_messages_count"] = len(self.prefill_messages)
         data["tools"] = self.tools.public()
         return json.loads(json.dumps(data))  # type: ignore[no-any-return]
 
@@ -173,8 +192,17 @@ def embedded_hint(model: str) -> str:
 
 
 def is_loopback(url: str) -> bool:
-    """An endpoint on this machine (no API key needed)."""
-    return any(host in url for host in ("://127.", "://localhost", "://[::1]"))
+    """An endpoint on this machine (no API key needed): localhost, 127.0.0.0/8 or ::1, any case."""
+    try:
+        host = urllib.parse.urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    if host == "localhost":  # hostname is lower-cased
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @contextmanager
