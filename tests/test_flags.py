@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from agent.cli.batch_cli import build_run_config
 from agent.cli.command_line import read_command_line
 from agent.cli.flags import BATCH, BY_NAME, CLIS, FLAGS, QUERY, flags_of
 from agent.cli.help_page import help_page
-from agent.config.agent_config import AgentConfig
+from agent.config.agent_config import AgentConfig, is_loopback, load_prefill
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError
 from tests.support.cli import assert_lists_every_flag
@@ -249,19 +250,56 @@ def test_every_default_is_the_config_fields_default() -> None:
 @pytest.mark.parametrize("cli", CLIS)
 def test_a_nameless_flag_is_one_line_not_fires_usage_page(cli: str) -> None:
     assert refused(cli, "--=x").startswith("unexpected argument '--=x'")
+    assert refused(cli, "-", "--max_turns=3").startswith("unexpected argument '-'")  # Fire's separator
+    assert refused(cli, "---max_turns=3").startswith("unexpected argument '---max_turns=3'")
 
 
-@pytest.mark.parametrize("url", ["notaurl", "ftp://host/v1", "http://", "127.0.0.1:8000/v1"])
+@pytest.mark.parametrize(
+    "url",
+    ["notaurl", "ftp://host/v1", "http://", "127.0.0.1:8000/v1", "http://127.0.0.1:99999/v1", "http://[::1",
+     "http://127.0.0.1:port/v1", "http://user:hunter2pw@127.0.0.1:8000/v1"],
+)  # fmt: skip
 def test_a_base_url_that_is_no_http_url_is_refused_before_anything_runs(url: str) -> None:
-    with pytest.raises(ConfigError, match=r"^--base_url="):
+    """Port out of range, a broken IPv6 host: once a traceback in every prompt. Credentials in
+    the URL: no key the SDK sends, and the URL is saved: refused, the password not repeated."""
+    with pytest.raises(ConfigError, match=r"^--base_url[=:]") as caught:
         AgentConfig(base_url=url)
+    assert "hunter2pw" not in str(caught.value)
     values = read_command_line(BATCH, [*REQUIRED[BATCH], f"--base_url={url}"])
     assert values is not None
-    with pytest.raises(ConfigError, match=r"^--base_url="):
+    with pytest.raises(ConfigError, match=r"^--base_url[=:]"):
         build_run_config(values)
+
+
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [("http://LOCALHOST:8000/v1", True), ("http://127.1.2.3/v1", True), ("http://[::1]:80/v1", True),
+     ("http://localhost.example.com/v1", False), ("http://10.0.0.1/v1", False),
+     ("https://openrouter.ai/api/v1", False)],
+)  # fmt: skip
+def test_loopback_is_the_host_not_a_substring_of_the_url(url: str, loopback: bool) -> None:
+    assert is_loopback(url) is loopback
 
 
 def test_a_single_query_can_bound_its_model_calls() -> None:
     values = read_command_line(QUERY, ["--query=hi", "--request_timeout=3", QUERY_TOOLSETS])
     assert values is not None
     assert build_query_config(values).agent.request_timeout == 3.0
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [(None, "--prefill_messages_file={path}: cannot read: No such file or directory"),
+     (b"[1,", "{path}:1: prefill file is not valid JSON"),
+     (b'{"role": "user"}', "{path}: prefill file must hold a JSON array of messages"),
+     (b'[{"role": "robot", "content": "x"}]', "{path}: item 0: each message needs a role"),
+     (b"\xff\xfe[]", "{path}: prefill file is not UTF-8 text (at byte 0)")],
+    ids=["missing", "not-json", "not-a-list", "bad-role", "not-utf8"],
+)  # fmt: skip
+def test_a_bad_prefill_file_is_one_line_naming_it(tmp_path: Path, content: bytes | None, said: str) -> None:
+    path = tmp_path / "prefill.json"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError) as caught:
+        load_prefill(str(path))
+    assert str(caught.value).startswith(said.format(path=path)), caught.value

@@ -195,6 +195,8 @@ BAD_FLAGS = {
     "--sampling_extra={oops": (
         "--sampling_extra: not valid JSON: Expecting property name enclosed in double quotes (column 2)"
     ),
+    '--sampling_extra={"top_k": NaN}': "--sampling_extra: not valid JSON: NaN is not JSON",
+    '--sampling_extra={"top_k": 1e999}': "--sampling_extra: not valid JSON: 1e999 (out of range) is not JSON",
     "--sampling_extra=[1]": "--sampling_extra: must be a JSON object such as {\"top_k\": 40}, got '[1]'",
     '--sampling_extra={"messages": []}': (
         "--sampling_extra: 'messages' is a request field the runner sets itself; it cannot be passed through"

@@ -18,7 +18,6 @@ column a row does not use.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from agent import sandboxes
 from agent.batch.row_columns import ColumnMap, jsonable
 from agent.batch.row_sampling import parse_sampling
 from agent.batch.row_verify import RowVerify, parse_verify
+from agent.common.strict_json import NonStandardJSON, strict_loads
 from agent.config.sampling import Sampling
 
 CWD_RULE = (
@@ -84,32 +84,12 @@ def _optional_string(row: dict[str, Any], name: str) -> str | None:
     return value
 
 
-class _NonStandardJSON(ValueError):
-    pass
-
-
-def _reject_constant(name: str) -> Any:
-    # Python accepts NaN/Infinity; strict JSON readers (and our own writers) do not.
-    raise _NonStandardJSON(name)
-
-
-def _finite(text: str) -> float:
-    # 1e999 overflows to infinity, which no JSON writer (ours included) can write back.
-    value = float(text)
-    if not math.isfinite(value):
-        raise _NonStandardJSON(f"{text} (out of range)")
-    return value
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite)
-
-
 def _parse(text: str, columns: ColumnMap) -> tuple[dict[str, Any], dict[str, Any]]:
     """The record of one non-blank line and its row fields' values; raises FieldError naming
     what is wrong."""
     try:
-        row = _DECODER.decode(text)
-    except _NonStandardJSON as exc:
+        row = strict_loads(text)
+    except NonStandardJSON as exc:
         raise FieldError(None, f"invalid JSON: {exc} is not valid JSON") from None
     except json.JSONDecodeError as exc:
         raise FieldError(None, f"invalid JSON: {exc.msg} (column {exc.colno})") from None

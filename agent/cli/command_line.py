@@ -64,9 +64,11 @@ def read_command_line(cli: str, argv: Sequence[str]) -> dict[str, Any] | None:
     """Every flag of the table, typed (see `parse_flags`), or None when --help was asked for."""
     if "--" in argv:  # Fire's own flags (--interactive, --trace) follow it: not for operators
         raise ConfigError("unexpected argument '--': flags are written --name=value (see --help)")
-    nameless = next((token for token in argv if token.startswith("--=")), None)
-    if nameless is not None:  # Fire cannot consume it and would print its own usage page
-        raise ConfigError(f"unexpected argument {nameless!r}: flags are written --name=value (see --help)")
+    # Fire cannot consume "--=x" and would print its own usage page; it takes a lone "-" for its
+    # command separator (a flag after it then got that page too) and "---name" for "--name".
+    stray = next((token for token in argv if token.startswith(("--=", "---")) or token == "-"), None)
+    if stray is not None:
+        raise ConfigError(f"unexpected argument {stray!r}: flags are written --name=value (see --help)")
     given, positional = fire_split(argv)
     if any(name in given for name in _HELP):
         return None

@@ -44,6 +44,7 @@ class Flag:
     clis: frozenset[str] = BOTH
     required: bool = False
     minimum: int | None = None  # int flags
+    maximum: float | None = None  # int and float flags: beyond it a value only breaks later
     choices: tuple[str, ...] = ()
     shown: str | None = None
 

@@ -56,7 +56,13 @@ def _integer(flag: Flag, text: str) -> int:
     number = int(text)
     if flag.minimum is not None and number < flag.minimum:
         raise ConfigError(f"--{flag.name} must be at least {flag.minimum}, got {number}")
+    _check_maximum(flag, number, text)
     return number
+
+
+def _check_maximum(flag: Flag, number: float, text: str) -> None:
+    if flag.maximum is not None and number > flag.maximum:
+        raise ConfigError(f"--{flag.name} must be at most {flag.maximum:g}, got {text}")
 
 
 def _positive(flag: Flag, text: str) -> float:
@@ -65,6 +71,7 @@ def _positive(flag: Flag, text: str) -> float:
     number = float(text)
     if not math.isfinite(number) or number <= 0:
         raise ConfigError(f"--{flag.name} must be positive, got {text}")
+    _check_maximum(flag, number, text)
     return number
 
 

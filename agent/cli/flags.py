@@ -22,6 +22,12 @@ from agent.protocols import IMAGE_APIS, WEB_BACKENDS, ToolConfig
 from agent.protocols.tokens import TOKEN_CAPTURE_MODES
 from agent.sandboxes import AUTO, BACKENDS, SandboxOptions
 
+# Beyond these a value is no choice but a slip, and it broke only later: 100,000 embedded threads
+# crashed the model's OpenMP at start, a price of 1e308 made a cost infinite after the calls were
+# paid for (no entry could be written). The dearest model is priced well under $1,000 a million.
+MAX_EMBEDDED_THREADS = 1024
+MAX_PRICE = 1_000_000.0  # USD per million tokens
+
 _BOTH, _BATCH, _QUERY = BOTH, BATCH_ONLY, QUERY_ONLY  # short names for the table
 
 __all__ = ["BATCH", "BY_NAME", "CLIS", "FLAGS", "GROUPS", "QUERY", "Flag", "Kind", "flags_of"]
@@ -108,8 +114,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("max_reply_bytes", "int", _agent("max_reply_bytes"),
          "largest reply body accepted from the endpoint; a larger one fails the prompt (invalid_response)",
          "Model endpoint", minimum=1),
-    Flag("embedded_threads", "int", _run("embedded_threads"), "CPU threads of the embedded model",
-         "Model endpoint", minimum=1),
+    Flag("embedded_threads", "int", _run("embedded_threads"),
+         "CPU threads of the embedded model (at most 1024)",
+         "Model endpoint", minimum=1, maximum=MAX_EMBEDDED_THREADS),
     # Conversation
     Flag("max_turns", "int", _agent("max_iterations"), "model calls per conversation", "Conversation",
          minimum=1),
@@ -229,12 +236,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("keep_token_drift", "bool", _run("keep_token_drift"),
          "keep samples whose token ids drifted between turns (false: discard them)", "Logging", _BATCH),
     Flag("price_input", "float", _run("price_input"),
-         "USD per million prompt tokens, to cost calls the provider does not price (usage.cost)",
-         "Workers and budgets", _BATCH, shown="none"),
+         "USD per million prompt tokens (≤ 1e6), to cost calls the provider does not price (usage.cost)",
+         "Workers and budgets", _BATCH, shown="none", maximum=MAX_PRICE),
     Flag("price_output", "float", _run("price_output"), "USD per million completion tokens",
-         "Workers and budgets", _BATCH, shown="none"),
+         "Workers and budgets", _BATCH, shown="none", maximum=MAX_PRICE),
     Flag("price_cached", "float", _run("price_cached"), "USD per million cached prompt tokens",
-         "Workers and budgets", _BATCH, shown="--price_input"),
+         "Workers and budgets", _BATCH, shown="--price_input", maximum=MAX_PRICE),
     Flag("max_cost", "float", _run("max_cost"),
          "USD this invocation may spend, counted per model call: then no call starts, exit 1",
          "Workers and budgets", _BATCH, shown="none"),

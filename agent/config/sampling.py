@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from agent.common.strict_json import NonStandardJSON, strict_loads
 from agent.errors import ConfigError
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
@@ -143,7 +144,9 @@ def parse_extra(text: str | None) -> dict[str, Any]:
     if text is None:
         return {}
     try:
-        value = json.loads(text)
+        value = strict_loads(text)
+    except NonStandardJSON as exc:  # it could be neither saved nor sent
+        raise SamplingError("extra", f"not valid JSON: {exc} is not JSON") from None
     except json.JSONDecodeError as exc:
         raise SamplingError("extra", f"not valid JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(value, dict):
