@@ -303,3 +303,19 @@ def test_a_bad_prefill_file_is_one_line_naming_it(tmp_path: Path, content: bytes
     with pytest.raises(ConfigError) as caught:
         load_prefill(str(path))
     assert str(caught.value).startswith(said.format(path=path)), caught.value
+
+
+@pytest.mark.parametrize(
+    ("flag", "said"),
+    [("--stop=x", "--stop: the embedded model takes none"),
+     ('--sampling_extra={"foo": 1, "top_k": 3}', "--sampling_extra: the embedded model reads only seed")],
+)  # fmt: skip
+def test_sampling_the_embedded_model_would_drop_is_refused_not_recorded_as_sent(flag: str, said: str) -> None:
+    values = read_command_line(QUERY, ["--query=hi", "--model=embedded", QUERY_TOOLSETS, flag])
+    assert values is not None
+    with pytest.raises(ConfigError, match=f"^{re.escape(said)}"):
+        build_query_config(values)
+    kept = read_command_line(
+        QUERY, ["--query=hi", "--model=embedded", QUERY_TOOLSETS, '--sampling_extra={"top_k": 3}']
+    )
+    assert kept is not None and build_query_config(kept).agent.sampling.extra == {"top_k": 3}

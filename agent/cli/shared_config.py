@@ -42,11 +42,17 @@ _SAME_NAME = (
 def build_agent_config(values: Mapping[str, Any], *, api_key: str | None) -> AgentConfig:
     """The agent's config from typed flag values (agent.cli.flag_values.parse_flags); reads the
     prefill file."""
+    sampling = flag_sampling(values)
+    if is_embedded(values["model"]):
+        from agent.servers.embedded.adapter import unsent_sampling  # only for the embedded model
+
+        if (unsent := unsent_sampling(sampling.stop, sampling.extra)) is not None:
+            raise ConfigError(unsent)
     return AgentConfig(
         **{name: values[name] for name in _SAME_NAME},
         api_key=api_key,
         max_iterations=values["max_turns"],
-        sampling=flag_sampling(values),
+        sampling=sampling,
         prefill_messages=load_prefill(values["prefill_messages_file"]),
         reasoning_config=reasoning_config(values["reasoning_effort"], values["reasoning_disabled"]),
         tools=build_tool_config(values),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,6 +158,19 @@ def output_bound(plan: TurnPlan, policy: AdapterPolicy) -> int:
 PASSED_SAMPLING = (
     "seed", "top_p", "top_k", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
 )  # fmt: skip
+
+
+def unsent_sampling(stop: tuple[str, ...], extra: Mapping[str, Any]) -> str | None:
+    """Why a sampling flag would be recorded as sent and never reach llama.cpp; None: all do."""
+    if stop:
+        return "--stop: the embedded model takes none (its replies are JSON turns under a grammar)"
+    unknown = sorted(set(extra) - set(PASSED_SAMPLING))
+    if unknown:
+        return (
+            f"--sampling_extra: the embedded model reads only {', '.join(PASSED_SAMPLING)}; "
+            f"not {', '.join(unknown)}"
+        )
+    return None
 
 
 def build_llama_request(body: _Body, policy: AdapterPolicy) -> _Body:
