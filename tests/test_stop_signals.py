@@ -16,7 +16,7 @@ from tests.support.batch import REPO
 
 SIGNAL_THEN = """
 import os, signal, time
-from agent.common.stop_signals import hand_over_ctrl_c, stop_on_signals
+from agent.common.stop_signals import hand_over_ctrl_c, stop_on_signals, stops_held
 stop_on_signals()
 
 def stop_myself() -> None:
@@ -63,6 +63,26 @@ print(asyncio.run(main()))
 """
 
 
+HELD_ONCE = """
+hand_over_ctrl_c()
+with stops_held():  # as a run's end
+    os.kill(os.getpid(), signal.{signal})
+    time.sleep(0.2)
+    print("the end written")
+print("exited as the run ended")
+"""
+
+HELD_TWICE = """
+hand_over_ctrl_c()
+with stops_held():
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)
+    print("not stopped")
+"""
+
+
 def _run(tmp_path: Path, then: str, sig: str = "SIGINT") -> subprocess.CompletedProcess[str]:
     probe = tmp_path / "probe.py"
     probe.write_text(SIGNAL_THEN.format(signal=sig, then=then), encoding="utf-8")
@@ -91,3 +111,16 @@ def test_an_exception_with_no_stop_before_it_is_a_traceback_as_ever(tmp_path: Pa
 def test_once_handed_over_ctrl_c_cancels_asyncio_runs_main_task(tmp_path: Path) -> None:
     done = _run(tmp_path, HANDED_OVER)
     assert done.stdout == "cancelled\n", done.stderr
+
+
+def test_a_stop_during_the_end_of_a_run_waits_for_it_and_a_second_stops_at_once(tmp_path: Path) -> None:
+    """A SIGTERM during the end's merge once left no statistics.json and no report."""
+    for sig in ("SIGINT", "SIGTERM"):
+        done = _run(tmp_path, HELD_ONCE.format(signal=sig), sig)
+        assert (done.returncode, done.stdout) == (0, "the end written\nexited as the run ended\n"), (
+            done.stderr
+        )
+        assert done.stderr.startswith("stopping: the run's last files are being written"), done.stderr
+    done = _run(tmp_path, HELD_TWICE)
+    assert (done.returncode, done.stdout) == (130, ""), done.stderr
+    assert done.stderr.endswith("interrupted (exit 130)\n") and "Traceback" not in done.stderr

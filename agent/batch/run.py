@@ -34,6 +34,7 @@ from agent.batch.rescore import rescore_step
 from agent.batch.run_summary import filters_and_budget, run_summary, sample_counts, worker_losses
 from agent.batch.tally import Paced, RunTally
 from agent.common import heap
+from agent.common.stop_signals import stops_held
 from agent.config.run_config import RunConfig
 from agent.errors import FailureClass
 from agent.protocols import KeyBook, RunStore, StoredKeys
@@ -98,8 +99,9 @@ class BatchRun:
             elif not self.config.rescore:
                 every = "prompt" if self.config.samples_per_prompt == 1 else "sample of every prompt"
                 self.console.print(f"Every {every} of the dataset is already done; merging.")
-            self._checkpoint()
-            done = self._finish(scan, started, ended, ran=bool(todo))
+            with stops_held():  # the end is written whole (agent.common.stop_signals)
+                self._checkpoint()
+                done = self._finish(scan, started, ended, ran=bool(todo))
         finally:
             self.store.close()
         return done.exit_code

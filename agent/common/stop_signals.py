@@ -28,13 +28,15 @@ import atexit
 import os
 import signal
 import sys
-from contextlib import suppress  # contextlib and types: imported by Python's start already
+from collections.abc import Iterator  # these three: imported by Python's start (site) already
+from contextlib import contextmanager, suppress
 from types import FrameType, TracebackType
 
 INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C
 
 _dropped = False  # a KeyboardInterrupt was raised where it could only be dropped
 _signalled = False  # a stop signal arrived while a handler of ours was set
+_held = 0  # stop signals that arrived while `stops_held` held them
 
 
 def stop_on_signals() -> None:
@@ -54,6 +56,33 @@ def hand_over_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if _signalled:
         raise KeyboardInterrupt
+
+
+@contextmanager
+def stops_held() -> Iterator[None]:
+    """The first SIGINT or SIGTERM only waits while the block runs: the end of a run (its
+    merge, statistics.json and report: seconds), which a stop in the middle left unwritten
+    (no statistics, no report, a stale checkpoint: the whole run's sums lost). It says so on
+    stderr; a second one stops at once, as before. The run then exits as it ended."""
+    global _held
+    _held = 0
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    for signum in before:
+        signal.signal(signum, _hold)
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def _hold(signum: int, frame: FrameType | None) -> None:
+    global _held
+    _held += 1
+    if _held > 1:
+        raise KeyboardInterrupt
+    with suppress(OSError):  # stderr closed: the wait is only not said
+        os.write(2, b"stopping: the run's last files are being written (seconds); again to stop at once\n")
 
 
 def raise_dropped_stop() -> None:
