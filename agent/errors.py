@@ -79,6 +79,11 @@ class RunLockedError(AgentError):
     exit_code = 3
 
 
+class RunDirectoryError(AgentError):
+    """The run directory could not be written (a full disk, a quota, a read-only mount) while
+    the run ran: what it wrote is kept, and `--resume` goes on from there."""
+
+
 class ModelAPIError(AgentError):
     """`error_class` is one of the model endpoint's classes (auth ... invalid_response) or
     budget (--max_cost reached: no call starts)."""

@@ -283,3 +283,32 @@ def test_a_killed_worker_is_replaced_and_its_sandboxes_do_not_outlive_it(tmp_pat
         assert batch_prompts(run_dir) == Counter(prompts)
         assert read_json(run_dir / "statistics.json")["worker_losses"]["losses"] == 1
         assert victim not in sandbox_owners(busy), "the dead worker's sandboxes outlived it"
+
+
+def _small_files() -> None:
+    """In the runner's process (and all it starts): files of at most 24 KB, a write beyond that
+    fails with EFBIG (SIGXFSZ ignored) as a full disk fails one with ENOSPC."""
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (24_000, 24_000))
+
+
+def test_a_disk_that_stops_taking_writes_is_one_line_and_resume_finishes(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint
+) -> None:
+    """Once a 40-line traceback, no summary. Files capped at 24 KB stand in for a full disk."""
+    prompts = [f"Disk prompt {i}" for i in range(60)]
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+    cli = BatchCLI(tmp_path, sim_endpoint)
+    flags = ("--dataset_file=d.jsonl", "--batch_size=60", "--run_name=disk", "--num_workers=1")
+    argv = cli.argv(*flags)
+    full = subprocess.run(argv, cwd=tmp_path, env=cli.env(), capture_output=True, text=True,
+                          timeout=300, preexec_fn=_small_files, check=False)  # fmt: skip
+    assert full.returncode == 1, full.stderr[-3000:]
+    assert "Traceback" not in full.stderr, full.stderr[-3000:]
+    last = full.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("error: cannot write ") and "File too large" in last and "--resume" in last, last
+    done = cli.run(*flags, "--resume")
+    assert done.returncode == 0, done
+    assert trajectory_prompts(cli.run_dir("disk")) == Counter(prompts)  # each once

@@ -10,7 +10,8 @@ asked for (`agent.backends.warm_up`), beside the checks and the dataset scan her
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import errno
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -20,6 +21,7 @@ from agent.cli.flags import BATCH
 from agent.cli.logs import configure_logging
 from agent.common.redaction import redact_streams
 from agent.common.stop_signals import raise_dropped_stop
+from agent.errors import RunDirectoryError
 
 if TYPE_CHECKING:
     from agent.config.run_config import RunConfig
@@ -92,10 +94,29 @@ def run(config: RunConfig) -> int:
     backend = backend_factory(config.backend)  # imported only now: Ray takes seconds to import
     with serving(config.agent, config.embedded_threads) as agent:  # one embedded server for all workers
         served = ready_tokens(dataclasses.replace(config, agent=agent))  # --capture_tokens' probe
-        code = BatchRun(served, console, backend=backend).run(scan)
+        code = _written(lambda: BatchRun(served, console, backend=backend).run(scan), config)
     if merged(config.run_dir):  # what this invocation merged; an interrupted run exports nothing
         export_and_push(config.run_dir, config.export, _say)
     return code
+
+
+# What a full or broken disk says when the run writes its directory (or its TMPDIR).
+_UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG}
+
+
+def _written(run: Callable[[], int], config: RunConfig) -> int:
+    """`run()`; a disk that stopped taking the run's writes is one line and exit 1, not a
+    traceback (the appends are whole lines, fsynced: `--resume` repairs a torn last one)."""
+    try:
+        return run()
+    except OSError as exc:
+        if exc.errno not in _UNWRITABLE:
+            raise
+        where = exc.filename or config.run_dir
+        raise RunDirectoryError(
+            f"cannot write {where}: {exc.strerror}; what the run wrote is kept: free space (or mend "
+            "the directory) and rerun with --resume"
+        ) from None
 
 
 def run_cli() -> None:
