@@ -7,6 +7,7 @@ existing run without calling the model. Operator errors are one line and exit 2.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from agent.errors import ConfigError
 from agent.export.columns import ENTRY_SCHEMA
 from agent.export.openai_messages import Conversation, to_sharegpt
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
+from agent.store import run_lock
 from tests.support.batch import (
     API_KEY,
     BatchCLI,
@@ -172,6 +174,21 @@ def test_post_processing_an_existing_run_calls_no_model(exported: ExportedRun) -
     assert cut["messages"][1]["content"] == "<think>\nThinking…\n</think>\nThe answer is"
     assert all(m["reasoning_content"] is None for r in rows for m in r["messages"])
     assert not list((exported.run_dir / "export").glob(".*"))  # no temp file left behind
+
+
+def test_exporting_a_run_a_runner_is_writing_is_refused(exported: ExportedRun) -> None:
+    """Once exported the stale output while a resume was writing it, exit 0."""
+    fd = run_lock.take(exported.run_dir)  # as a runner holds it
+    try:
+        run = exported.cli.run("--run_name=ex", "--export=openai")
+    finally:
+        run_lock.release(fd)
+    assert run.returncode == 3, run
+    assert run.stderr.rstrip().splitlines()[-1] == (
+        f"error: {exported.run_dir} is in use by another runner (pid {os.getpid()}); "
+        "wait for it or pick another --run_name"
+    )
+    assert exported.cli.run("--run_name=ex", "--export=openai").returncode == 0
 
 
 @pytest.mark.parametrize(

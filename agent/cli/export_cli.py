@@ -139,5 +139,8 @@ def post_process(values: Mapping[str, Any], say: Say) -> int:
     options = build_export_options(values)
     run_dir = post_process_dir(values)
     check_publishable(options)
-    export_and_push(run_dir, options, say)
+    from agent.store import run_lock
+
+    with run_lock.reading(run_dir):  # not while a runner writes it (exit 3), nor one starting meanwhile
+        export_and_push(run_dir, options, say)
     return 0

@@ -10,18 +10,16 @@ first, so a checkpoint or a merged file never claims a line that is not on disk.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
-import os
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from agent.common.redaction import Redactor, active
-from agent.errors import RunLockedError
 from agent.protocols.store import KeyBook, KnownKeys
+from agent.store import run_lock
 from agent.store.appender import MAX_OPEN_FILES, Appender
 from agent.store.durable import TEMP_SUFFIX, atomic_write, repair_last_line
 from agent.store.index import RunIndex, scan_run
@@ -31,7 +29,6 @@ from agent.store.layout import (
     BATCH_GLOB,
     DISCARDED_FILE,
     FAILURES_FILE,
-    LOCK_FILE,
     TRAJECTORIES_FILE,
     batch_file_name,
     file_size,
@@ -74,29 +71,10 @@ class RunDirectory:
     # ------------------------------------------------------------ lifecycle
 
     def lock(self) -> None:
-        """Take the run's exclusive lock; another holder → RunLockedError naming its pid.
-
-        flock belongs to the open file description, so the kernel drops it when the holder
-        dies, even by SIGKILL. Children made by fork() share it until they exit: orphaned
-        forked workers keep the directory locked, which is the safe side."""
-        if self._lock_fd is not None:
-            return
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
-            raise RunLockedError(
-                f"{self.path} is in use by another runner (pid {holder}); "
-                "wait for it or pick another --run_name"
-            ) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
-        self._lock_fd = fd
+        """Take the run's exclusive lock (`agent.store.run_lock`); another holder →
+        RunLockedError naming its pid."""
+        if self._lock_fd is None:
+            self._lock_fd = run_lock.take(self.path)
 
     def close(self) -> None:
         """Sync and close the logs, then release the lock. Safe to call twice."""
@@ -108,8 +86,7 @@ class RunDirectory:
                 self._ahead.drop()
             if self._lock_fd is not None:
                 fd, self._lock_fd = self._lock_fd, None
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+                run_lock.release(fd)
 
     def __enter__(self) -> RunDirectory:
         return self
