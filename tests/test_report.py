@@ -237,15 +237,28 @@ def test_cli_writes_the_report_and_refuses_bad_input_in_one_line(tmp_path: Path)
         ((str(run), "--sample=0"), "--sample must be a whole number"),
         ((str(run), "--sampel=3"), "unrecognized arguments: --sampel=3"),
         ((str(run), f"--output={tmp_path}/no/dir/r.html"), "--output:"),
+        ((str(run), "--output="), "argument --output: must name a file, got ''"),  # once a traceback
+        ((str(run), "--output=."), "argument --output: must name a file, got '.'"),
+        ((str(run), f"--output={tmp_path}"), "argument --output: must name a file"),  # a directory
     ):
         refused = cli(*args)
         assert refused.returncode == 2 and named in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
-    unwritable = cli(str(run), f"--output={tmp_path}")  # a directory: the page cannot replace it
+    unwritable = cli(str(run), "--output=/sys/r.html")  # no file can be made there, by root neither
     assert unwritable.returncode == 1 and unwritable.stderr.strip().splitlines() == [
-        f"python -m agent.report: {tmp_path}: not written (Is a directory)"
+        "python -m agent.report: /sys/r.html: not written (Permission denied)"
     ]
-    assert not list(tmp_path.glob(".*.tmp"))  # the temp file went with the failure
+
+
+def test_a_statistics_file_of_the_wrong_shape_is_left_out_of_the_report_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "run"
+    write_synthetic_run(run, 5)
+    (run / "statistics.json").write_text('{"completion": 5}')
+    done = cli(str(run))
+    assert done.returncode == 0, done.stderr
+    assert "statistics.json: not used for the report (its 'completion' is not an object)" in done.stderr
 
 
 def test_cli_redacts_secrets_of_the_environment(tmp_path: Path) -> None:

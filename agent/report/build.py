@@ -39,7 +39,29 @@ def read_statistics(run_dir: Path) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         log.warning("%s: not used for the report (%s)", run_dir / STATISTICS_FILE, exc)
         return {}
-    return value if isinstance(value, dict) else {}
+    if not isinstance(value, dict):
+        return {}
+    wrong = next(
+        (name for name in _SECTIONS if value.get(name) is not None and not isinstance(value[name], dict)),
+        None,
+    )
+    if wrong is not None:  # edited by hand: the run writes it again on --resume
+        log.warning("%s: not used for the report (its %r is not an object)", run_dir / STATISTICS_FILE, wrong)
+        return {}
+    return value
+
+
+# statistics.json's sections the report reads as objects
+_SECTIONS = (
+    "completion",
+    "cost",
+    "rate_limiting",
+    "this_invocation",
+    "timeline",
+    "tokens",
+    "verification",
+    "whole_run",
+)
 
 
 def unmerged_entries(run_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:

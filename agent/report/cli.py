@@ -35,6 +35,13 @@ def _sample_size(text: str) -> int:
     return int(text)
 
 
+def _output_file(text: str) -> Path:
+    path = Path(text)
+    if not text or text.endswith("/") or path.name in ("", ".", "..") or path.is_dir():
+        raise argparse.ArgumentTypeError(f"must name a file, got {text!r}")
+    return path
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = _Parser(prog="python -m agent.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path, help="the run directory, e.g. data/my_run")
@@ -42,7 +49,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--sample", type=_sample_size, default=SAMPLE_SIZE, help="entries in the trajectory browser"
     )
     parser.add_argument(
-        "--output", type=Path, default=None, help="where to write (default RUN_DIR/report.html)"
+        "--output", type=_output_file, default=None, help="where to write (default RUN_DIR/report.html)"
     )
     return parser.parse_args(argv)
 
