@@ -11,6 +11,7 @@ import pytest
 
 from agent.servers.endpoint_server import EndpointFault
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
+from agent.store import run_lock
 from tests.support.batch import (
     BatchCLI,
     batch_prompts,
@@ -216,3 +217,21 @@ def test_a_resume_with_another_distribution_or_batch_size_is_refused_before_anyt
     resumed = cli.run(*flags[:-1], "--resume", "--distribution=terminal_only")
     assert resumed.returncode == 0, resumed
     assert trajectory_prompts(cli.run_dir("dist")) == Counter({"alpha": 1, "beta": 1, "gamma": 1})
+
+
+def test_a_new_run_over_results_says_pass_resume_unless_a_runner_is_writing_them(cli: BatchCLI) -> None:
+    """Exit 3 means locked: once a locked directory said 'pass --resume' (exit 2), and that
+    advice then got exit 3."""
+    prompts_dataset(cli.workdir / "d.jsonl", ["p"])
+    run_dir = cli.run_dir("held")
+    run_dir.mkdir(parents=True)
+    (run_dir / "batch_0.jsonl").write_text("")
+    flags = ("--dataset_file=d.jsonl", "--batch_size=1", "--run_name=held")
+    unlocked = cli.run(*flags)
+    assert unlocked.returncode == 2 and "already holds results: pass --resume" in unlocked.stderr
+    fd = run_lock.take(run_dir)  # as a runner holds it
+    try:
+        locked = cli.run(*flags)
+    finally:
+        run_lock.release(fd)
+    assert locked.returncode == 3 and "is in use by another runner" in locked.stderr, locked

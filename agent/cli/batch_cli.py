@@ -34,6 +34,7 @@ from agent.sandboxes import (
     run_options,
     unavailable_reason,
 )
+from agent.store import run_lock
 from agent.toolbox.distribution_file import load_distributions_file, recorded_distributions
 from agent.toolbox.distributions import Distribution, format_distributions, get_distribution
 from agent.toolbox.registry import toolset_availability, toolset_backends
@@ -122,6 +123,7 @@ def check_ready(config: RunConfig) -> None:
     check_publishable(config.export)
     run_dir = config.run_dir
     if not config.resume and run_dir.exists() and any(run_dir.glob("*.jsonl")):
+        run_lock.check_free(run_dir)  # a runner writing it: that is what to say (exit 3)
         raise ConfigError(
             f"{run_dir} already holds results: "
             "pass --resume to continue that run, or choose another --run_name"

@@ -52,3 +52,8 @@ def reading(path: Path) -> Iterator[None]:
         yield
     finally:
         release(fd)
+
+
+def check_free(path: Path) -> None:
+    """RunLockedError when a runner writes `path` now; nothing held after."""
+    release(take(path, shared=True))
