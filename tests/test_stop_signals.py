@@ -124,3 +124,30 @@ def test_a_stop_during_the_end_of_a_run_waits_for_it_and_a_second_stops_at_once(
     done = _run(tmp_path, HELD_TWICE)
     assert (done.returncode, done.stdout) == (130, ""), done.stderr
     assert done.stderr.endswith("interrupted (exit 130)\n") and "Traceback" not in done.stderr
+
+
+CUT_SHORT_STOP = """
+import os
+from multiprocessing import forkserver
+from agent.batch import fork_server
+
+fork_server.start_server()
+pid = fork_server.server_pid()
+server = forkserver._forkserver
+os.close(server._forkserver_alive_fd)  # where multiprocessing's own stop was when a signal cut it
+server._forkserver_alive_fd = None
+fork_server.stop_server()  # the exit handler's: once "TypeError: 'NoneType' object cannot be …"
+try:
+    os.kill(pid, 0)
+    print("left running")
+except ProcessLookupError:
+    print("reaped", fork_server.server_pid())
+"""
+
+
+def test_stopping_the_fork_server_again_after_a_stop_cut_short_reaps_it(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(CUT_SHORT_STOP, encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, str(probe)], env=env, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "reaped None\n"), done.stderr

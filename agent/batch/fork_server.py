@@ -156,7 +156,13 @@ def stop_server() -> None:
         return
     with suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    stop = getattr(forkserver._forkserver, "_stop", None)
+    server: Any = forkserver._forkserver
+    if getattr(server, "_forkserver_alive_fd", 0) is None:  # a stop cut short by a signal after
+        with suppress(ChildProcessError):  # it closed that end: its second close was a TypeError
+            os.waitpid(pid, 0)
+        server._forkserver_pid = None
+        return
+    stop = getattr(server, "_stop", None)
     if stop is not None:
         stop()
 
