@@ -319,3 +319,20 @@ def test_sampling_the_embedded_model_would_drop_is_refused_not_recorded_as_sent(
         QUERY, ["--query=hi", "--model=embedded", QUERY_TOOLSETS, '--sampling_extra={"top_k": 3}']
     )
     assert kept is not None and build_query_config(kept).agent.sampling.extra == {"top_k": 3}
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [(["--providers_allowed=,,"], "--providers_allowed=,,: names nothing"),
+     (["--stop=,"], "--stop: ',' names no stop sequence"),
+     (["--reasoning_effort=high", "--reasoning_disabled"],
+      "--reasoning_effort=high and --reasoning_disabled contradict"),
+     (["--enabled_toolsets=terminal", "--disabled_toolsets=terminal"],
+      "--enabled_toolsets and --disabled_toolsets both name terminal"),
+     (["--providers_allowed=a,b", "--providers_ignored=b"],
+      "--providers_allowed and --providers_ignored both name b")],
+)  # fmt: skip
+def test_a_value_that_names_nothing_or_flags_that_contradict_are_refused(argv: list[str], said: str) -> None:
+    """Each once ran silently: with no provider filter, no stop, effort none, no tools…"""
+    with pytest.raises(ConfigError, match=f"^{re.escape(said)}"):
+        build_query_config(read(QUERY, *argv))

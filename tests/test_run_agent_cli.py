@@ -161,6 +161,7 @@ def test_running_out_of_turns_is_one_line_exit_4(sim_endpoint: SimulatedEndpoint
     [
         ("--max_turns=zero", "--max_turns must be an integer"),
         ("--enabled_toolsets=terminal,teleport", "teleport"),
+        ("--api_key=", "--api_key needs a value"),  # once: the environment's key, silently
     ],
 )
 def test_a_bad_flag_is_one_line_exit_2(

@@ -87,6 +87,10 @@ def resolve_key(values: Values) -> str | None:
     the environment's. The process's one redactor is then built from it and every secret the
     process started with, before anything of the run is written."""
     started = started_secrets()
+    if started.flag_key == "":  # `--api_key=`: not "no key", and not the environment's either
+        raise ConfigError(
+            "--api_key needs a value (leave the flag out for OPENROUTER_API_KEY / OPENAI_API_KEY)"
+        )
     key = resolve_api_key(values["api_key"] or started.flag_key, values["base_url"], started.environ)
     install((key, *started.values()))
     return key

@@ -103,7 +103,10 @@ def convert(flag: Flag, text: str) -> Any:
     if flag.kind == "number":
         return _number(flag, text)
     if flag.kind == "list":
-        return tuple(item.strip() for item in text.split(",") if item.strip())
+        items = tuple(item.strip() for item in text.split(",") if item.strip())
+        if not items:  # ",,": no more a value than ""
+            raise ConfigError(f"--{flag.name}={text}: names nothing (leave the flag out for its default)")
+        return items
     if flag.choices:
         check_choice(flag.name, text, flag.choices)
     return text

@@ -47,6 +47,10 @@ def check_choice(flag: str, value: str | None, choices: tuple[str, ...]) -> None
 
 def reasoning_config(effort: str | None, disabled: bool) -> dict[str, Any] | None:
     """The reasoning request object from --reasoning_effort / --reasoning_disabled."""
+    if disabled and effort is not None:
+        raise ConfigError(
+            f"--reasoning_effort={effort} and --reasoning_disabled contradict each other: give one"
+        )
     if disabled:
         return {"effort": "none"}
     if effort is None:
@@ -74,6 +78,12 @@ def load_prefill(name: str | None) -> tuple[dict[str, Any], ...]:
         if not ok or not isinstance(item.get("content"), str):
             raise ConfigError(f"{name}: item {i}: each message needs a role and a string content")
     return tuple(data)
+
+
+def _check_apart(flag: str, names: tuple[str, ...], other: str, others: tuple[str, ...]) -> None:
+    both = sorted(set(names) & set(others))
+    if both:
+        raise ConfigError(f"--{flag} and --{other} both name {', '.join(both)}: give each in one of them")
 
 
 def check_base_url(url: str) -> None:
@@ -143,6 +153,8 @@ class AgentConfig:
         if self.max_iterations < 1:
             raise ConfigError(f"--max_turns must be at least 1, got {self.max_iterations}")
         check_base_url(self.base_url)
+        _check_apart("enabled_toolsets", self.enabled_toolsets, "disabled_toolsets", self.disabled_toolsets)
+        _check_apart("providers_allowed", self.providers_allowed, "providers_ignored", self.providers_ignored)
 
     @property
     def dialect(self) -> str:

@@ -129,7 +129,10 @@ def parse_stop(text: str) -> tuple[str, ...]:
     """--stop: a comma list (`--stop=END,STOP`), or a JSON array of strings for sequences that
     hold a comma, a newline or edge spaces (`--stop='["\\n\\n", "User:"]'`)."""
     if not text.lstrip().startswith("["):
-        return tuple(item.strip() for item in text.split(",") if item.strip())
+        items = tuple(item.strip() for item in text.split(",") if item.strip())
+        if not items:  # "," or "  ": no sequence, where leaving the flag out says the same
+            raise SamplingError("stop", f"{text!r} names no stop sequence (leave the flag out for none)")
+        return items
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
