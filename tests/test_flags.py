@@ -327,8 +327,6 @@ def test_sampling_the_embedded_model_would_drop_is_refused_not_recorded_as_sent(
      (["--stop=,"], "--stop: ',' names no stop sequence"),
      (["--reasoning_effort=high", "--reasoning_disabled"],
       "--reasoning_effort=high and --reasoning_disabled contradict"),
-     (["--enabled_toolsets=terminal", "--disabled_toolsets=terminal"],
-      "--enabled_toolsets and --disabled_toolsets both name terminal"),
      (["--providers_allowed=a,b", "--providers_ignored=b"],
       "--providers_allowed and --providers_ignored both name b")],
 )  # fmt: skip

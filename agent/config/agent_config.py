@@ -153,7 +153,6 @@ class AgentConfig:
         if self.max_iterations < 1:
             raise ConfigError(f"--max_turns must be at least 1, got {self.max_iterations}")
         check_base_url(self.base_url)
-        _check_apart("enabled_toolsets", self.enabled_toolsets, "disabled_toolsets", self.disabled_toolsets)
         _check_apart("providers_allowed", self.providers_allowed, "providers_ignored", self.providers_ignored)
 
     @property
