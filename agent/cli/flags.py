@@ -15,18 +15,12 @@ from agent.cli.flag import BATCH, BATCH_ONLY, BOTH, CLIS, GROUPS, QUERY, QUERY_O
 from agent.config.agent_config import DIALECTS, PROVIDER_SORTS, REASONING_EFFORTS, AgentConfig
 from agent.config.dataset_config import DatasetOptions
 from agent.config.export_config import REASONING_PLACES, ExportOptions
-from agent.config.run_config import RUN_BACKENDS, RunConfig
+from agent.config.run_config import MAX_EMBEDDED_THREADS, MAX_PRICE, RUN_BACKENDS, RunConfig
 from agent.config.sampling import MAX_STOP, Sampling
 from agent.config.verify_config import KEEP_MODES, MATCH_MODES, VerifyOptions
 from agent.protocols import IMAGE_APIS, WEB_BACKENDS, ToolConfig
 from agent.protocols.tokens import TOKEN_CAPTURE_MODES
 from agent.sandboxes import AUTO, BACKENDS, SandboxOptions
-
-# Beyond these a value is no choice but a slip, and it broke only later: 100,000 embedded threads
-# crashed the model's OpenMP at start, a price of 1e308 made a cost infinite after the calls were
-# paid for (no entry could be written). The dearest model is priced well under $1,000 a million.
-MAX_EMBEDDED_THREADS = 1024
-MAX_PRICE = 1_000_000.0  # USD per million tokens
 
 _BOTH, _BATCH, _QUERY = BOTH, BATCH_ONLY, QUERY_ONLY  # short names for the table
 

@@ -46,6 +46,12 @@ def kept_by(reason: str) -> str | None:
     return f"--{KEPT_BY[reason]}" if reason in KEPT_BY else None
 
 
+# Beyond these a value is no choice but a slip, and it broke only later: 100,000 embedded threads
+# crashed the model's OpenMP at start, a price of 1e308 made a cost infinite after the calls were
+# paid for (no entry could be written). The dearest model is priced well under $1,000 a million.
+MAX_EMBEDDED_THREADS = 1024
+MAX_PRICE = 1_000_000.0  # USD per million tokens
+
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
