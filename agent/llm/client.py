@@ -47,28 +47,20 @@ BACKOFF_BASE = 1.0
 BACKOFF_CAP = 60.0
 RETRY_AFTER_CAP = 120.0
 HONOURED = 3  # attempts that wait just the server's Retry-After before the backoff grows
-_PERMANENT = {
-    openai.AuthenticationError: FailureClass.AUTH,
-    openai.PermissionDeniedError: FailureClass.AUTH,
-    openai.NotFoundError: FailureClass.NOT_FOUND,
-    openai.BadRequestError: FailureClass.BAD_REQUEST,
-    openai.UnprocessableEntityError: FailureClass.BAD_REQUEST,
-}
+# The statuses that are no transient failure and not a bad request: the SDK's own classes for
+# them (AuthenticationError…) are chosen by the same status, so one table serves both.
+_STATUS_CLASSES = {401: FailureClass.AUTH, 403: FailureClass.AUTH, 404: FailureClass.NOT_FOUND}
 
 
 def classify(exc: Exception) -> tuple[FailureClass, bool]:
-    """(error_class, retryable) for an exception raised by the SDK."""
+    """(error_class, retryable) for an exception raised by the SDK, or an error the endpoint
+    reported inside a reply (`ErrorInReply`)."""
     # The transport's own errors count as the SDK's wrappers of them do, wherever they surface
     # (a reply cut at its deadline while its body is read is a timeout, never a bad reply).
     if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
         return FailureClass.TIMEOUT, True
     if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
         return FailureClass.CONNECTION, True
-    if isinstance(exc, openai.RateLimitError):
-        return FailureClass.RATE_LIMIT, True
-    for kind, name in _PERMANENT.items():
-        if isinstance(exc, kind):
-            return name, False
     if isinstance(exc, openai.APIStatusError):
         return _by_status(exc.status_code)
     if isinstance(exc, ErrorInReply):  # no code: the provider failed mid-answer, its side
@@ -76,11 +68,8 @@ def classify(exc: Exception) -> tuple[FailureClass, bool]:
     return FailureClass.INVALID_RESPONSE, False
 
 
-_STATUS_CLASSES = {401: FailureClass.AUTH, 403: FailureClass.AUTH, 404: FailureClass.NOT_FOUND}
-
-
 def _by_status(status: int) -> tuple[FailureClass, bool]:
-    """(error_class, retryable) for an HTTP status the SDK's own classes did not already name."""
+    """(error_class, retryable) for an HTTP status: 429, 5xx, 408 and 409 are retried."""
     if status == 429:
         return FailureClass.RATE_LIMIT, True
     if status >= 500 or status in (408, 409):
