@@ -1,22 +1,21 @@
 """Errors an endpoint reports inside a 200 reply, as OpenRouter does once a model has started
 (its docs: the body's `error`, or a choice's `error` with `finish_reason: "error"`): classified by
 their code as the HTTP status they stand for, retried when that is transient, and never taken for
-an empty answer. Served by a bare aiohttp app on loopback (the simulated endpoint answers only
-well-formed completions), through the real SDK."""
+an empty answer. Through the real SDK, against an `EndpointServer` on loopback that answers each
+body as given (HTTP 200)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 import agent.llm.client as llm_client
 from agent.errors import ModelAPIError
 from agent.llm.client import OpenAIChatModel
 from agent.protocols import ChatRequest, ModelReply
+from agent.servers.endpoint_server import EndpointServer
 
 OK = {"choices": [{"message": {"role": "assistant", "content": "recovered"}, "finish_reason": "stop"}]}
 
@@ -39,32 +38,24 @@ def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 def serve(bodies: list[dict[str, Any]], max_retries: int = 3) -> tuple[ModelReply | ModelAPIError, int]:
     """Answer each request with the next body (the last one repeats); what `complete` gave, and
     how many requests were made."""
-    seen: list[int] = []
+    asked = 0
 
-    async def reply(request: web.Request) -> web.Response:
-        seen.append(1)
-        body = bodies[min(len(seen), len(bodies)) - 1]
-        return web.Response(body=json.dumps(body).encode(), content_type="application/json")
+    async def respond(body: dict[str, Any]) -> dict[str, Any]:
+        nonlocal asked
+        asked += 1
+        return bodies[min(asked, len(bodies)) - 1]
 
-    async def go() -> ModelReply | ModelAPIError:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", reply)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        url = f"http://127.0.0.1:{port}/v1"
-        model = OpenAIChatModel(base_url=url, api_key="k", model="m", max_retries=max_retries)
+    async def go(base_url: str) -> ModelReply | ModelAPIError:
+        model = OpenAIChatModel(base_url=base_url, api_key="k", model="m", max_retries=max_retries)
         try:
             return await model.complete(ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=[]))
         except ModelAPIError as exc:
             return exc
         finally:
             await model.aclose()
-            await runner.cleanup()
 
-    return asyncio.run(go()), len(seen)
+    with EndpointServer(respond) as endpoint:
+        return asyncio.run(go(endpoint.base_url)), asked
 
 
 @pytest.mark.parametrize(
