@@ -24,9 +24,9 @@ def _finite(text: str) -> float:
     return value
 
 
-DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite)
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite)
 
 
 def strict_loads(text: str) -> Any:
     """`json.loads`, refusing NaN, Infinity and floats out of range (NonStandardJSON)."""
-    return DECODER.decode(text)
+    return _DECODER.decode(text)

@@ -80,12 +80,6 @@ def load_prefill(name: str | None) -> tuple[dict[str, Any], ...]:
     return tuple(data)
 
 
-def _check_apart(flag: str, names: tuple[str, ...], other: str, others: tuple[str, ...]) -> None:
-    both = sorted(set(names) & set(others))
-    if both:
-        raise ConfigError(f"--{flag} and --{other} both name {', '.join(both)}: give each in one of them")
-
-
 def check_base_url(url: str) -> None:
     """An http(s) URL with a host and a valid port: anything else would only fail, call after
     call, at run time. No user:password in it: that is no key the SDK sends, and the URL is
@@ -153,7 +147,11 @@ class AgentConfig:
         if self.max_iterations < 1:
             raise ConfigError(f"--max_turns must be at least 1, got {self.max_iterations}")
         check_base_url(self.base_url)
-        _check_apart("providers_allowed", self.providers_allowed, "providers_ignored", self.providers_ignored)
+        if both := sorted(set(self.providers_allowed) & set(self.providers_ignored)):
+            raise ConfigError(
+                f"--providers_allowed and --providers_ignored both name {', '.join(both)}: "
+                "give each in one of them"
+            )
 
     @property
     def dialect(self) -> str:
