@@ -10,6 +10,7 @@ import pytest
 
 from agent.servers.embedded.adapter import (
     AdapterPolicy,
+    RequestRefused,
     build_llama_request,
     build_response,
     output_bound,
@@ -200,11 +201,19 @@ def test_max_tokens_fits_the_longest_allowed_turn_unless_the_caller_asks_for_les
     assert asked["max_tokens"] == 40 and asked["temperature"] == 0.7
 
 
-def test_sampling_fields_llama_cpp_reads_are_passed_and_stop_is_not() -> None:
+def test_sampling_fields_llama_cpp_reads_are_passed() -> None:
     sampling = {"seed": 7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.1}
-    asked = build_llama_request(body(QUESTION, stop=["END"], presence_penalty=None, **sampling), POLICY)
+    asked = build_llama_request(body(QUESTION, stop=[], presence_penalty=None, **sampling), POLICY)
     assert {key: asked.get(key) for key in sampling} == sampling
-    assert "stop" not in asked and "presence_penalty" not in asked  # a JSON turn is never cut
+    assert "stop" not in asked and "presence_penalty" not in asked
+
+
+@pytest.mark.parametrize("stop", ["END", ["END", "###"]])
+def test_a_stop_is_refused_not_dropped(stop: object) -> None:
+    # A row's own sampling can ask one: the prompt fails saying why, rather than its entry
+    # recording a stop that never reached llama.cpp (a JSON turn cut by it would be unreadable).
+    with pytest.raises(RequestRefused, match=r"stop is not supported: .*remove the row's sampling\.stop"):
+        build_llama_request(body(QUESTION, offered=tools(TERMINAL), stop=stop), POLICY)
 
 
 # ---------------------------------------------------------------- the rendered prompt

@@ -173,6 +173,14 @@ def test_after_a_tool_result_the_model_answers(client: openai.OpenAI) -> None:
 
 
 @pytest.mark.embedded
+def test_a_stop_is_answered_400_and_never_retried(client: openai.OpenAI) -> None:
+    # A 500 would be retried as the server's fault; a stop the model cannot honour is the
+    # request's, and the runner records the prompt's failure with this message.
+    with pytest.raises(openai.BadRequestError, match=r"stop is not supported"):
+        _ask(client, [{"role": "user", "content": QUESTION}], stop=["END"])
+
+
+@pytest.mark.embedded
 def test_streaming_delivers_the_same_tool_call(client: openai.OpenAI) -> None:
     messages = [{"role": "user", "content": QUESTION}]
     plain = _ask(client, messages).choices[0].message

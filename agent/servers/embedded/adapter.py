@@ -160,6 +160,10 @@ PASSED_SAMPLING = (
 )  # fmt: skip
 
 
+class RequestRefused(ValueError):
+    """A request the embedded model cannot serve as asked (its server answers HTTP 400)."""
+
+
 def unsent_sampling(stop: tuple[str, ...], extra: Mapping[str, Any]) -> str | None:
     """Why a sampling flag would be recorded as sent and never reach llama.cpp; None: all do."""
     if stop:
@@ -174,7 +178,14 @@ def unsent_sampling(stop: tuple[str, ...], extra: Mapping[str, Any]) -> str | No
 
 
 def build_llama_request(body: _Body, policy: AdapterPolicy) -> _Body:
-    """The chat request for llama.cpp: our prompt, the turn schema, no `tools` field."""
+    """The chat request for llama.cpp: our prompt, the turn schema, no `tools` field.
+    Raises RequestRefused for a `stop` (a row's own sampling can ask one): dropping it would
+    leave the entry saying it was sent."""
+    if body.get("stop"):
+        raise RequestRefused(
+            "stop is not supported: the embedded model's replies are JSON turns under a grammar, "
+            "which a stop string would cut (remove the row's sampling.stop)"
+        )
     plan = plan_turn(body, policy)
     messages = render_messages(
         body.get("messages", []),

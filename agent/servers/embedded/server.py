@@ -24,7 +24,7 @@ from typing import Any
 
 from agent.common.lifecycle import StartStop
 from agent.errors import ConfigError
-from agent.servers.embedded.adapter import AdapterPolicy, build_llama_request, build_response
+from agent.servers.embedded.adapter import AdapterPolicy, RequestRefused, build_llama_request, build_response
 from agent.servers.endpoint_server import EndpointServer
 from agent.servers.faults import EndpointFault
 
@@ -196,7 +196,10 @@ class EmbeddedModel(StartStop):
 
     async def respond(self, body: dict[str, Any]) -> dict[str, Any]:
         """The `Responder`: an OpenAI chat body in, a full `chat.completion` out."""
-        request = build_llama_request(body, self.settings.policy)
+        try:
+            request = build_llama_request(body, self.settings.policy)
+        except RequestRefused as exc:
+            raise EndpointFault(400, str(exc)) from None
         response = await asyncio.to_thread(self.complete_raw, request)
         return build_response(body, response)
 
