@@ -20,12 +20,13 @@ import functools
 import re
 import time
 import unicodedata
-from typing import Any
-
-import regex  # type: ignore[import-untyped]  # re cannot stop a search; regex has a timeout
+from typing import TYPE_CHECKING, Any
 
 from agent.config.verify_config import AnswerCheck
 from agent.protocols.verification import CheckResult
+
+if TYPE_CHECKING:
+    import regex  # type: ignore[import-untyped]
 
 # A pattern from a dataset may backtrack exponentially ((a+)+$): the search is bounded in time
 # (the `regex` engine checks its timeout while it backtracks; `re` cannot be stopped) and in
@@ -63,11 +64,17 @@ def last_number(text: str) -> float | None:
 @functools.lru_cache(maxsize=256)
 def compiled(pattern: str) -> regex.Pattern[str]:
     """`pattern` compiled once per process (rows of a dataset often share one)."""
+    # Imported here: ~50 ms a process, and only rows with a regex check need it. re cannot
+    # stop a search; regex has a timeout.
+    import regex
+
     return regex.compile(pattern)
 
 
 def regex_problem(pattern: str) -> str | None:
     """Why `pattern` is no valid regex (the row's error), or None."""
+    import regex  # compiled() imports it first; this one is a lookup
+
     try:
         compiled(pattern)
     except regex.error as exc:
