@@ -32,7 +32,8 @@ from typing import Any
 # What the fork server imports for every worker: the script run (multiprocessing's default),
 # the worker with what it imports (the SDK, the loop, the tools), and what it imports when it
 # starts (its event loop's package: one the server cannot import is skipped, as uvloop may be;
-# the host sandbox backends, the default's and `local`'s). First `agent.batch.ctrl_c_ignored`,
+# the host sandbox backends, the default's and `local`'s; the codec the first connect encodes
+# its host name with, ~10 ms in each worker otherwise). First `agent.batch.ctrl_c_ignored`,
 # then `agent.batch.server_path` (see `_package_on_path`), then `agent.batch.undumpable`: the
 # server, and so every worker it forks, is non-dumpable. The imports run without cyclic
 # collection (`agent.batch.collector_paused`, then `collector_resumed`: the run's first request
@@ -48,6 +49,7 @@ PRELOAD = (
     "uvloop",
     "agent.sandboxes.bwrap",
     "agent.sandboxes.local",
+    "encodings.idna",
     "agent.batch.collector_resumed",
 )
 
