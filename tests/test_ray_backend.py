@@ -150,6 +150,30 @@ def test_the_rate_limit_hub_lives_on_the_head_and_comes_back_if_its_process_dies
     assert trajectory_prompts(cli.run_dir("hub")) == Counter(prompts)
 
 
+def test_a_killed_worker_actor_is_replaced_and_its_missing_counters_are_said(
+    tmp_path: Path, ray_cluster: RayCluster
+) -> None:
+    """The endpoint counters a killed actor had not reported yet are gone: the summary and
+    statistics.json said the counts were whole (`rate_limiting.partial` false) on this backend."""
+    prompts = [f"killed {i}" for i in range(120)]
+    with SimulatedEndpoint(latency=0.3) as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        dataset = prompts_dataset(tmp_path / "d.jsonl", prompts)
+        runner = cli.start(
+            f"--dataset_file={dataset}", "--batch_size=20", "--run_name=killed", "--max_inflight=8",
+            *ray_args(ray_cluster),
+        )  # fmt: skip
+        wait_for_lines(cli.run_dir("killed"), 10, runner, timeout=240)
+        os.kill(next(iter(ray_cluster.actor_processes("WorkerActor"))), signal.SIGKILL)
+        assert runner.wait(timeout=240) == 0, (tmp_path / "runner.err").read_text()[-3000:]
+    err = (tmp_path / "runner.err").read_text()
+    assert re.search(r"worker actor \d+ \(node [^)]*\) lost: ", err), err[-3000:]
+    assert trajectory_prompts(cli.run_dir("killed")) == Counter(prompts)
+    stats = json.loads((cli.run_dir("killed") / "statistics.json").read_text())
+    assert stats["rate_limiting"]["partial"] is True
+    assert "partial: a worker died before reporting its counters" in " ".join(err.split())
+
+
 def test_a_node_lost_mid_run_reruns_its_prompts_elsewhere(tmp_path: Path, ray_cluster: RayCluster) -> None:
     """It takes a node away (the fixture puts one back for the next test)."""
     prompts = [f"lost {i}" for i in range(240)]

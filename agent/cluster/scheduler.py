@@ -238,6 +238,7 @@ class RayScheduler:
     def _lose(self, member: Member, line: JobLine, exc: Exception) -> None:
         """An actor died (its node lost): what it held runs again on another actor."""
         member.exited = True
+        self.tally.dead_workers.add(member.id)  # the endpoint counters it had not reported are gone
         jobs = list(member.assigned.values())
         member.assigned.clear()
         running = {job.key: job.index for job in jobs if self.tally.running.pop(job.key, None) is not None}
