@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,24 @@ def test_max_inflight_holds_at_the_endpoint_over_more_ray_actors_than_slots(
     assert stats.peak_inflight <= 2, stats
 
 
+def _kill_mid_run(
+    tmp_path: Path, ray_cluster: RayCluster, name: str, prompts: list[str], victim: Callable[[], int]
+) -> BatchCLI:
+    """A run of `prompts` whose `victim()` process is killed (SIGKILL) once its first results
+    are written; it must still exit 0."""
+    with SimulatedEndpoint(latency=0.3) as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        dataset = prompts_dataset(tmp_path / "d.jsonl", prompts)
+        runner = cli.start(
+            f"--dataset_file={dataset}", "--batch_size=20", f"--run_name={name}", "--max_inflight=6",
+            *ray_args(ray_cluster),
+        )  # fmt: skip
+        wait_for_lines(cli.run_dir(name), 5, runner, timeout=240)  # actors start slowly under load
+        os.kill(victim(), signal.SIGKILL)
+        assert runner.wait(timeout=240) == 0, (tmp_path / "runner.err").read_text()[-3000:]
+    return cli
+
+
 def test_the_rate_limit_hub_lives_on_the_head_and_comes_back_if_its_process_dies(
     tmp_path: Path, ray_cluster: RayCluster
 ) -> None:
@@ -135,18 +154,13 @@ def test_the_rate_limit_hub_lives_on_the_head_and_comes_back_if_its_process_dies
     model call waiting for it: the run hung. On the head it goes only with the cluster, and
     Ray restarts it when its process dies; calls wait meanwhile, then go on."""
     prompts = [f"hub {i}" for i in range(30)]
-    with SimulatedEndpoint(latency=0.3) as endpoint:
-        cli = BatchCLI(tmp_path, endpoint)
-        dataset = prompts_dataset(tmp_path / "d.jsonl", prompts)
-        runner = cli.start(
-            f"--dataset_file={dataset}", "--batch_size=20", "--run_name=hub", "--max_inflight=6",
-            *ray_args(ray_cluster),
-        )  # fmt: skip
-        wait_for_lines(cli.run_dir("hub"), 5, runner, timeout=240)  # actors start slowly under load
+
+    def head_hub() -> int:
         hubs = ray_cluster.actor_processes("HubActor")
         assert list(hubs.values()) == [ray_cluster.cluster.head_node.node_id]
-        os.kill(next(iter(hubs)), signal.SIGKILL)
-        assert runner.wait(timeout=180) == 0, (tmp_path / "runner.err").read_text()[-3000:]
+        return next(iter(hubs))
+
+    cli = _kill_mid_run(tmp_path, ray_cluster, "hub", prompts, head_hub)
     assert trajectory_prompts(cli.run_dir("hub")) == Counter(prompts)
 
 
@@ -156,16 +170,8 @@ def test_a_killed_worker_actor_is_replaced_and_its_missing_counters_are_said(
     """The endpoint counters a killed actor had not reported yet are gone: the summary and
     statistics.json said the counts were whole (`rate_limiting.partial` false) on this backend."""
     prompts = [f"killed {i}" for i in range(120)]
-    with SimulatedEndpoint(latency=0.3) as endpoint:
-        cli = BatchCLI(tmp_path, endpoint)
-        dataset = prompts_dataset(tmp_path / "d.jsonl", prompts)
-        runner = cli.start(
-            f"--dataset_file={dataset}", "--batch_size=20", "--run_name=killed", "--max_inflight=8",
-            *ray_args(ray_cluster),
-        )  # fmt: skip
-        wait_for_lines(cli.run_dir("killed"), 10, runner, timeout=240)
-        os.kill(next(iter(ray_cluster.actor_processes("WorkerActor"))), signal.SIGKILL)
-        assert runner.wait(timeout=240) == 0, (tmp_path / "runner.err").read_text()[-3000:]
+    actors = ray_cluster.actor_processes
+    cli = _kill_mid_run(tmp_path, ray_cluster, "killed", prompts, lambda: next(iter(actors("WorkerActor"))))
     err = (tmp_path / "runner.err").read_text()
     assert re.search(r"worker actor \d+ \(node [^)]*\) lost: ", err), err[-3000:]
     assert trajectory_prompts(cli.run_dir("killed")) == Counter(prompts)
