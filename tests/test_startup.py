@@ -86,7 +86,7 @@ def test_a_local_run_imports_the_sdk_once_and_no_heavy_extra(tmp_path: Path) -> 
     assert not imports[proc.pid] & set(SDK), "the runner's own process imported the SDK"
     for pid, packages in imports.items():
         assert not packages & set(HEAVY), (pid, sorted(packages & set(HEAVY)))
-        assert "regex" not in packages, pid  # only a row's regex check needs it (~50 ms)
+        assert "regex" not in packages, pid  # only a row's regex check needs it (~15 ms)
     # the fork server imported it; the two workers forked from it did not import it again
     assert len([pid for pid, packages in imports.items() if "openai" in packages]) == 1
 

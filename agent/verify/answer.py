@@ -64,7 +64,7 @@ def last_number(text: str) -> float | None:
 @functools.lru_cache(maxsize=256)
 def compiled(pattern: str) -> regex.Pattern[str]:
     """`pattern` compiled once per process (rows of a dataset often share one)."""
-    # Imported here: ~50 ms a process, and only rows with a regex check need it. re cannot
+    # Imported here: ~15 ms a process, and only rows with a regex check need it. re cannot
     # stop a search; regex has a timeout.
     import regex
 
