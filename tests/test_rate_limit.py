@@ -41,10 +41,6 @@ async def once(limiter: AdaptiveLimiter, outcome: str, retry_after: float | None
             ticket.failed(outcome, retry_after)
 
 
-def limits(limiter: AdaptiveLimiter) -> list[float]:
-    return [limit for _, limit in limiter.stats.history]
-
-
 # ---------------------------------------------------------------- AIMD
 
 
@@ -65,7 +61,7 @@ def test_a_burst_of_429s_cuts_the_limit_once_per_window() -> None:
         for _ in range(4):
             await once(limiter, "rate_limit")
         assert limiter.limit == limiter.minimum == 1
-        assert limits(limiter)[:5] == [16, 8, 4, 2, 1]
+        assert (limiter.stats.run_limit_low, limiter.stats.run_limit_high) == (1, 16)
         assert limiter.stats.rate_limited == 21
 
 
@@ -121,7 +117,7 @@ def test_successes_grow_the_limit_back_additively_up_to_the_maximum() -> None:
         for _ in range(100):
             await once(limiter, "ok")
         assert limiter.limit == 4  # capped
-        assert [int(limit) for limit in limits(limiter)] == [2, 3, 4]
+        assert (limiter.stats.run_limit_low, limiter.stats.run_limit_high) == (2, 4)
 
     run(go)
 
@@ -268,7 +264,7 @@ def test_the_client_reports_a_429_burst_and_the_limiter_cuts_once(
         sim_endpoint.script(prompt, [Turn(fault=limited), Turn(content=f"answer {prompt}")])
     limiter = _complete_all(sim_endpoint, {"maximum": 10}, prompts)
     assert (limiter.stats.rate_limited, limiter.stats.calls, limiter.generation) == (10, 20, 1)
-    assert min(limits(limiter)) == 5  # ten 429s from one window: halved once
+    assert limiter.stats.run_limit_low == 5  # ten 429s from one window: halved once
     assert limiter.limit > 5  # and the ten successful retries grew it back a little
     assert len(sim_endpoint.requests) == 20 and sim_endpoint.stats.faults == {"429": 10}
 

@@ -178,6 +178,10 @@ def test_a_killed_worker_actor_is_replaced_and_its_missing_counters_are_said(
     stats = json.loads((cli.run_dir("killed") / "statistics.json").read_text())
     assert stats["rate_limiting"]["partial"] is True
     assert "partial: a worker died before reporting its counters" in " ".join(err.split())
+    # the run's limit, as the hub actor held it (no 429 here): the workers' shares summed
+    # stepped down as the lost actor's went missing, each on its own worker's clock
+    [(at, limit)] = stats["rate_limiting"]["limit_history"]
+    assert limit == 6.0 and 0 <= at < stats["duration_seconds"]
 
 
 def test_a_node_lost_mid_run_reruns_its_prompts_elsewhere(tmp_path: Path, ray_cluster: RayCluster) -> None:

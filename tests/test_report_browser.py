@@ -121,7 +121,14 @@ def test_a_real_run_shows_tokens_and_load_in_progress_and_records_a_timeline(run
     # the run's own limit, lowest and highest (two workers share it: their shares go to 0 when
     # idle, which the summary's range must not show as the limit)
     low, high = run.statistics["rate_limiting"]["run_limit"]
-    assert 1 <= low <= high <= read_json(run.run_dir / "run_config.json")["max_inflight"]
+    maximum = read_json(run.run_dir / "run_config.json")["max_inflight"]
+    assert 1 <= low <= high <= maximum
+    # the limit's history is the hub's, on the run's clock: not the workers' shares summed (0
+    # while idle), each on a clock of its own that starts when its worker does
+    history = run.statistics["rate_limiting"]["limit_history"]
+    times, limits = [t for t, _ in history], [limit for _, limit in history]
+    assert history[0][1] == maximum == max(limits) and 1 <= min(limits) <= low
+    assert times == sorted(times) and times[0] >= 0 and times[-1] <= run.statistics["duration_seconds"]
     assert f"in-flight limit {low:g}–{high:g}\n" in run.result.stderr, run.result.stderr
     assert run.result.stderr.rstrip().endswith(
         "Not done: 1 failed of 24 prompts. Next: rerun with --resume to run them."

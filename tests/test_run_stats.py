@@ -12,7 +12,7 @@ from rich.console import Console
 
 from agent.cli.flags import BY_NAME
 from agent.errors import FAILURE_ADVICE, FailureClass
-from agent.store.statistics import HISTORY_POINTS, RunStatistics, has_reasoning, merge_histories
+from agent.store.statistics import HISTORY_POINTS, RunStatistics, has_reasoning, limit_curve
 from agent.store.summary_view import render_statistics
 from agent.store.tool_counts import add_tool_stats
 
@@ -172,36 +172,36 @@ def test_discards_and_failures_per_class() -> None:
     assert document(RunStatistics())["discarded_no_reasoning"] == 0
 
 
-def test_limiter_counts_sum_and_histories_add_as_step_functions() -> None:
+def test_limiter_counts_sum_and_the_limit_history_is_the_runs() -> None:
     stats = RunStatistics()
-    stats.add_limiter({"rate_limited": 3, "server_errors": 1, "calls": 50, "peak_inflight": 10,
-                       "history": [(0.0, 32.0), (1.5, 16.0), (3.0, 17.0)]})  # fmt: skip
-    stats.add_limiter({"rate_limited": 1, "timeouts": 2, "calls": 40, "peak_inflight": 9,
-                       "history": [[0.0, 32.0], [2.0, 16.0]]})  # fmt: skip
+    stats.add_limiter({"rate_limited": 3, "server_errors": 1, "calls": 50, "peak_inflight": 10})
+    stats.add_limiter({"rate_limited": 1, "timeouts": 2, "calls": 40, "peak_inflight": 9})
+    stats.limit_history = limit_curve([(100.25, 64.0), (101.5, 32.0)], origin=100.0)
     limiting = document(stats)["rate_limiting"]
     assert limiting["rate_limited"] == 4 and limiting["server_errors"] == 1 and limiting["timeouts"] == 2
     assert limiting["calls"] == 90 and limiting["peak_inflight"] == 19 and limiting["workers"] == 2
-    assert limiting["limit_history"] == [[0.0, 64.0], [1.5, 48.0], [2.0, 32.0], [3.0, 33.0]]
+    assert limiting["limit_history"] == [[0.25, 64.0], [1.5, 32.0]]
 
 
 def test_a_workers_later_snapshot_replaces_its_earlier_one() -> None:
     stats = RunStatistics()
-    stats.add_limiter({"calls": 5, "history": [[0, 8]]}, worker=1)
-    stats.add_limiter({"calls": 9, "history": [[0, 8], [1, 4]]}, worker=1)
-    stats.add_limiter({"calls": 1, "history": [[0, 8]]}, worker=2)
+    stats.add_limiter({"calls": 5, "peak_inflight": 4}, worker=1)
+    stats.add_limiter({"calls": 9, "peak_inflight": 3}, worker=1)
+    stats.add_limiter({"calls": 1, "peak_inflight": 1}, worker=2)
     limiting = document(stats)["rate_limiting"]
-    assert limiting["calls"] == 10 and limiting["workers"] == 2
-    assert limiting["limit_history"][-1] == [1.0, 12.0]
+    assert limiting["calls"] == 10 and limiting["workers"] == 2 and limiting["peak_inflight"] == 4
 
 
-def test_limit_history_is_thinned_evenly_keeping_both_ends() -> None:
-    histories = [[(i * 0.1, float(i % 7 + 1)) for i in range(2000)] for _ in range(3)]
-    merged = merge_histories(histories)
-    assert len(merged) == HISTORY_POINTS
-    assert merged[0] == [0.0, 3.0] and merged[-1] == [199.9, 3.0 * (1999 % 7 + 1)]
-    times = [t for t, _ in merged]
+def test_the_limit_curve_is_on_the_runs_clock_and_thinned_evenly_keeping_both_ends() -> None:
+    points = [(50.0 + i * 0.1, float(i % 7 + 1)) for i in range(2000)]
+    curve = limit_curve(points, origin=50.5)
+    assert len(curve) == HISTORY_POINTS
+    # the points before the origin: at 0, the last of them held
+    assert curve[0] == [0.0, 6.0] and curve[-1] == [199.4, float(1999 % 7 + 1)]
+    times = [t for t, _ in curve]
     assert times == sorted(times) and len(set(times)) == len(times)
-    assert merge_histories([]) == []
+    assert limit_curve([], origin=0.0) == []
+    assert limit_curve([(1.0, 8.0), (1.0001, 4.0), (2.0, 5.0)], origin=0.0) == [[1.0, 4.0], [2.0, 5.0]]
 
 
 def test_document_has_reference_fields_and_is_json() -> None:
@@ -239,7 +239,8 @@ def test_summary_lists_discards_failures_with_resume_hint_and_throttling() -> No
     stats.add_discard("no_reasoning")
     stats.add_failure("rate_limit")
     stats.add_failure("sandbox")
-    stats.add_limiter({"rate_limited": 7, "calls": 70, "peak_inflight": 32, "history": [[0, 32], [1, 16]]})
+    stats.add_limiter({"rate_limited": 7, "calls": 70, "peak_inflight": 32})
+    stats.limit_history = [[0, 32], [1, 16]]
     text = rendered(json.loads(json.dumps(document(stats))))  # also renders a loaded statistics.json
     assert "Discarded this run: no_reasoning 1" in text
     assert "Failed this run: rate_limit 1 · sandbox 1" in text
@@ -253,10 +254,9 @@ def test_summary_lists_discards_failures_with_resume_hint_and_throttling() -> No
 
 def test_the_summary_shows_the_runs_own_limit_not_the_workers_idle_shares() -> None:
     stats = RunStatistics()  # two workers under a hub: shares 0 while idle, the run's limit 24-64
-    idle = [[0, 0], [1, 32], [9, 0]]
-    stats.add_limiter({"calls": 9, "history": idle, "run_limit_low": 24, "run_limit_high": 64})
-    stats.add_limiter({"calls": 9, "history": idle[:2], "run_limit_low": 32, "run_limit_high": 48})
-    stats.add_limiter({"calls": 0, "history": [], "run_limit_low": 0, "run_limit_high": 0})  # never granted
+    stats.add_limiter({"calls": 9, "run_limit_low": 24, "run_limit_high": 64})
+    stats.add_limiter({"calls": 9, "run_limit_low": 32, "run_limit_high": 48})
+    stats.add_limiter({"calls": 0, "run_limit_low": 0, "run_limit_high": 0})  # never granted
     doc = json.loads(json.dumps(document(stats)))
     assert doc["rate_limiting"]["run_limit"] == [24.0, 64.0]
     text = rendered(doc)

@@ -35,6 +35,22 @@ def test_a_burst_seen_by_one_member_cuts_and_pauses_everyone_once() -> None:
     assert late.limit == 32 and late.generation == 1 and late.share == 16 and late.pause > 1.9
 
 
+def test_the_hub_keeps_the_runs_limit_at_each_change_dated_from_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = itertools.count(1000.0, 0.5)
+    monkeypatch.setattr(shared_limit.time, "monotonic", lambda: next(clock))
+    hub = LimitHub(8)  # 1000.0: the maximum
+    hub.exchange(Report("a", demand=8))  # 1000.5: no change, no point
+    hub.exchange(Report("b", demand=8, burst_generation=0))  # 1001.0: cut to 4
+    hub.exchange(Report("a", demand=8, successes=8))  # 1001.5: grown back past 5
+    assert 5.0 < hub.limit < 6.0
+    assert hub.limit_history() == [(2.0, 8.0), (1.0, 4.0), (0.5, round(hub.limit, 2))]  # read at 1002.0
+    assert shared_limit.dated([(2.0, 8.0)]) == [(1000.5, 8.0)]  # on this clock, read at 1002.5
+    for _ in range(3 * shared_limit.HISTORY_LIMIT):  # a long run: bounded, the first point kept
+        hub.exchange(Report("b", demand=8, burst_generation=hub.generation))
+        hub.exchange(Report("a", demand=8, successes=1))
+    assert len(hub.history) <= shared_limit.HISTORY_LIMIT and hub.history[0] == (1000.0, 8.0)
+
+
 def test_the_limit_is_split_by_demand_not_evenly() -> None:
     hub = LimitHub(64)
     hub.limit = 32.0

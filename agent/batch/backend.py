@@ -40,6 +40,9 @@ class Tally:
     stopped_by: str | None = None  # why scheduling ended early: "max_cost", "crash_loop", "worker_lost",
     # "dataset_changed"
     losses: LossBook | None = None  # workers lost and replaced
+    # The run's in-flight limit at each change, on this process's monotonic clock (the hub's,
+    # read as scheduling ends): not the workers' own, whose clocks start when each does.
+    limit_history: list[tuple[float, float]] = field(default_factory=list)
 
 
 Backend = RunBackend[Job, Tally]

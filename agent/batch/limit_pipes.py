@@ -12,7 +12,7 @@ import threading
 from multiprocessing.connection import Connection, wait
 
 from agent.config.run_config import RunConfig
-from agent.llm.shared_limit import Grant, LimitHub, Report
+from agent.llm.shared_limit import Grant, LimitHub, Report, dated
 
 
 def hub_of(config: RunConfig) -> LimitHub:
@@ -41,13 +41,15 @@ class HubServer:
         with self._lock:
             self._joining.append(conn)
 
-    def stop(self) -> None:
+    def stop(self) -> list[tuple[float, float]]:
+        """Stop serving; the limit's history (`LimitHub.limit_history`, on our clock)."""
         self._stop.set()
         self._thread.join(timeout=5)
         with self._lock:
             self.conns += self._joining
         for conn in self.conns:
             conn.close()
+        return dated(self.hub.limit_history())
 
     def _serve(self) -> None:
         while not self._stop.is_set():

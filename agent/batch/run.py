@@ -43,7 +43,7 @@ from agent.sandboxes import reap_stale
 from agent.store.directory import RunDirectory
 from agent.store.numbering import Numbering
 from agent.store.run_history import with_history
-from agent.store.statistics import render_statistics
+from agent.store.statistics import limit_curve, render_statistics
 from agent.store.summary_view import render_next_steps
 from agent.store.timeline import Timeline
 from agent.store.token_merge import token_capture
@@ -268,6 +268,7 @@ class BatchRun:
             "keep": self.kept.section(self.config.verify.keep) if merged_keys is not None else None,
             "current_discards": report.current_discards(merged=merged_keys is not None),
         }
+        self.tally.stats.limit_history = limit_curve(ended.limit_history if ended else [], started)
         stats = self.tally.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
         stats["rate_limiting"]["partial"] = bool(ended is not None and ended.dead_workers)
         stats = with_history(stats, self.previous, ran=ran)

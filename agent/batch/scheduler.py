@@ -97,7 +97,7 @@ class Scheduler:
     def shutdown(self) -> None:
         for member in self.members:  # past STOP_GRACE: killed
             member.reap()
-        self.hub.stop()
+        self.tally.limit_history = self.hub.stop()
 
     def _loop(self, deadline: float | None) -> None:
         """Send jobs and handle events until every worker has exited (or `deadline` passes)."""

@@ -19,10 +19,11 @@ from agent.batch.jobs import Job
 from agent.common.redaction import install, redact_streams
 from agent.common.secrets import set_not_dumpable
 from agent.config.run_config import RunConfig
-from agent.llm.shared_limit import Grant, LimitHub, Report
+from agent.llm.shared_limit import Grant, LimitHub, Report, dated
 from agent.sandboxes import reap_stale
 
 LINGER = 0.02  # seconds a poll waits after the first event, so events travel in batches
+HISTORY_TIMEOUT = 10.0  # seconds the hub actor gets to hand over the limit's history at the end
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +162,25 @@ class HubActor:
     def exchange(self, report: Report) -> Grant:
         return self.hub.exchange(report)
 
+    def limit_history(self) -> list[tuple[float, float]]:
+        """`LimitHub.limit_history`: since this actor started (Ray restarts it if it dies)."""
+        return self.hub.limit_history()
+
     def leave(self, member: str) -> None:
         """A worker actor was lost: its slots are free at once (its replacement has a new name)."""
         self.hub.leave(member)
+
+
+def limit_history_of(ray: Any, hub: Any) -> list[tuple[float, float]]:
+    """The hub actor's history of the run's limit (`LimitHub.limit_history`) on our clock;
+    none where there is no hub (the cluster never started) or it does not answer."""
+    if hub is None:
+        return []
+    try:
+        return dated(ray.get(hub.limit_history.remote(), timeout=HISTORY_TIMEOUT))
+    except ray.exceptions.RayError as exc:
+        log.warning("the run's limit history is left out: the hub actor did not give it (%s)", exc)
+        return []
 
 
 class RayLink:

@@ -26,7 +26,7 @@ from agent.batch.jobs import Job
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
 from agent.batch.worker import hub_member
 from agent.cluster import probe, require_ray
-from agent.cluster.actor import HubActor, WorkerActor, hub_options
+from agent.cluster.actor import HubActor, WorkerActor, hub_options, limit_history_of
 from agent.cluster.members import JobLine, Member
 from agent.common.stop_signals import raise_dropped_stop
 from agent.config.run_config import RunConfig
@@ -281,6 +281,7 @@ class RayScheduler:
         for member in self.members.values():
             with contextlib.suppress(Exception):  # already dead: nothing to kill
                 self.ray.kill(member.actor)
+        self.tally.limit_history = limit_history_of(self.ray, getattr(self, "hub", None))
         with contextlib.suppress(Exception):
             self.ray.kill(self.hub)
         self.ray.shutdown()

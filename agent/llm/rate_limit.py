@@ -28,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from agent.errors import FailureClass, ModelAPIError
 from agent.llm.hub_sync import HubSync
@@ -40,7 +40,6 @@ DECREASE = 0.5
 BURST_WEIGHT = 0.1  # weight of the latest call in the moving share of 429s (memory ~10 calls)
 BURST_SHARE = 0.6  # a burst: 9+ consecutive 429s; random 20 % throttling crosses it on ~0.01 % of calls
 SENT_WINDOW = 32  # calls sent up to a 429'd one, of which BURST_SHARE must have been answered 429
-HISTORY_LIMIT = 2000
 
 
 @dataclass
@@ -71,9 +70,8 @@ class LimiterStats:
     connection_errors: int = 0
     calls: int = 0
     peak_inflight: int = 0
-    history: list[tuple[float, float]] = field(default_factory=list)  # (seconds since start, limit)
     # The run's own limit, lowest and highest seen (0: none yet): under a hub its limit (each
-    # grant carries it), while `history` follows this process's share of it, 0 while idle.
+    # grant carries it), not this process's share of it (0 while idle). The hub keeps its history.
     run_limit_low: float = 0.0
     run_limit_high: float = 0.0
 
@@ -111,7 +109,6 @@ class AdaptiveLimiter:
         self.limited_share = 0.0  # moving share of recent calls answered 429
         self.rpm, self.tpm = rpm, tpm
         self.stats = LimiterStats()
-        self._start = time.monotonic()
         self._next_start = 0.0
         self.prices = prices
         self.window = TokenWindow(tpm) if tpm and hub is None else None
@@ -128,13 +125,9 @@ class AdaptiveLimiter:
         self._note()
 
     def _note(self) -> None:
+        """The limit changed: without a hub it is the run's (a grant says the run's otherwise)."""
         if self.sync is None:  # no hub: this limit is the run's
             self.stats.saw_run_limit(round(self.limit, 2))
-        if self.stats.history and self.stats.history[-1][1] == round(self.limit, 2):
-            return  # a grant that changed nothing
-        self.stats.history.append((round(time.monotonic() - self._start, 3), round(self.limit, 2)))
-        if len(self.stats.history) > HISTORY_LIMIT:
-            del self.stats.history[1 : len(self.stats.history) // 2 : 2]  # thin the older half
 
     def _wake(self) -> None:
         self._changed.set()

@@ -28,6 +28,10 @@ process keeps after a burst, and how long the tokens-per-minute budget is spent 
   holder has heard of the next one), so with more processes than slots some hold none and
   wait; one that waited past `TURN` gets the next slot that frees.
 
+The hub also keeps the limit's history (each change, bounded), which `statistics.json` and the
+report plot: the workers' own views are shares of it, 0 while idle, on clocks that start when
+each worker does, and a lost worker's never arrives.
+
 Times cross as seconds from now, never as clock readings: nodes' clocks differ.
 """
 
@@ -51,6 +55,7 @@ LAPSE = 65.0
 # before the slots left over by the even split go to it first: a holder yields after its call
 # in flight, so every member gets a turn. Not 0: each hand-over idles a slot for an exchange.
 TURN = 1.0
+HISTORY_LIMIT = 2000  # changes of the limit kept; past it, every other one of the older half goes
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,8 @@ class LimitHub:
         self.departures = 0
         self.spent = 0.0
         self.cuts = 0
+        self.history: list[tuple[float, float]] = []  # (monotonic clock, limit) at each change
+        self._note(time.monotonic())
 
     @property
     def budget_reached(self) -> bool:
@@ -130,6 +137,7 @@ class LimitHub:
         self.seen[report.member] = now
         self.inflight[report.member] = report.inflight
         self._account(report, now)
+        self._note(now)
         self.previous[report.member] = self.granted.get(report.member, 0)
         share = self.granted[report.member] = self._share(report.member, now)
         if report.demand > 0 and share == 0:
@@ -146,6 +154,20 @@ class LimitHub:
             spent=self.spent,
             budget_reached=self.budget_reached,
         )
+
+    def limit_history(self) -> list[tuple[float, float]]:
+        """The run's limit at each change, as (seconds before now, limit): the only clock
+        reading that means the same on another node."""
+        now = time.monotonic()
+        return [(now - at, limit) for at, limit in self.history]
+
+    def _note(self, now: float) -> None:
+        limit = round(self.limit, 2)  # to 2 decimals: each success moves it by 1/limit
+        if self.history and self.history[-1][1] == limit:
+            return
+        self.history.append((now, limit))
+        if len(self.history) > HISTORY_LIMIT:
+            del self.history[1 : len(self.history) // 2 : 2]
 
     def leave(self, member: str) -> None:
         """`member`'s process is gone (its pipe closed): its calls in flight went with it, so its
@@ -245,6 +267,12 @@ class LimitHub:
         if self.window is None:
             return 0.0
         return self.window.wait(now, sum(self.held.values()))
+
+
+def dated(ages: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """`LimitHub.limit_history`'s points on this process's monotonic clock."""
+    now = time.monotonic()
+    return [(now - age, limit) for age, limit in ages]
 
 
 def fair_split(total: int, wants: dict[str, int], first: list[str]) -> dict[str, int]:

@@ -83,7 +83,7 @@ def rate_limits(stats: Mapping[str, Any]) -> str | None:
     end = float(stats.get("duration_seconds") or 0.0)
     if history and end > history[-1][0]:
         history.append((end, history[-1][1]))  # the last limit held until the run ended
-    series = [Series("in-flight limit (all workers)", history, GREY, step=True)] if history else []
+    series = [Series("the run's in-flight limit", history, GREY, step=True)] if history else []
     columns = timeline_columns(stats)
     if len(columns.get("seconds", [])) >= 2:
         series.append(Series("429 per s", _rates(columns["seconds"], columns["rate_limited"]), RED))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +29,7 @@ from agent.store.summary_view import render_statistics
 from agent.store.tool_counts import add_tool_stats, other_tools, percent, tool_statistics
 from agent.store.verification_stats import VerificationTally
 
-__all__ = ["HISTORY_POINTS", "RunStatistics", "has_reasoning", "merge_histories", "render_statistics"]
+__all__ = ["HISTORY_POINTS", "RunStatistics", "has_reasoning", "limit_curve", "render_statistics"]
 
 HISTORY_POINTS = 500  # limit history kept in statistics.json, thinned evenly beyond this
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
@@ -46,28 +46,20 @@ def has_reasoning(value: str) -> bool:
     return any(block.strip() for block in _THINK.findall(value))
 
 
-def merge_histories(histories: Iterable[Sequence[Sequence[float]]]) -> list[list[float]]:
-    """The total in-flight limit over time: each worker's limit is a step function of its own
-    clock (every worker starts at 0), so the total at each change is the sum of the latest
-    limits; thinned evenly to `HISTORY_POINTS`, first and last point kept."""
-    events = sorted(
-        (float(point[0]), worker, float(point[1]))
-        for worker, history in enumerate(histories)
-        for point in history
-    )
-    current: dict[int, float] = {}
-    merged: list[list[float]] = []
-    for t, worker, limit in events:
-        current[worker] = limit
-        point = [round(t, 3), round(sum(current.values()), 2)]
-        if merged and merged[-1][0] == point[0]:
-            merged[-1] = point  # several workers changed at once: keep the settled total
+def limit_curve(points: Iterable[tuple[float, float]], origin: float) -> list[list[float]]:
+    """The run's in-flight limit over time (`Tally.limit_history`: monotonic clock readings)
+    as seconds since `origin`, thinned evenly to `HISTORY_POINTS`, first and last point kept."""
+    curve: list[list[float]] = []
+    for t, limit in points:
+        point = [round(max(0.0, t - origin), 3), float(limit)]
+        if curve and curve[-1][0] == point[0]:
+            curve[-1] = point  # changed twice within a millisecond: the later value held
         else:
-            merged.append(point)
-    if len(merged) <= HISTORY_POINTS:
-        return merged
-    last = len(merged) - 1
-    return [merged[round(i * last / (HISTORY_POINTS - 1))] for i in range(HISTORY_POINTS)]
+            curve.append(point)
+    if len(curve) <= HISTORY_POINTS:
+        return curve
+    last = len(curve) - 1
+    return [curve[round(i * last / (HISTORY_POINTS - 1))] for i in range(HISTORY_POINTS)]
 
 
 class RunStatistics:
@@ -84,6 +76,7 @@ class RunStatistics:
         self._discards = Counter[str]()
         self._failures = Counter[str]()
         self._limiters: dict[object, Mapping[str, Any]] = {}
+        self.limit_history: list[list[float]] = []  # the run's limit over time (`limit_curve`)
         self._run_cost = Spend()  # this invocation
 
     def reset_output(self) -> None:
@@ -227,7 +220,7 @@ class RunStatistics:
         limiters = list(self._limiters.values())
         totals: dict[str, Any] = {key: sum(json_int(s.get(key)) for s in limiters) for key in _LIMITER_COUNTS}
         totals["workers"] = len(limiters)
-        totals["limit_history"] = merge_histories(s.get("history") or [] for s in limiters)
+        totals["limit_history"] = self.limit_history
         totals["run_limit"] = limit_range([s.get("run_limit_low"), s.get("run_limit_high")] for s in limiters)
         return totals
 
