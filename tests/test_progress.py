@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from agent.batch.events import LimiterPulse
+from agent.batch.events import LimiterPulse, WorkerLost
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import Load, RateWindow, RunProgress
 from agent.batch.pulse import send_pulses
@@ -212,6 +212,29 @@ def test_monitor_sums_the_workers_pulses_and_records_the_timeline() -> None:
         "server_errors": 1,
     }
     assert points[2]["rate_limited"] == 7 and points[2]["calls_in_flight"] == 0
+
+
+def test_a_lost_workers_load_leaves_the_sums_and_its_counts_stay() -> None:
+    # A lost Ray actor's last pulse stayed in the sums to the end (its replacement has a new
+    # number); a local replacement reuses the number, and its counts start again from 0.
+    clock = FakeClock()
+    progress = RunProgress(10, console=console(terminal=False), clock=clock)
+    timeline = Timeline()
+    monitor = RunMonitor(progress, timeline, run_config(num_workers=2, max_inflight=64), clock=clock)
+    monitor.pulse(LimiterPulse(0, limit=32.0, calls_in_flight=5, rate_limited=3, server_errors=1))
+    monitor.pulse(LimiterPulse(1, limit=32.0, calls_in_flight=7, rate_limited=2, server_errors=2))
+    monitor.show(WorkerLost(1), None)
+    monitor.pulse(LimiterPulse(0, limit=64.0, calls_in_flight=6, rate_limited=3, server_errors=1))
+    clock.now += 1.0
+    monitor.tick(conversations=6)
+    assert progress.load.calls == 6
+    monitor.pulse(LimiterPulse(1, limit=16.0, calls_in_flight=1, rate_limited=0, server_errors=0))
+    monitor.pulse(LimiterPulse(0, limit=48.0, calls_in_flight=6, rate_limited=3, server_errors=1))
+    clock.now += 1.0
+    monitor.tick(conversations=7)
+    point = dict(zip(COLUMNS, timeline.points[-1], strict=True))
+    assert (point["calls_in_flight"], point["limit"]) == (7, 64.0)
+    assert (point["rate_limited"], point["server_errors"]) == (5, 3)  # none went back down
 
 
 def test_a_worker_pulses_at_once_then_only_when_its_load_changes() -> None:

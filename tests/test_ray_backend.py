@@ -182,6 +182,9 @@ def test_a_killed_worker_actor_is_replaced_and_its_missing_counters_are_said(
     # stepped down as the lost actor's went missing, each on its own worker's clock
     [(at, limit)] = stats["rate_limiting"]["limit_history"]
     assert limit == 6.0 and 0 <= at < stats["duration_seconds"]
+    # the lost actor's last load left the live sums (its replacement has a new number)
+    calls = stats["timeline"]["columns"].index("calls_in_flight")
+    assert max(point[calls] for point in stats["timeline"]["points"]) <= 6
 
 
 def test_a_node_lost_mid_run_reruns_its_prompts_elsewhere(tmp_path: Path, ray_cluster: RayCluster) -> None:

@@ -144,6 +144,14 @@ class WorkerExit:
     worker: int
 
 
+@dataclass(frozen=True)
+class WorkerLost:
+    """Said by the scheduler, not the worker: it died without a goodbye. Its last load went
+    with it; a replacement may report under the same number, its counts starting at 0."""
+
+    worker: int
+
+
 Answer = Finished | Discarded | Failed  # a job's outcome, written to the run directory
-Notice = Started | Cancelled | LimiterReport | LimiterPulse | WorkerReady | WorkerExit
+Notice = Started | Cancelled | LimiterReport | LimiterPulse | WorkerReady | WorkerExit | WorkerLost
 WorkerEvent = Answer | Notice

@@ -9,7 +9,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 
-from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent
+from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent, WorkerLost
 from agent.batch.progress import Load, RunProgress
 from agent.config.run_config import RunConfig
 from agent.store.timeline import Timeline
@@ -40,6 +40,7 @@ class RunMonitor:
         self._clock = clock
         self._start = clock()
         self._pulses: dict[int, LimiterPulse] = {}
+        self._gone = (0, 0)  # the 429s and 5xx that lost workers had reported (cumulative counts)
         self._finished = self._failed = 0
         self.tick(0)
 
@@ -47,6 +48,8 @@ class RunMonitor:
         """The live progress of one event: a worker's load, a failure's line, a prompt answered."""
         if isinstance(event, LimiterPulse):
             self.pulse(event)
+        if isinstance(event, WorkerLost):
+            self.lost(event.worker)
         if isinstance(event, Failed):
             self.progress.log(
                 f"prompt {event.prompt_index} failed ({event.error_class}): {event.message[:200]}"
@@ -62,6 +65,12 @@ class RunMonitor:
         self._finished += 1
         self._failed += outcome == "failed"
         self.progress.advance(outcome, usage_tokens(usage))
+
+    def lost(self, worker: int) -> None:
+        """A worker died: its calls in flight and its share are gone, its counts stay."""
+        last = self._pulses.pop(worker, None)
+        if last is not None:
+            self._gone = (self._gone[0] + last.rate_limited, self._gone[1] + last.server_errors)
 
     def finish(self) -> None:
         """The workers are gone: nothing is in flight; the timeline's last point."""
@@ -84,7 +93,7 @@ class RunMonitor:
                 load.conversations,
                 load.calls,
                 limit,
-                sum(p.rate_limited for p in pulses),
-                sum(p.server_errors for p in pulses),
+                self._gone[0] + sum(p.rate_limited for p in pulses),
+                self._gone[1] + sum(p.server_errors for p in pulses),
             )
         )

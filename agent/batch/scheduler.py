@@ -30,7 +30,7 @@ from multiprocessing.connection import wait
 from agent.batch.backend import BackendFactory, EventRoute, Tally
 from agent.batch.collection import space_collections
 from agent.batch.crew import Member, spawn
-from agent.batch.events import Failed, WorkerEvent
+from agent.batch.events import Failed, WorkerEvent, WorkerLost
 from agent.batch.fork_server import worker_context
 from agent.batch.jobs import Job
 from agent.batch.limit_pipes import HubServer, hub_of
@@ -166,6 +166,7 @@ class Scheduler:
         now = time.monotonic()
         running = member.running()
         self.tally.dead_workers.add(member.slot)
+        self.on_event(WorkerLost(member.slot))
         loss = Loss(now, member.slot, member.proc.pid, member.proc.exitcode, tuple(sorted(running.values())))
         exhausted = set(self.book.lose(loss, running))
         for key in running:

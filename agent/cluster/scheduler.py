@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agent.batch.backend import BackendFactory, EventRoute, Tally
-from agent.batch.events import Failed, WorkerEvent
+from agent.batch.events import Failed, WorkerEvent, WorkerLost
 from agent.batch.jobs import Job
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
 from agent.batch.worker import hub_member
@@ -239,6 +239,7 @@ class RayScheduler:
         """An actor died (its node lost): what it held runs again on another actor."""
         member.exited = True
         self.tally.dead_workers.add(member.id)  # the endpoint counters it had not reported are gone
+        self.on_event(WorkerLost(member.id))
         jobs = list(member.assigned.values())
         member.assigned.clear()
         running = {job.key: job.index for job in jobs if self.tally.running.pop(job.key, None) is not None}
