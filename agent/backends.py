@@ -36,6 +36,9 @@ class BackendEntry:
     # stopping it (an atexit handler, for a command that turns out not to run the backend)
     early: str = ""
     stop: str = ""
+    # "module:function" given the run's configuration before anything is written or shown: a
+    # ConfigError for what the backend cannot run with (a cluster address nothing answers at)
+    check: str = ""
 
 
 BACKENDS: dict[str, BackendEntry] = {
@@ -46,7 +49,9 @@ BACKENDS: dict[str, BackendEntry] = {
         early="agent.batch.fork_server:start_server",
         stop="agent.batch.fork_server:stop_server",
     ),
-    "ray": BackendEntry("agent.cluster.scheduler:BACKEND", "ray", "Ray", RAY_INSTALL),  # actors on a cluster
+    "ray": BackendEntry(  # actors on a cluster
+        "agent.cluster.scheduler:BACKEND", "ray", "Ray", RAY_INSTALL, check="agent.cluster:check_address"
+    ),
 }
 RUN_BACKENDS = tuple(BACKENDS)
 
@@ -86,6 +91,14 @@ def backend_factory(name: str) -> Any:
         raise ConfigError(why)
     module, _, attribute = BACKENDS[name].factory.partition(":")
     return getattr(importlib.import_module(module), attribute)
+
+
+def check_backend(name: str, config: Any) -> None:
+    """Backend `name`'s own check of the run's configuration (`BackendEntry.check`), if any."""
+    entry = BACKENDS.get(name)
+    if entry is not None and entry.check:
+        module, _, attribute = entry.check.partition(":")
+        getattr(importlib.import_module(module), attribute)(config)
 
 
 # Flags after which the command runs no prompt (nothing to warm up): --help, the distributions,

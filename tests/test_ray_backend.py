@@ -257,6 +257,8 @@ def test_an_address_where_no_cluster_answers_exits_2_at_once(tmp_path: Path) -> 
     assert done.returncode == 2, done
     assert "--ray_address=127.0.0.1:1: no Ray cluster answers there" in done.stderr
     assert time.monotonic() - started < 60  # Ray alone would retry for minutes
+    # said before anything: no progress line, no run directory (it came after both)
+    assert "progress:" not in done.stderr and not (tmp_path / "data" / "nocluster").exists()
 
 
 def test_a_lost_actor_is_said_lost_with_the_error_its_method_raised() -> None:

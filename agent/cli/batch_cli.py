@@ -12,6 +12,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from agent.backends import check_backend
 from agent.batch.capacity import raise_fd_limit
 from agent.batch.dataset import DatasetScan, check_readable
 from agent.cli.command_line import resolve_key
@@ -120,6 +121,7 @@ def check_ready(config: RunConfig) -> None:
         )
     _check_writable(config.run_dir)
     raise_fd_limit(config.inflight_per_worker, config.num_workers)  # before the run directory is made
+    check_backend(config.backend, config)
     check_publishable(config.export)
     run_dir = config.run_dir
     if not config.resume and run_dir.exists() and any(run_dir.glob("*.jsonl")):

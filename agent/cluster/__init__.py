@@ -14,6 +14,7 @@ import socket
 from types import ModuleType
 
 from agent.backends import RAY_INSTALL
+from agent.config.run_config import RunConfig
 from agent.errors import ConfigError
 
 # Ray's own extras that a batch run never uses: they cost CPU and open ports or the network.
@@ -37,6 +38,13 @@ def require_ray() -> ModuleType:
     except ImportError as exc:
         raise ConfigError(f"--backend=ray needs Ray, which is not installed ({exc}): {RAY_INSTALL}") from None
     return ray
+
+
+def check_address(config: RunConfig) -> None:
+    """Before the run writes or shows anything: `--ray_address` where no cluster answers is one
+    line (`auto` is Ray's to find, when the run joins)."""
+    if config.ray_address != "auto":
+        probe(config.ray_address)
 
 
 _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + empty SETTINGS
