@@ -184,6 +184,30 @@ def test_prompt_index_is_unique_and_kept_across_resumes_of_an_edited_dataset(
     assert read_json(run_dir / "checkpoint.json")["completed_prompts"] == list(range(13))  # no gap
 
 
+def test_entries_for_prompts_no_longer_in_the_dataset_are_kept_and_counted_apart(cli: BatchCLI) -> None:
+    # A line edited between runs: its new text runs, the old entry stays (paid for). The output
+    # then held 4 entries where the summary and statistics spoke of 3, and nothing said why.
+    dataset = cli.workdir / "prompts.jsonl"
+    prompts_dataset(dataset, ["alpha", "beta", "gamma"])
+    flags = (f"--dataset_file={dataset}", "--batch_size=2", "--run_name=edited")
+    assert cli.run(*flags).returncode == 0
+    prompts_dataset(dataset, ["alpha", "beta, edited", "gamma"])
+    done = cli.run(*flags, "--resume")
+    assert done.returncode == 0, done
+    run_dir = cli.run_dir("edited")
+    assert trajectory_prompts(run_dir) == Counter(["alpha", "beta", "beta, edited", "gamma"])
+    stats = read_json(run_dir / "statistics.json")
+    completion = stats["completion"]
+    assert (completion["in_output"], completion["outside_dataset"], stats["trajectories"]["entries"]) == (
+        3,
+        1,
+        4,
+    )
+    assert "also holds 1 entry, written earlier, for prompts not in the dataset as read now" in done.stderr
+    assert cli.run(*flags, "--resume", "--max_samples=1").returncode == 0  # past --max_samples: the same
+    assert read_json(run_dir / "statistics.json")["completion"]["outside_dataset"] == 3
+
+
 def test_a_resume_with_another_distribution_or_batch_size_is_refused_before_anything_runs(
     cli: BatchCLI, sim_endpoint: SimulatedEndpoint
 ) -> None:

@@ -45,6 +45,9 @@ class Completion:
     extra_samples: int = 0  # attempts on disk beyond --samples_per_prompt (written by a larger N)
     # --capture_tokens: merged entries naming token data their tokens_<batch>.jsonl does not hold
     missing_tokens: int | None = None
+    # merged entries for no row of the dataset as scanned now (a line edited or removed since
+    # they ran, a row past --max_samples; samples beyond --samples_per_prompt are `extra_samples`)
+    outside: int = 0
 
     @classmethod
     def of(
@@ -67,19 +70,20 @@ class Completion:
         merged_keys = (
             () if merged is None else merged.unplanned if isinstance(merged, PlannedKeys) else merged
         )
-        done.extra_samples = len(
-            {
-                key
-                for key in chain(stored.done, stored.discarded, merged_keys)
-                if SAMPLE_MARK in key and split_key(key)[1] >= n
-            }
-        )
+        extra = {
+            key
+            for key in chain(stored.done, stored.discarded, merged_keys)
+            if SAMPLE_MARK in key and split_key(key)[1] >= n
+        }
+        done.extra_samples = len(extra)
         units = (
             rows.units()
             if isinstance(rows, PlannedUnits)
             else ((r.key, r.index, r.sample_index) for r in rows)
         )
         done._split(units, stored, failed_keys, cancelled, _merged_test(merged, rows))
+        if merged is not None:  # each merged key is a unit of the rows, an extra sample, or neither
+            done.outside = len(merged) - done.in_output - sum(key in merged for key in extra)
         return done
 
     def _split(
@@ -156,7 +160,7 @@ class Completion:
             )
             if self.missing_tokens:
                 return self._tokens_lost()
-            return f"Done: all {valid} are in trajectories.jsonl or discarded.jsonl{extra}."
+            return f"Done: all {valid} are in trajectories.jsonl or discarded.jsonl{extra}.{self._outside()}"
         parts = [f"{self.failed} failed"] if self.failed else []
         if self.in_flight:
             parts.append(f"{len(self.in_flight)} interrupted in flight")
@@ -176,6 +180,15 @@ class Completion:
         next_step = f"--resume{higher}"
         return f"Not done: {counts} of {self._of_valid()}{why}. Next: rerun with {next_step} to run them."
 
+    def _outside(self) -> str:
+        if not self.outside:
+            return ""
+        entries = "1 entry" if self.outside == 1 else f"{self.outside} entries"
+        return (
+            f" trajectories.jsonl also holds {entries}, written earlier, for prompts not in the "
+            "dataset as read now (a line since edited or removed, or past --max_samples): kept."
+        )
+
     def _tokens_lost(self) -> str:
         """The line of a run whose output lacks token data it names (a sidecar lost or edited:
         --resume cannot make it again, the entries are done)."""
@@ -193,6 +206,7 @@ class Completion:
             "samples_per_prompt": self.samples_per_prompt,
             "valid_attempts": self.valid,  # the counts below count these (= prompts with one sample)
             "extra_samples": self.extra_samples,  # on disk beyond --samples_per_prompt, not counted below
+            "outside_dataset": self.outside,  # merged entries for no row of the dataset now
             "in_output": self.in_output,
             "discarded": self.discarded,
             "failed": self.failed,
