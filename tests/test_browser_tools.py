@@ -91,6 +91,25 @@ def test_navigate_snapshot_click_type_press_back_console_images(each_build: Buil
     each_build.worker.run(scenario())
 
 
+def test_a_page_that_asks_to_stay_is_left_when_the_model_navigates_away(browser_worker: Worker) -> None:
+    # Dismissed like the other dialogs, "Leave this page?" kept the model on the page for the
+    # rest of its conversation: every navigate ERR_ABORTED, back timed out.
+    async def scenario() -> None:
+        async with browsing(ALLOW_LOOPBACK, browser_worker.shared) as tools:
+            with serve_pages() as (base, _paths):
+                stay = await call(tools, "browser_navigate", url=base + "/stay")
+                assert stay["title"] == "Stay page"
+                left = await call(tools, "browser_navigate", url=base + "/next")
+                assert "error" not in left and left["title"] == "Next page", left
+                back = await call(tools, "browser_back")
+                assert back["title"] == "Stay page"
+                assert (await call(tools, "browser_navigate", url=base + "/"))["title"] == "Index page"
+                messages = (await call(tools, "browser_console"))["messages"]
+                assert any(m["type"] == "dialog:beforeunload" for m in messages), messages
+
+    browser_worker.run(scenario())
+
+
 def test_scroll_full_snapshots_and_stale_refs(browser_worker: Worker) -> None:
     async def scenario() -> None:
         async with browsing(ALLOW_LOOPBACK, browser_worker.shared) as tools:

@@ -66,6 +66,12 @@ LONG = (
 )
 
 
+# A page that asks "Leave this page?" on every navigation away (no click needed)
+STAY = """<!doctype html><title>Stay page</title><body><h1>Do not leave</h1><script>
+window.addEventListener("beforeunload", (e) => { e.preventDefault(); e.returnValue = "stay"; });
+</script></body>"""
+
+
 def private_page(port: int) -> str:
     """A page whose subresource and WebSocket aim at refused addresses."""
     return f"""<!doctype html><title>Private page</title><body><h1>Private resources</h1>
@@ -92,7 +98,7 @@ class _Pages(http.server.BaseHTTPRequestHandler):
             self._page(f"<title>Search results</title><h1>Results for: {found}</h1>")
         else:
             port = self.server.server_address[1]
-            pages = {"/": INDEX, "/next": NEXT, "/long": LONG, "/private": private_page(port)}
+            pages = {"/": INDEX, "/next": NEXT, "/long": LONG, "/stay": STAY, "/private": private_page(port)}
             if parts.path in pages:
                 self._page(pages[parts.path])
             else:

@@ -62,10 +62,11 @@ class ConsoleLog:
     async def _dialog(self, dialog: Dialog) -> None:
         from playwright.async_api import Error as PlaywrightError
 
-        # Nobody can answer a dialog: note it and dismiss it so the page goes on.
+        # Nobody can answer a dialog: note it and dismiss it so the page goes on. "Leave this
+        # page?" is accepted instead: dismissed, it kept the model on a hostile page for good.
         self.messages.append({"type": f"dialog:{dialog.type}", "text": dialog.message[:MAX_MESSAGE_CHARS]})
-        with contextlib.suppress(PlaywrightError):  # the page may be gone already: nothing to dismiss
-            await dialog.dismiss()
+        with contextlib.suppress(PlaywrightError):  # the page may be gone already: nothing to answer
+            await (dialog.accept() if dialog.type == "beforeunload" else dialog.dismiss())
 
 
 class BrowserSession:
