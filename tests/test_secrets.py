@@ -14,6 +14,7 @@ no process of ours HAS the key in its environment or command line, not permissio
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -115,16 +116,22 @@ def test_no_command_in_a_local_sandbox_can_read_the_key(tmp_path: Path, source: 
 
 
 def test_an_endpoint_quoting_the_key_leaves_no_trace(tmp_path: Path) -> None:
-    """In a 401 error body (failures.jsonl, the log) and in a reply (the shards, the merge)."""
+    """In a 401 error body (failures.jsonl, the log), in a reply (the shards, the merge), and in
+    a tool call's arguments (the sandbox)."""
     with SimulatedEndpoint() as sim:
         sim.set_default_script([Turn(fault=EndpointFault(401, f"Incorrect API key provided: {KEY}"))])
         sim.script("echoed", [Turn(content=f"Your key is {KEY}.", reasoning="Quote it.")])
-        prompts_dataset(tmp_path / "d.jsonl", ["denied one", "denied two", "echoed"])
+        # into a tool's arguments: the command hashes what it was given, the hash says what
+        sim.script("into a tool", tool_then_answer(command=f"printf %s '{KEY}' | sha256sum"))
+        prompts_dataset(tmp_path / "d.jsonl", ["denied one", "denied two", "echoed", "into a tool"])
         flags = ["--dataset_file=d.jsonl", "--batch_size=2", "--run_name=denied", "--verbose"]
         flags += ["--distribution=terminal_only", f"--output_dir={tmp_path / 'data'}"]
         flags += [f"--base_url={sim.base_url}", "--model=sim-model", f"--api_key={KEY}"]
         done = _run(tmp_path, [str(REPO / "batch_runner.py"), *flags], _env(tmp_path))
+        seen = tool_outputs(sim)
     assert done.returncode == 1, done.stderr.decode()[-3000:]
+    assert hashlib.sha256(b"[REDACTED]").hexdigest() in seen  # the sandbox never got the key
+    assert hashlib.sha256(KEY.encode()).hexdigest() not in seen
     run_dir = tmp_path / "data" / "denied"
     failures = (run_dir / "failures.jsonl").read_text(encoding="utf-8")
     assert failures.count("Incorrect API key provided: [REDACTED]") == 2  # the error is kept, not the key

@@ -22,9 +22,7 @@ def main(worker_id: int, config: RunConfig, *args: Any) -> None:
     # what it prints is redacted of them.
     set_not_dumpable()
     leave_server()  # before anything else can fail: a killed runner's workers exit
-    tools = config.agent.tools
-    mcp_secrets = (secret for server in tools.mcp_servers for secret in server.secrets())
-    install((config.agent.api_key, *tools.web_keys.values(), *mcp_secrets))
+    install(config.agent.secrets())
     redact_streams()
     # Its own open-file limit for its conversations: forked by the fork server, a worker has the
     # limit the server started with, not the one the parent raised since (agent.batch.fork_server).

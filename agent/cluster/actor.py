@@ -81,7 +81,7 @@ class WorkerActor:
 
     def __init__(self, worker_id: int, config: RunConfig, hub: Any) -> None:
         set_not_dumpable()  # the config holds the API key: no command of our user reads us
-        install((config.agent.api_key, *(s for m in config.agent.tools.mcp_servers for s in m.secrets())))
+        install(config.agent.secrets())  # as a local worker: the web search keys too
         redact_streams()
         self.id, self.config, self.hub = worker_id, config, hub
         # Set once `start` has made the inbox and outbox. Ray keeps no order among an async

@@ -174,6 +174,13 @@ class AgentConfig:
         """This config sampling with `sampling` (a prompt's, from `prompt_sampling`); None: as is."""
         return self if sampling is None else replace(self, sampling=sampling)
 
+    def secrets(self) -> tuple[str | None, ...]:
+        """What a process holding this config redacts: the key, the web search keys, the MCP
+        servers' env and headers values."""
+        tools = self.tools
+        mcp = (secret for server in tools.mcp_servers for secret in server.secrets())
+        return (self.api_key, *tools.web_keys.values(), *mcp)
+
     def public(self) -> dict[str, Any]:
         """The config as JSON-able data without secrets (saved with a run), nor the ephemeral
         system prompt and the prefill messages: those are used at call time and never saved

@@ -23,6 +23,7 @@ import openai
 from openai._types import RequestOptions
 
 from agent.common.identity_memo import IdentityMemo
+from agent.common.redaction import active as active_redactor
 from agent.config.agent_config import DEFAULT_MAX_REPLY_BYTES
 from agent.errors import FailureClass, ModelAPIError
 from agent.llm.http_client import LeanAsyncClient
@@ -205,7 +206,10 @@ class OpenAIChatModel:
         response = await self._client.post(
             self._url(path), content=wire, cast_to=httpx2.Response, options=self._options
         )
-        return response.content
+        # An endpoint that echoes a secret must not hand it to a tool: its arguments would take
+        # it into the sandbox, or to the hosts a tool fetches. What the model "said" is redacted
+        # before anything reads it, so the conversation records what the tools were given.
+        return active_redactor().redact_bytes(response.content)
 
     def _url(self, path: str) -> str:
         """`path` under the client's base URL, as the SDK joins them: given whole, the SDK parses
