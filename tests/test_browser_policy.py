@@ -69,6 +69,23 @@ def test_every_redirect_hop_subresource_socket_and_fetch_is_checked(browser_work
     browser_worker.run(scenario())
 
 
+def test_a_page_that_moves_itself_to_a_refused_address_is_an_error(browser_worker: Worker) -> None:
+    # A refused goto or redirect was an error; the same refusal reached by the page itself (a
+    # meta refresh here; a script, a form or a popup alike) was a 200 with a snapshot.
+    async def scenario() -> None:
+        async with browsing(ALLOW_LOOPBACK, browser_worker.shared) as tools:
+            with serve_pages() as (base, _paths):
+                await call(tools, "browser_navigate", url=f"{base}/refresh?to={METADATA}")
+                await asyncio.sleep(1.0)  # the refresh, after the navigation returned
+                moved = await call(tools, "browser_snapshot")
+                assert moved["url"] == METADATA
+                assert "blocked by the network policy" in moved["error"], moved
+                fine = await call(tools, "browser_navigate", url=base + "/next")
+                assert "error" not in fine and fine["title"] == "Next page"
+
+    browser_worker.run(scenario())
+
+
 def test_allowed_requests_pass_whole_through_the_proxy(browser_worker: Worker) -> None:
     body = "x" * 300_000 + "end"
     expression = f"fetch('/echo', {{method: 'POST', body: '{body}'}}).then(r => r.json())"

@@ -87,6 +87,9 @@ class _Pages(http.server.BaseHTTPRequestHandler):
         self.server.paths.append(self.path)  # type: ignore[attr-defined]
         if parts.path == "/redirect":
             self._send(302, b"", "text/plain", {"Location": query["to"][0]})
+        elif parts.path == "/refresh":  # the page itself moves on, by a meta refresh
+            target = html.escape(query["to"][0], quote=True)
+            self._page(f'<title>Moving on</title><meta http-equiv="refresh" content="0;url={target}">')
         elif parts.path == "/report.bin":
             self._send(200, b"\0" * 1000, "application/octet-stream", {"Content-Disposition": "attachment"})
         elif parts.path == "/sw.js":

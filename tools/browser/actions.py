@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agent.protocols import JSON, ToolContext, ToolHandler
-from tools.browser.proxy import REFUSED_HEADER
 from tools.browser.session import VIEWPORT, BrowserSession, host_of, session_of
 from tools.browser.snapshot import FULL_SNAPSHOT_CHARS, SNAPSHOT_CHARS, ref_selector, render
 
@@ -75,6 +74,8 @@ async def page_snapshot(session: BrowserSession, *, full: bool = False) -> dict[
     viewport = None if full else (VIEWPORT["width"], VIEWPORT["height"])
     text, hidden = render(raw, viewport, FULL_SNAPSHOT_CHARS if full else SNAPSHOT_CHARS)
     result: dict[str, Any] = {"url": page.url, "title": await page.title(), "snapshot": text}
+    if session.refused:
+        result["error"] = "the page (or a redirect on the way to it) was blocked by the network policy"
     if hidden:
         result["outside_viewport"] = (
             f"{hidden} more elements above or below the viewport (browser_scroll, or "
@@ -95,8 +96,6 @@ async def navigate(args: Mapping[str, Any], session: BrowserSession, tools: Tool
     result = await page_snapshot(session)
     if response is not None:
         result["status"] = response.status
-        if response.headers.get(REFUSED_HEADER.lower()):
-            result["error"] = "the page (or a redirect on the way to it) was blocked by the network policy"
     return result
 
 

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 from agent.common.network_policy import NetworkPolicy
 from agent.protocols import ToolContext
 from tools.browser.host import BrowserHost, open_host
-from tools.browser.proxy import PolicyProxy, open_proxy, origin_of
+from tools.browser.proxy import REFUSED_HEADER, PolicyProxy, open_proxy, origin_of
 
 if TYPE_CHECKING:
-    from playwright.async_api import BrowserContext, ConsoleMessage, Dialog, Page, Request
+    from playwright.async_api import BrowserContext, ConsoleMessage, Dialog, Page, Request, Response
 
 log = logging.getLogger(__name__)
 VIEWPORT = {"width": 1280, "height": 800}
@@ -78,6 +78,9 @@ class BrowserSession:
         self._pending: Request | None = None  # a main-frame navigation not yet committed
         self._asked: deque[str] = deque(maxlen=MAX_ORIGINS)  # origins the pages requested, newest last
         self._committed = asyncio.Event()
+        # Whether the current page is the proxy's refusal, however it was reached: a goto, a
+        # redirect, a meta refresh, a script, a form or a popup
+        self.refused = False
         self._watch(page)
         context.on("page", self._adopt)
 
@@ -89,6 +92,7 @@ class BrowserSession:
         page.on("websocket", lambda socket: self._asked.append(origin_of(socket.url)))
         page.on("requestfailed", self._request_ended)
         page.on("requestfinished", self._request_ended)
+        page.on("response", lambda response: self._response(page, response))
         page.on("framenavigated", lambda frame: self._committed.set() if frame == page.main_frame else None)
 
     def _adopt(self, page: Page) -> None:
@@ -100,6 +104,11 @@ class BrowserSession:
         if request.is_navigation_request() and request.frame == self.page.main_frame:
             self._pending = request
             self._committed.clear()
+
+    def _response(self, page: Page, response: Response) -> None:
+        request = response.request
+        if page is self.page and request.is_navigation_request() and request.frame == page.main_frame:
+            self.refused = bool(response.headers.get(REFUSED_HEADER.lower()))
 
     def _request_ended(self, request: Request) -> None:
         if request is self._pending:  # committed (it finished) or failed / became a download
