@@ -7,10 +7,12 @@ is left running; the secrets of the config appear in no output."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +145,37 @@ def test_a_wrong_header_is_one_line_naming_the_server(
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("error: --mcp_config: MCP server remote:"), line
     assert "wrong-token-1234" not in line
+
+
+def test_a_url_that_is_no_mcp_server_is_one_line(sim_endpoint: SimulatedEndpoint, work: Path) -> None:
+    # A web page at the URL: the SDK logged its own ERROR line beside ours (two lines).
+    class Page(http.server.BaseHTTPRequestHandler):
+        def _page(self) -> None:
+            body = b"<!doctype html><title>Not MCP</title>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _page
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/mcp"
+        config = write_mcp_config(work / "mcp.json", {"site": {"url": url}})
+        flags = [*endpoint_flags(sim_endpoint, "q"), f"--mcp_config={config}", "--enabled_toolsets=site"]
+        done = run_cli(work, *flags, "--allow_hosts=127.0.0.1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: --mcp_config: MCP server site:"), line
 
 
 @pytest.mark.parametrize("host", [False, True])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 import mcp_types
@@ -19,6 +20,11 @@ from mcp.shared.exceptions import MCPError
 
 from agent.sandboxes.blocking import to_the_end
 from tools.mcp.transports import Launch
+
+# The SDK logs its transports' failures at ERROR ("Unexpected content type: text/html") beside
+# the McpFailure it raises, which we say once: as the start check's one line, or as the tool
+# result the model reads. Its own line would be a second copy on stderr.
+logging.getLogger("mcp").setLevel(logging.CRITICAL)
 
 STOP_GRACE = 10.0  # seconds the owner has to leave the session (the SDK's own shutdown: ~6 s at most)
 
