@@ -84,9 +84,32 @@ async def test_allow_list_networks_and_hosts() -> None:
     assert await policy.check("http://[::ffff:0:127.0.0.1]/") is None  # the translated form
 
 
-def test_a_malformed_allow_list_entry_is_a_config_error() -> None:
+@pytest.mark.parametrize(
+    "entry",
+    # a mistyped address (an all-digit last label), hyphens at a label's ends, an empty label,
+    # a label over 63 characters, a name over 253: each was taken as a host name
+    [
+        *("not a host!", "256.1.1.1", "1.2.3", "-bad-.com", "bad-.com", "a..b"),
+        *("a" * 64 + ".com", "ab." * 90 + "com"),
+    ],
+)
+def test_a_malformed_allow_list_entry_is_a_config_error(entry: str) -> None:
     with pytest.raises(ConfigError, match="--allow_hosts"):
-        NetworkPolicy.from_allow_list(["not a host!"])
+        NetworkPolicy.from_allow_list([entry])
+
+
+def test_host_names_of_every_valid_shape_are_allowed() -> None:
+    names = ["example.com", "localhost", "host123", "sub.123abc.com", "xn--bcher-kva.example", "a-b.c-d.io."]
+    assert NetworkPolicy.from_allow_list(names).hosts == {n.rstrip(".") for n in names}
+
+
+@pytest.mark.anyio
+async def test_a_host_name_that_cannot_be_resolved_is_a_refusal_not_an_encoding_error() -> None:
+    policy = NetworkPolicy()
+    too_long = await policy.check("http://" + "a" * 70_000 + ".com/")
+    assert too_long is not None and "not a host name (longer than 253 characters)" in too_long
+    long_label = await policy.check("http://" + "a" * 70 + ".com/")  # IDNA refuses a 70-char label
+    assert long_label is not None and "not a host name that can be resolved" in long_label
 
 
 @pytest.mark.parametrize("entry", ["bad_host!", "300.1.1.1/8", "127.0.0.1/33", "*.example.com"])

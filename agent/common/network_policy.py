@@ -37,6 +37,7 @@ _LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
 _IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 _SITE_LOCAL = ipaddress.IPv6Network("fec0::/10")
+MAX_HOST_NAME = 253  # characters of a DNS name (RFC 1035), without the root's dot
 
 
 def _embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
@@ -131,13 +132,27 @@ async def _addresses(host: str, port: int) -> list[str]:
         return [str(ipaddress.ip_address(host.strip("[]")))]
     except ValueError:
         pass
+    if len(host) > MAX_HOST_NAME:
+        raise PolicyRefusal(f"{host[:60]}…: not a host name (longer than {MAX_HOST_NAME} characters)")
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise PolicyRefusal(f"{host}: cannot resolve ({exc.strerror or exc})") from None
+    except UnicodeError:  # a label IDNA cannot encode (over 63 characters, say)
+        raise PolicyRefusal(f"{host[:200]}: not a host name that can be resolved") from None
     return sorted({str(info[4][0]).split("%")[0] for info in infos})
 
 
 def _is_host_name(entry: str) -> bool:
-    labels = entry.rstrip(".").split(".")
-    return all(label and len(label) <= 63 and label.replace("-", "").isalnum() for label in labels)
+    """RFC 1123: labels of letters, digits and inner hyphens, at most 63 each and 253 in all,
+    and a last label that is not all digits (`256.1.1.1` is a mistyped address, not a name)."""
+    name = entry.rstrip(".")
+    labels = name.split(".")
+    return (
+        len(name) <= MAX_HOST_NAME and not labels[-1].isdigit() and all(_is_label(label) for label in labels)
+    )
+
+
+def _is_label(label: str) -> bool:
+    inner = 0 < len(label) <= 63 and not label.startswith("-") and not label.endswith("-")
+    return inner and label.replace("-", "").isalnum()
