@@ -175,3 +175,16 @@ def test_the_shipped_planets_page_keeps_its_list_of_planet_links() -> None:
     for planet in PLANETS:
         assert f"[{planet}](planets/{planet.lower()}.html)" in page["content"], page["content"]
     assert "[Telescopes]" not in page["content"]  # the site's navigation stays out
+
+
+def test_a_link_to_a_file_outside_the_folder_is_not_a_document(corpus: Path, tmp_path: Path) -> None:
+    # A linked folder was skipped (rglob does not follow one), a linked file was served.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("# Private notes\n")
+    (corpus / "leak.md").symlink_to(outside / "secret.md")
+    (corpus / "linked").symlink_to(outside, target_is_directory=True)
+    (corpus / "again.md").symlink_to(corpus / "notes.txt")  # inside the folder: still its own
+    names = {path.relative_to(corpus).as_posix() for path in corpus_files(corpus)}
+    assert "leak.md" not in names and not any(name.startswith("linked/") for name in names)
+    assert {"again.md", "notes.txt", "sea/kelp.md"} <= names

@@ -69,11 +69,15 @@ def web_keys(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def corpus_files(root: Path) -> list[Path]:
-    """The documents of the corpus folder `root`, sorted; hidden files and folders are skipped."""
+    """The documents of the corpus folder `root`, sorted; hidden files and folders are skipped,
+    and so is a link to a file outside the folder (as a linked folder is: rglob does not
+    follow one), so web_extract serves the folder's own files only."""
+    top = root.resolve()
     return sorted(
         path
         for path in root.rglob("*")
         if path.suffix.lower() in CORPUS_SUFFIXES
         and path.is_file()
         and not any(part.startswith(".") for part in path.relative_to(root).parts)
+        and path.resolve().is_relative_to(top)
     )
