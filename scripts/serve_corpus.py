@@ -8,8 +8,9 @@ A fixed port (the example once used 8765) fails when something else holds it, an
 started with `&` dies quietly: the run then opened no page and still exited 0. Here the port
 is whatever the kernel gives, the server is asked for its index before anything runs, and the
 prompts' `{corpus_url}` placeholders become its address. With a command after `--`, the folder
-is served while it runs and this script exits with its exit code; without one, the folder is
-served until Ctrl-C (the address and the dataset written are printed first).
+is served while it runs (`{corpus_host}` in its arguments becomes `127.0.0.1:PORT`, for an
+`--allow_hosts` that opens that port only) and this script exits with its exit code; without
+one, the folder is served until Ctrl-C (the address and the dataset written are printed first).
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ import json
 import subprocess
 import sys
 import threading
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 PLACEHOLDER = "{corpus_url}"
+HOST_PLACEHOLDER = "{corpus_host}"  # in the command's arguments
 CHECK_TIMEOUT = 10.0  # seconds for the served index to answer
 
 
@@ -95,7 +98,8 @@ def main(argv: Sequence[str]) -> int:
             count = write_prompts(args.prompts, args.out, url)
             print(f"wrote {count} prompts for {url} to {args.out}", file=sys.stderr, flush=True)
         if command:
-            return _run(command)
+            host = urllib.parse.urlsplit(url).netloc
+            return _run([argument.replace(HOST_PLACEHOLDER, host) for argument in command])
         try:
             threading.Event().wait()
         except KeyboardInterrupt:

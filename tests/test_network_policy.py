@@ -84,6 +84,28 @@ async def test_allow_list_networks_and_hosts() -> None:
     assert await policy.check("http://[::ffff:0:127.0.0.1]/") is None  # the translated form
 
 
+@pytest.mark.anyio
+async def test_an_entry_with_a_port_allows_that_port_only() -> None:
+    # A served corpus on one loopback port no longer needs all of loopback (the model's own
+    # endpoint and every other local service with it).
+    entries = ["127.0.0.1:8123", "[::1]:8123", "localhost:9000", "10.0.0.0/8:80"]
+    policy = NetworkPolicy.from_allow_list(entries)
+    assert await policy.check("http://127.0.0.1:8123/corpus/") is None
+    assert await policy.check("http://[::1]:8123/") is None
+    assert await policy.check("http://localhost:9000/") is None
+    assert await policy.check("http://10.1.2.3/") is None  # port 80, the URL's default
+    for refused in ("http://127.0.0.1:8124/", "http://127.0.0.1/", "http://[::1]/", "https://10.1.2.3/"):
+        assert await policy.check(refused) is not None, refused
+    local = await policy.check("http://localhost:9001/")
+    assert local is not None and "--allow_hosts" in local
+
+
+@pytest.mark.parametrize("entry", ["127.0.0.1:0", "127.0.0.1:65536", "host:http", "[::1]:", "h:８０"])
+def test_a_bad_port_in_an_allow_list_entry_is_a_config_error(entry: str) -> None:
+    with pytest.raises(ConfigError, match=r"--allow_hosts: .*the port must be a number from 1 to 65535"):
+        NetworkPolicy.from_allow_list([entry])
+
+
 @pytest.mark.parametrize(
     "entry",
     # a mistyped address (an all-digit last label), hyphens at a label's ends, an empty label,

@@ -20,6 +20,7 @@ FETCH = (
     "for url in sorted(urls):\n"
     "    with urllib.request.urlopen(url, timeout=10) as reply:\n"
     "        print(url, reply.status, 'about.md' in reply.read().decode())\n"
+    "print(sys.argv[2])\n"
     "sys.exit(7)\n"
 )
 
@@ -31,13 +32,14 @@ def test_the_prompts_name_a_served_free_port_while_the_command_runs(tmp_path: Pa
         out = tmp_path / "browse.jsonl"
         done = subprocess.run(
             [sys.executable, SCRIPT, "--prompts=data/browser_prompts.jsonl", f"--out={out}", "--",
-             sys.executable, "-c", FETCH, str(out)],
+             sys.executable, "-c", FETCH, str(out), "--allow_hosts={corpus_host}"],
             cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
     assert done.returncode == 7, done.stderr  # the command's own exit code
-    [line] = done.stdout.splitlines()
+    line, allowed = done.stdout.splitlines()
     url, status, lists_documents = line.split()
     assert (status, lists_documents) == ("200", "True") and url != "http://127.0.0.1:8765/"
+    assert allowed == "--allow_hosts=" + url.removeprefix("http://").rstrip("/")  # that port only
     prompts = [json.loads(row)["prompt"] for row in out.read_text().splitlines()]
     assert len(prompts) == 4 and all(url in prompt and "{corpus_url}" not in prompt for prompt in prompts)
     assert done.stderr.splitlines() == [

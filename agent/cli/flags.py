@@ -187,7 +187,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("web_corpus", "str", _tool("web_corpus"), "folder of .md/.html/.txt: the offline web backend",
          "Tools", shown="none"),
     Flag("allow_hosts", "list", _tool("allow_hosts"),
-         "hosts or networks (CIDR) web_extract and the browser may reach although private or loopback",
+         "hosts or networks (CIDR), each with an optional :port, the tools may reach though private",
          "Tools", shown="none"),
     Flag("vision_model", "str", _tool("vision_model"), "model for vision_analyze and browser_vision",
          "Tools", shown="--model"),

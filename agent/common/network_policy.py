@@ -5,7 +5,8 @@ link-local (cloud metadata addresses such as 169.254.169.254 included), carrier-
 multicast and reserved ranges, in IPv4, IPv6 and IPv4-mapped IPv6. The check runs after DNS
 resolution, on every address the name resolves to, and callers run it again on every request
 and redirect. `--allow_hosts` lists host names or networks (CIDR or single addresses) that are
-allowed although they are not public (the tests allow 127.0.0.1).
+allowed although they are not public (the tests allow 127.0.0.1); an entry with a port
+(`127.0.0.1:8123`, `[::1]:8123`, `corpus.lan:80`) allows that port only.
 
 Callers that open the connection themselves should connect to the addresses `resolve` returned
 (a name that resolves differently a moment later cannot then reach a refused address).
@@ -64,31 +65,42 @@ class PolicyRefusal(Exception):
 class NetworkPolicy:
     networks: tuple[Network, ...] = ()  # allowed although not public
     hosts: frozenset[str] = frozenset()  # host names allowed whatever they resolve to
+    # The same, on one port only (an entry with `:port`)
+    network_ports: tuple[tuple[Network, int], ...] = ()
+    host_ports: frozenset[tuple[str, int]] = frozenset()
 
     @classmethod
     def from_allow_list(cls, entries: Iterable[str]) -> NetworkPolicy:
         """The policy for `--allow_hosts` entries; a malformed entry is a ConfigError."""
-        networks: list[Network] = []
-        hosts: set[str] = set()
+        networks: list[tuple[Network, int | None]] = []
+        hosts: set[tuple[str, int | None]] = set()
         for entry in (e.strip() for e in entries):
             if not entry:
                 continue
+            target, port = _split_port(entry)
             try:
-                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+                networks.append((ipaddress.ip_network(target.strip("[]"), strict=False), port))
             except ValueError:
-                if not _is_host_name(entry):
+                if not _is_host_name(target):
                     raise ConfigError(
                         f"--allow_hosts: {entry!r} is neither a host name nor a network"
                     ) from None
-                hosts.add(entry.lower().rstrip("."))
-        return cls(tuple(networks), frozenset(hosts))
+                hosts.add((target.lower().rstrip("."), port))
+        return cls(
+            tuple(n for n, port in networks if port is None),
+            frozenset(h for h, port in hosts if port is None),
+            tuple((n, port) for n, port in networks if port is not None),
+            frozenset((h, port) for h, port in hosts if port is not None),
+        )
 
-    def allows_address(self, address: Address) -> bool:
+    def allows_address(self, address: Address, port: int | None = None) -> bool:
+        """Whether `address` may be reached (on `port`: an entry for that port counts too)."""
         plain = _embedded_ipv4(address) or address
-        if any(plain in network for network in self.networks):
+        allowed = [*self.networks, *(n for n, only in self.network_ports if only == port)]
+        if any(plain in network for network in allowed):
             return True
         if address in _LOCAL_NAT64:
-            return any(address in network for network in self.networks)
+            return any(address in network for network in allowed)
         if isinstance(plain, ipaddress.IPv6Address) and plain in _SITE_LOCAL:
             return False  # deprecated, but routed privately where it is used
         return plain.is_global and not plain.is_multicast
@@ -108,9 +120,9 @@ class NetworkPolicy:
         if not host:
             raise PolicyRefusal(f"{url}: the URL has no host")
         addresses = await _addresses(host, port)
-        if host.lower() in self.hosts:
+        if host.lower() in self.hosts or (host.lower(), port) in self.host_ports:
             return addresses
-        refused = [a for a in addresses if not self.allows_address(ipaddress.ip_address(a))]
+        refused = [a for a in addresses if not self.allows_address(ipaddress.ip_address(a), port)]
         if refused:
             raise PolicyRefusal(
                 f"{url}: {host} resolves to {refused[0]}, a private, loopback or link-local address "
@@ -141,6 +153,20 @@ async def _addresses(host: str, port: int) -> list[str]:
     except UnicodeError:  # a label IDNA cannot encode (over 63 characters, say)
         raise PolicyRefusal(f"{host[:200]}: not a host name that can be resolved") from None
     return sorted({str(info[4][0]).split("%")[0] for info in infos})
+
+
+def _split_port(entry: str) -> tuple[str, int | None]:
+    """An `--allow_hosts` entry's target and port: `host:80`, `10.0.0.0/8:80`, `[::1]:80`; an
+    IPv6 address takes a port only in brackets (its own colons would read as one)."""
+    if entry.startswith("[") and "]:" in entry:
+        target, _, port = entry.rpartition(":")
+    elif entry.count(":") == 1:
+        target, _, port = entry.partition(":")
+    else:
+        return entry, None
+    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--allow_hosts: {entry!r}: the port must be a number from 1 to 65535")
+    return target, int(port)
 
 
 def _is_host_name(entry: str) -> bool:
