@@ -1,4 +1,4 @@
-"""Batch runner: run the agent over a JSONL dataset of prompts and write ShareGPT trajectories.
+"""Batch runner: run the agent over a dataset of prompts and write ShareGPT trajectories.
 
     python batch_runner.py --dataset_file=data/prompts.jsonl --batch_size=10 --run_name=my_run \\
         --model=anthropic/claude-sonnet-4.6 --num_workers=4

@@ -215,7 +215,7 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (*VALID, "--max_sample=1"),
         ("unknown flag --max_sample: did you mean --max_samples?",),
     ),
-    "unknown_flag": ((*VALID, "--bogus_flag=1"), ("unknown flag --bogus_flag", "the nearest is --")),
+    "unknown_flag": ((*VALID, "--bogus_flag=1"), ("unknown flag --bogus_flag", "(--help lists every flag)")),
     "run_agent_flag": ((*VALID, "--query=hi"), ("--query is a flag of run_agent.py",)),
     "positional_argument": ((*VALID, "prompts.jsonl"), ("unexpected argument 'prompts.jsonl'",)),
     "not_a_boolean": ((*VALID, "--resume=maybe"), ("--resume=maybe: must be true or false",)),

@@ -180,7 +180,7 @@ def test_a_bad_flag_is_one_line_exit_2(
 @pytest.mark.parametrize(
     ("argument", "message"),
     [
-        ("--bogus=1", "error: unknown flag --bogus (the nearest is --"),
+        ("--bogus=1", "error: unknown flag --bogus (--help lists every flag)"),
         ("--max_turn=1", "error: unknown flag --max_turn: did you mean --max_turns?"),
         ("--save_trajectory", "error: unknown flag --save_trajectory: did you mean --save_trajectories?"),
         ("--num_workers=2", "error: --num_workers is a flag of batch_runner.py, not of run_agent.py"),

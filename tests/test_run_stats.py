@@ -288,7 +288,12 @@ def test_with_several_samples_per_prompt_the_summary_counts_attempts() -> None:
     doc["whole_run"] = {"invocations": 2, "processed": 6, "completed": 6}
     text = rendered(doc)
     assert "Attempts processed this run: 0 " in text and " attempts/s" in text and "prompts/s" not in text
-    assert "Whole run (2 invocations): 6 attempts processed, a retried one in each (✓ 6 completed" in text
+    assert "Whole run (2 invocations): 6 attempts processed (✓ 6 completed" in text
+    doc["whole_run"] = {"invocations": 2, "processed": 7, "completed": 6, "failed": 1}  # then retried
+    assert (
+        "Whole run (2 invocations): 7 attempts processed (one retried counts in each invocation that ran it) "
+        "(✓ 6 completed" in rendered(doc)
+    )
 
 
 def test_summary_without_failures_gives_no_resume_hint() -> None:

@@ -32,8 +32,8 @@ def unknown_flag_message(cli: str, spelled: str, name: str) -> str:
     close = difflib.get_close_matches(name, valid, n=1)
     if close:
         return f"unknown flag {spelled}: did you mean --{close[0]}?"
-    (nearest,) = difflib.get_close_matches(name, valid, n=1, cutoff=0.0)
-    return f"unknown flag {spelled} (the nearest is --{nearest}; --help lists every flag)"
+    # nothing alike: naming the least unlike one (--bogus: "the nearest is --web_corpus") misled
+    return f"unknown flag {spelled} (--help lists every flag)"
 
 
 def check_names(cli: str, names: Iterable[str], spelled: Mapping[str, str]) -> None:

@@ -14,8 +14,8 @@ _HEAD = {
         "       python batch_runner.py --run_name=NAME --rescore [--keep=best]   (check its entries again)",
         "       python batch_runner.py --list_distributions",
         "",
-        "Run the agent over every prompt of a JSONL dataset; ShareGPT trajectories go to"
-        " <output_dir>/<run_name>/.",
+        "Run the agent over every prompt of a dataset (JSONL, Parquet, a datasets folder, hf://);"
+        " ShareGPT trajectories go to <output_dir>/<run_name>/.",
     ),
     QUERY: (
         'usage: python run_agent.py --query="..." [--flag=value ...]',

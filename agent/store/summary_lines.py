@@ -33,9 +33,12 @@ def whole_run_lines(total: Mapping[str, Any], unit: str = "prompts") -> list[str
     if json_int(total.get("invocations")) < 2:
         return []
     tokens = (total.get("tokens") or {}).get("total")
+    # a prompt that failed, then ran again, is in the sums of both invocations: said only where
+    # one failed ("a retried one in each", always printed, read as if retries had happened)
+    retried = " (one retried counts in each invocation that ran it)" if json_int(total.get("failed")) else ""
     return [
         f"Whole run ({n(total.get('invocations'))} invocations): {n(total.get('processed'))} {unit} "
-        f"processed, a retried one in each (✓ {n(total.get('completed'))} completed, "
+        f"processed{retried} (✓ {n(total.get('completed'))} completed, "
         f"◐ {n(total.get('partial'))} partial, "
         f"⌫ {n(total.get('discarded'))} discarded, ✗ {n(total.get('failed'))} failed) · "
         f"{n(total.get('api_calls'))} model calls · {n(tokens)} tokens · cost {usd(total.get('cost_usd'))} · "
