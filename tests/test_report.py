@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from agent.report.build import RunReport
 from agent.report.digest import RunDigest
-from agent.report.figures import histogram
+from agent.report.figures import histogram, in_flight
 from agent.report.page import embedded_json
 from agent.report.sample import StratifiedSample, shares
 from agent.report.turns import cut, readable
@@ -314,3 +315,18 @@ def test_model_chosen_names_and_ids_are_cut_so_the_page_and_memory_stay_bounded(
         c for e in data["entries"] for t in e["turns"] for c in t.get("calls", ()) if "…" in c["name"]
     )
     assert len(call_shown["name"]) < 300 and len(call_shown["result"]["id"]) < 300
+
+
+def test_the_in_flight_plot_draws_the_runs_limit_not_the_workers_idle_shares() -> None:
+    # The timeline's `limit` is the workers' shares, 0 whenever they idle (a tool call): drawn
+    # as "in-flight limit", it showed the limit falling to 0 every few seconds.
+    points = [[t, 0, 0, 0, 2, 1, 0.0 if t % 2 else 4.0, 0, 0] for t in range(10)]
+    stats = {
+        "timeline": {"columns": list(COLUMNS), "points": points},
+        "rate_limiting": {"limit_history": [[0.0, 64.0]]},
+        "duration_seconds": 10,
+    }
+    svg = in_flight(stats)
+    assert svg is not None
+    legend = re.findall(r'class="legend"[^>]*>([^<]*)<', svg)
+    assert legend == ["prompts in flight", "model calls in flight", "the run&#x27;s in-flight limit"]

@@ -64,6 +64,8 @@ def _rates_from_times(times: Sequence[float], bins: int = 60) -> list[tuple[floa
 
 
 def in_flight(stats: Mapping[str, Any]) -> str | None:
+    """Prompts and model calls in flight against the run's limit (not the timeline's `limit`,
+    the workers' shares of it: 0 while they idle, which read as the limit falling)."""
     columns = timeline_columns(stats)
     if not columns:
         return None
@@ -71,19 +73,24 @@ def in_flight(stats: Mapping[str, Any]) -> str | None:
     series = [
         Series("prompts in flight", list(zip(seconds, columns["in_flight"], strict=True)), BLUE),
         Series("model calls in flight", list(zip(seconds, columns["calls_in_flight"], strict=True)), ORANGE),
-        Series("in-flight limit", list(zip(seconds, columns["limit"], strict=True)), GREY, step=True),
+        *_run_limit(stats),
     ]
     return line_chart("in_flight", series, x_label="seconds since the start", y_label="in flight")
 
 
-def rate_limits(stats: Mapping[str, Any]) -> str | None:
-    """The limiter's limit over time, with 429s and 5xx per second when the timeline has them."""
+def _run_limit(stats: Mapping[str, Any]) -> list[Series]:
+    """The run's in-flight limit over time as one step series (none when not recorded)."""
     limiting = stats.get("rate_limiting") or {}
     history = [(float(t), float(limit)) for t, limit in limiting.get("limit_history") or []]
     end = float(stats.get("duration_seconds") or 0.0)
     if history and end > history[-1][0]:
         history.append((end, history[-1][1]))  # the last limit held until the run ended
-    series = [Series("the run's in-flight limit", history, GREY, step=True)] if history else []
+    return [Series("the run's in-flight limit", history, GREY, step=True)] if history else []
+
+
+def rate_limits(stats: Mapping[str, Any]) -> str | None:
+    """The limiter's limit over time, with 429s and 5xx per second when the timeline has them."""
+    series = _run_limit(stats)
     columns = timeline_columns(stats)
     if len(columns.get("seconds", [])) >= 2:
         series.append(Series("429 per s", _rates(columns["seconds"], columns["rate_limited"]), RED))
