@@ -87,3 +87,10 @@ def test_a_done_prompt_missing_from_the_merged_output_is_never_exit_0() -> None:
     cancelled = Completion.of(rows, RunIndex(done={"k0"}), set(), cancelled={"k1"}, interrupted=True)
     assert (cancelled.in_flight, cancelled.not_started, cancelled.exit_code) == ([1], [2], 130)
     assert "(1 interrupted in flight, 1 not started, 0 failed)" in cancelled.next_step()
+
+
+def test_the_done_line_of_one_prompt_speaks_of_one() -> None:
+    one = Completion(valid=1, prompts=1, in_output=1)
+    assert one.next_step() == "Done: the 1 valid prompt is in trajectories.jsonl or discarded.jsonl."
+    three = Completion(valid=3, prompts=3, in_output=2, discarded=1)
+    assert three.next_step() == "Done: all 3 valid prompts are in trajectories.jsonl or discarded.jsonl."

@@ -160,7 +160,8 @@ class Completion:
             )
             if self.missing_tokens:
                 return self._tokens_lost()
-            return f"Done: all {valid} are in trajectories.jsonl or discarded.jsonl{extra}.{self._outside()}"
+            every = "the 1 valid prompt is" if self.valid == 1 == self.prompts else f"all {valid} are"
+            return f"Done: {every} in trajectories.jsonl or discarded.jsonl{extra}.{self._outside()}"
         parts = [f"{self.failed} failed"] if self.failed else []
         if self.in_flight:
             parts.append(f"{len(self.in_flight)} interrupted in flight")
