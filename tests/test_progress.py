@@ -186,18 +186,18 @@ def test_monitor_sums_the_workers_pulses_and_records_the_timeline() -> None:
     progress = RunProgress(10, console=console(terminal=False), clock=clock)
     timeline = Timeline()
     monitor = RunMonitor(progress, timeline, run_config(num_workers=2, max_inflight=64), clock=clock)
-    assert progress.load.limit == 64  # before any pulse: each worker at its share
-    monitor.pulse(LimiterPulse(0, limit=20.0, calls_in_flight=5, rate_limited=3, server_errors=1))
+    assert progress.load.limit == 64  # before any pulse: --max_inflight
+    monitor.pulse(LimiterPulse(0, run_limit=0.0, calls_in_flight=5, rate_limited=3, server_errors=1))
     clock.now += 1.0
     monitor.advance("done", {"prompt_tokens": 100, "completion_tokens": 20})
     monitor.advance("failed", {"total_tokens": 30})
     monitor.tick(conversations=6)
-    assert progress.load == Load(conversations=6, calls=5, limit=52.0)  # 20 + the other's 32
-    monitor.pulse(LimiterPulse(1, limit=16.0, calls_in_flight=4, rate_limited=2, server_errors=0))
-    monitor.pulse(LimiterPulse(0, limit=24.0, calls_in_flight=1, rate_limited=5, server_errors=1))
+    assert progress.load == Load(conversations=6, calls=5, limit=64.0)  # not heard yet: as it was
+    monitor.pulse(LimiterPulse(1, run_limit=32.0, calls_in_flight=4, rate_limited=2, server_errors=0))
+    monitor.pulse(LimiterPulse(0, run_limit=33.0, calls_in_flight=1, rate_limited=5, server_errors=1))
     clock.now += 1.0
     monitor.finish()
-    assert progress.tokens == 150 and progress.load == Load(0, 0, 40.0)
+    assert progress.tokens == 150 and progress.load == Load(0, 0, 33.0)  # the latest heard
     points = [dict(zip(COLUMNS, point, strict=True)) for point in timeline.points]
     assert [p["seconds"] for p in points] == [0.0, 1.0, 2.0]
     assert points[1] == {
@@ -207,11 +207,23 @@ def test_monitor_sums_the_workers_pulses_and_records_the_timeline() -> None:
         "tokens": 150,
         "in_flight": 6,
         "calls_in_flight": 5,
-        "limit": 52.0,
+        "limit": 64.0,
         "rate_limited": 3,
         "server_errors": 1,
     }
     assert points[2]["rate_limited"] == 7 and points[2]["calls_in_flight"] == 0
+
+
+def test_the_limit_shown_is_the_runs_not_the_workers_idle_shares() -> None:
+    # It was the sum of the workers' shares: "(limit 12)", "(limit 3)", "(limit 1)" as they
+    # idled between tool calls, while the summary said "in-flight limit 64-64".
+    clock = FakeClock()
+    progress = RunProgress(10, console=console(terminal=False), clock=clock)
+    monitor = RunMonitor(progress, Timeline(), run_config(num_workers=2, max_inflight=64), clock=clock)
+    monitor.pulse(LimiterPulse(0, run_limit=64.0, calls_in_flight=0, rate_limited=0, server_errors=0))
+    monitor.pulse(LimiterPulse(1, run_limit=64.0, calls_in_flight=1, rate_limited=0, server_errors=0))
+    monitor.tick(conversations=2)
+    assert progress.load == Load(2, 1, 64.0)
 
 
 def test_a_lost_workers_load_leaves_the_sums_and_its_counts_stay() -> None:
@@ -221,15 +233,15 @@ def test_a_lost_workers_load_leaves_the_sums_and_its_counts_stay() -> None:
     progress = RunProgress(10, console=console(terminal=False), clock=clock)
     timeline = Timeline()
     monitor = RunMonitor(progress, timeline, run_config(num_workers=2, max_inflight=64), clock=clock)
-    monitor.pulse(LimiterPulse(0, limit=32.0, calls_in_flight=5, rate_limited=3, server_errors=1))
-    monitor.pulse(LimiterPulse(1, limit=32.0, calls_in_flight=7, rate_limited=2, server_errors=2))
+    monitor.pulse(LimiterPulse(0, run_limit=64.0, calls_in_flight=5, rate_limited=3, server_errors=1))
+    monitor.pulse(LimiterPulse(1, run_limit=64.0, calls_in_flight=7, rate_limited=2, server_errors=2))
     monitor.show(WorkerLost(1), None)
-    monitor.pulse(LimiterPulse(0, limit=64.0, calls_in_flight=6, rate_limited=3, server_errors=1))
+    monitor.pulse(LimiterPulse(0, run_limit=64.0, calls_in_flight=6, rate_limited=3, server_errors=1))
     clock.now += 1.0
     monitor.tick(conversations=6)
     assert progress.load.calls == 6
-    monitor.pulse(LimiterPulse(1, limit=16.0, calls_in_flight=1, rate_limited=0, server_errors=0))
-    monitor.pulse(LimiterPulse(0, limit=48.0, calls_in_flight=6, rate_limited=3, server_errors=1))
+    monitor.pulse(LimiterPulse(1, run_limit=64.0, calls_in_flight=1, rate_limited=0, server_errors=0))
+    monitor.pulse(LimiterPulse(0, run_limit=64.0, calls_in_flight=6, rate_limited=3, server_errors=1))
     clock.now += 1.0
     monitor.tick(conversations=7)
     point = dict(zip(COLUMNS, timeline.points[-1], strict=True))
@@ -250,6 +262,6 @@ def test_a_worker_pulses_at_once_then_only_when_its_load_changes() -> None:
 
     asyncio.run(watch())
     assert sent == [
-        LimiterPulse(3, limit=8.0, calls_in_flight=0, rate_limited=0, server_errors=0),
-        LimiterPulse(3, limit=8.0, calls_in_flight=0, rate_limited=1, server_errors=0),
+        LimiterPulse(3, run_limit=8.0, calls_in_flight=0, rate_limited=0, server_errors=0),
+        LimiterPulse(3, run_limit=8.0, calls_in_flight=0, rate_limited=1, server_errors=0),
     ]

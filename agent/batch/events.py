@@ -125,7 +125,7 @@ class LimiterPulse:
     the live progress and the run's timeline show the limit and throttling as they happen."""
 
     worker: int
-    limit: float
+    run_limit: float  # the run's in-flight limit as the worker last heard it (0: not yet)
     calls_in_flight: int
     rate_limited: int
     server_errors: int

@@ -1,6 +1,8 @@
 """What the parent watches while a run goes: prompts finished and tokens (from the answers),
-the workers' load (their latest `LimiterPulse` each, summed) and conversations in flight
-(from the scheduler), fed to the live progress and, once a tick, to the run's timeline.
+the workers' load (their latest `LimiterPulse` each, summed), the run's in-flight limit (as the
+latest pulse heard it from the hub: not the workers' shares, which fall to 0 while they idle)
+and conversations in flight (from the scheduler), fed to the live progress and, once a tick,
+to the run's timeline.
 """
 
 from __future__ import annotations
@@ -34,8 +36,7 @@ class RunMonitor:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.progress = progress
-        self._share = config.inflight_per_worker  # where each worker's limiter starts
-        self._workers = config.num_workers
+        self._limit = float(config.max_inflight)  # the run's limit: where it starts
         self.timeline = timeline
         self._clock = clock
         self._start = clock()
@@ -59,6 +60,8 @@ class RunMonitor:
 
     def pulse(self, event: LimiterPulse) -> None:
         self._pulses[event.worker] = event
+        if event.run_limit > 0:  # 0: the worker has not heard from the hub yet
+            self._limit = event.run_limit
 
     def advance(self, outcome: str, usage: Mapping[str, float]) -> None:
         """One prompt answered: "done", "partial", "failed" or "discarded"."""
@@ -67,7 +70,7 @@ class RunMonitor:
         self.progress.advance(outcome, usage_tokens(usage))
 
     def lost(self, worker: int) -> None:
-        """A worker died: its calls in flight and its share are gone, its counts stay."""
+        """A worker died: its calls in flight are gone, its counts stay."""
         last = self._pulses.pop(worker, None)
         if last is not None:
             self._gone = (self._gone[0] + last.rate_limited, self._gone[1] + last.server_errors)
@@ -80,8 +83,7 @@ class RunMonitor:
     def tick(self, conversations: int) -> None:
         """About once a second: the load now, and one timeline point."""
         pulses = self._pulses.values()
-        unreported = max(0, self._workers - len(self._pulses))  # still starting: at their share
-        limit = sum(p.limit for p in pulses) + unreported * self._share
+        limit = self._limit
         load = Load(conversations, sum(p.calls_in_flight for p in pulses), limit)
         self.progress.set_load(load)
         self.timeline.add(

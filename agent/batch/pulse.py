@@ -1,7 +1,8 @@
 """A worker's pulse: its limiter's load sent to the parent about once a second while it changes.
 
 The parent sums the workers' latest pulses (`agent.batch.monitor`) for the live progress and
-the run's timeline. An idle worker sends nothing, so a quiet run adds no traffic.
+the run's timeline, and shows the run's limit as the latest pulse says it. An idle worker
+sends nothing, so a quiet run adds no traffic.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ PULSE_SECONDS = 1.0
 
 def pulse_of(worker: int, limiter: AdaptiveLimiter) -> LimiterPulse:
     stats = limiter.stats
-    return LimiterPulse(worker, limiter.limit, limiter.inflight, stats.rate_limited, stats.server_errors)
+    # the run's limit in whole slots: its additive increase would otherwise change every pulse
+    run_limit = float(int(limiter.run_limit))
+    return LimiterPulse(worker, run_limit, limiter.inflight, stats.rate_limited, stats.server_errors)
 
 
 async def send_pulses(

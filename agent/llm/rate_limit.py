@@ -122,12 +122,19 @@ class AdaptiveLimiter:
         self._permits: deque[float] = deque()  # start times granted by the hub
         self._tpm_until = 0.0  # the hub's tokens-per-minute budget is spent until then
         self.budget_spent: float | None = None  # set when the hub says --max_cost is reached
+        self._heard = 0.0  # the run's limit in the last grant
         self._note()
 
     def _note(self) -> None:
         """The limit changed: without a hub it is the run's (a grant says the run's otherwise)."""
         if self.sync is None:  # no hub: this limit is the run's
             self.stats.saw_run_limit(round(self.limit, 2))
+
+    @property
+    def run_limit(self) -> float:
+        """The run's limit as this process last heard it: the hub's (0 before its first grant),
+        else its own."""
+        return self._heard if self.sync is not None else self.limit
 
     def _wake(self) -> None:
         self._changed.set()
@@ -172,6 +179,7 @@ class AdaptiveLimiter:
         self._tpm_until = now + grant.tpm_wait
         self._permits.extend(now + start for start in grant.starts)
         self.stats.saw_run_limit(round(grant.limit, 2))
+        self._heard = grant.limit
         if grant.budget_reached and self.sync is not None:
             self.budget_spent = grant.spent
             self.sync.release(len(self._permits))  # granted before it was reached: unused

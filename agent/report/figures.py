@@ -64,8 +64,8 @@ def _rates_from_times(times: Sequence[float], bins: int = 60) -> list[tuple[floa
 
 
 def in_flight(stats: Mapping[str, Any]) -> str | None:
-    """Prompts and model calls in flight against the run's limit (not the timeline's `limit`,
-    the workers' shares of it: 0 while they idle, which read as the limit falling)."""
+    """Prompts and model calls in flight against the run's limit (`limit_history`: each change,
+    where the timeline has one point a tick)."""
     columns = timeline_columns(stats)
     if not columns:
         return None
