@@ -25,7 +25,7 @@ from agent.batch.events import Failed, WorkerEvent, WorkerLost
 from agent.batch.jobs import Job
 from agent.batch.losses import Loss, LossBook, crash_loop_limit
 from agent.batch.worker import hub_member
-from agent.cluster import probe, require_ray
+from agent.cluster import check_address, require_ray
 from agent.cluster.actor import HubActor, WorkerActor, hub_options, limit_history_of
 from agent.cluster.members import JobLine, Member
 from agent.common.stop_signals import raise_dropped_stop
@@ -79,8 +79,7 @@ class RayScheduler:
 
     def _connect(self) -> None:
         address = self.config.ray_address
-        if address != "auto":
-            probe(address)
+        check_address(self.config)  # again: the cluster may have gone since the start's check
         ours = signal.getsignal(signal.SIGTERM)
         try:
             self.ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
