@@ -9,10 +9,12 @@ for the machine's own interface address (its "reachable from other nodes" addres
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -79,8 +81,13 @@ def test_one_rpm_across_the_nodes_measured_at_the_endpoint(tmp_path: Path, ray_c
         assert done.returncode == 0, done
         times = sorted(request.received_at for request in endpoint.requests)
     assert len(times) == 60
-    rate = (len(times) - 1) / (times[-1] - times[0])
-    assert rate == pytest.approx(4.0, rel=0.1)  # 240 per minute, for the three actors together
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    # 240 per minute for the three actors together: one start every 0.25 s. The budget holds:
+    # any 8 gaps span 2 s, less one call reaching the endpoint up to 0.3 s late. All of it is
+    # used, judged on the median gap: a slow actor on a loaded machine widens a few gaps (the
+    # mean rate fell to 3.5/s in one CI run of 2 cores).
+    assert min(times[i + 8] - times[i] for i in range(len(times) - 8)) > 1.7
+    assert statistics.median(gaps) == pytest.approx(0.25, rel=0.1)
 
 
 def test_driver_stopped_then_killed_then_resume_finishes_exactly_once(
