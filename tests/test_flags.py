@@ -152,6 +152,9 @@ def test_an_integer_flag_given_a_word_is_refused_naming_it(cli: str, name: str) 
     assert refused(cli, f"--{name}=2.5") == f"--{name} must be an integer, got '2.5'"
 
 
+BEYOND = "is beyond the range of a number (±1.8e308)"
+
+
 @pytest.mark.parametrize(("cli", "name"), of_kind("float"))
 def test_a_number_flag_must_be_a_positive_number(cli: str, name: str) -> None:
     assert refused(cli, f"--{name}=soon") == f"--{name} must be a number, got 'soon'"
@@ -160,6 +163,13 @@ def test_a_number_flag_must_be_a_positive_number(cli: str, name: str) -> None:
     for odd in ("nan", "inf", "1_0", " 3", "\u0663", ""):  # Python's float() takes all but the last
         assert refused(cli, f"--{name}={odd}").startswith(f"--{name} "), odd
     assert read(cli, f"--{name}=1.5")[name] == 1.5 and read(cli, f"--{name}=2e1")[name] == 20.0
+    assert refused(cli, f"--{name}=1e400") == f"--{name} {BEYOND}, got 1e400"
+
+
+@pytest.mark.parametrize(("cli", "name"), of_kind("number"))
+def test_a_signed_number_flag_must_be_finite(cli: str, name: str) -> None:
+    for huge in ("1e400", "-1e400"):  # float() reads them as infinities
+        assert refused(cli, f"--{name}={huge}") == f"--{name} {BEYOND}, got {huge}"
 
 
 @pytest.mark.parametrize(("cli", "name"), of_kind("int"))

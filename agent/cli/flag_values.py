@@ -66,10 +66,8 @@ def _check_maximum(flag: Flag, number: float, text: str) -> None:
 
 
 def _positive(flag: Flag, text: str) -> float:
-    if not _DECIMAL.fullmatch(text):
-        raise ConfigError(f"--{flag.name} must be a number, got {text!r}")
-    number = float(text)
-    if not math.isfinite(number) or number <= 0:
+    number = _number(flag, text)
+    if number <= 0:
         raise ConfigError(f"--{flag.name} must be positive, got {text}")
     _check_maximum(flag, number, text)
     return number
@@ -79,7 +77,10 @@ def _number(flag: Flag, text: str) -> float:
     """Any finite decimal: a "number" flag's range is its config's to check (0 is a temperature)."""
     if not _DECIMAL.fullmatch(text):
         raise ConfigError(f"--{flag.name} must be a number, got {text!r}")
-    return float(text)
+    number = float(text)
+    if not math.isfinite(number):  # "1e400" reads as infinity
+        raise ConfigError(f"--{flag.name} is beyond the range of a number (±1.8e308), got {text}")
+    return number
 
 
 def _boolean(flag: Flag, text: str) -> bool:
