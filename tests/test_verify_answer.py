@@ -55,6 +55,10 @@ def test_number_tolerance_is_relative_to_the_expected_value() -> None:
 def test_numbers_and_normal_forms() -> None:
     assert last_number("a 1,234,567.5 b") == 1234567.5
     assert last_number("none here") is None
+    assert last_number("so 5, or 1e999") is None  # beyond a float: infinity is no number (nor JSON)
+    record = check_answer(AnswerCheck("5", "number"), "it is 1e999").record()
+    assert record["passed"] is False and record["details"]["number"] is None
+    json.dumps(record, allow_nan=False)  # the entry's line can carry it
     assert normalize(" Ça  va?  OUI! ") == "ça va oui"
 
 
@@ -84,6 +88,8 @@ def _field_error(row: str) -> str:
     return f"{caught.value.field_name}: {caught.value.reason}"
 
 
+NESTED = "(" * 5000 + ")" * 5000  # past the compiler's recursion limit
+
 BAD_VERIFY = {  # the row's `verify` value: the error
     '{"anwser": "4"}': "verify.anwser: unknown check kind; one of answer, command, judge, python",
     '"42"': 'verify: must be a JSON object of checks, such as {"answer": "42"}',
@@ -102,6 +108,11 @@ BAD_VERIFY = {  # the row's `verify` value: the error
     '{"judge": {"rubric": ""}}': "verify.judge.rubric: must be a non-empty string",
     '{"python": 1}': "verify.python: must be true, false, or an object",
     '{"answer": "\\ud800"}': "verify: holds an unpaired surrogate escape",  # no entry could carry it
+    '{"answer": {"expected": "1e999", "match": "number"}}': "verify.answer: '1e999' is beyond the largest",
+    '{"answer": {"expected": "4", "match": "exact", "tolerance": 0.1}}': "verify.answer.tolerance: applies",
+    # 19 characters that compile to 10^8 nodes: the compiler took 24 GiB and minutes, then was killed
+    '{"answer": {"expected": "(?:x{10000}){10000}", "match": "regex"}}': "verify.answer: a regex that",
+    f'{{"answer": {{"expected": "{NESTED}", "match": "regex"}}}}': "verify.answer: a regex whose groups",
 }
 
 
@@ -152,3 +163,8 @@ def test_rows_the_flags_cannot_complete_are_errors() -> None:
         _checks({"python": {"file": "a"}})
     with pytest.raises(FieldError, match="'x' is not a number"):
         _checks({"answer": "x"}, answer_match="number")
+    # A tolerance with the run's default mode (normalized) would be ignored: the rewards wrong.
+    with pytest.raises(FieldError, match="applies to the \"number\" match only, not 'normalized'"):
+        _checks({"answer": {"expected": "4", "tolerance": 0.1}})
+    number = _checks({"answer": {"expected": "4", "tolerance": 0.1}}, answer_match="number")
+    assert number is not None and number.answer == AnswerCheck("4", "number", 0.1)

@@ -144,6 +144,12 @@ def test_score_lines(output: str, score: float | None) -> None:
             "sleeps",
             "verifier_error: tests.support.verifiers:sleeps gave no score within --verify_timeout=0.3s",
         ),
+        ("swallows_the_timeout", "verifier_error: tests.support.verifiers:swallows_the_timeout gave no"),
+        (
+            "lone_surrogate",
+            "verifier_error: tests.support.verifiers:lone_surrogate Score.details cannot be written as UTF-8",
+        ),
+        ("deep_details", "verifier_error: tests.support.verifiers:deep_details Score.details nests deeper"),
     ],
 )
 async def test_a_verifier_that_misbehaves_is_a_verifier_error(name: str, error: str) -> None:
@@ -165,6 +171,12 @@ async def test_a_verifier_gets_the_attempt_and_the_sandbox_the_agent_left(option
     assert found.details == {"verifier": spec, "file": "hello.txt", "size": 6}
 
 
+async def test_the_record_names_the_verifier_whatever_its_details_say() -> None:
+    result = await check_python("tests.support.verifiers:names_itself", _attempt(), None, 5)
+    assert result.details == {"verifier": "tests.support.verifiers:names_itself", "why": "mine"}
+    assert (result.passed, result.error) == (False, None)
+
+
 def test_a_verifier_that_cannot_be_called_is_refused_naming_the_flag() -> None:
     for spec, why in [
         (
@@ -180,6 +192,7 @@ def test_a_verifier_that_cannot_be_called_is_refused_naming_the_flag() -> None:
         ),
         ("tests.support.verifiers:keyword_only", "keyword_only(attempt, *, sandbox) cannot be called as"),
         ("tests.support.verifiers", "give module:function"),
+        ("tests.support.exiting_verifier:f", "cannot import tests.support.exiting_verifier: SystemExit: 0"),
     ]:
         with pytest.raises(VerifierLoadError) as caught:
             load_verifier(spec)

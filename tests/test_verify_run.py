@@ -202,6 +202,18 @@ def _refused(tmp_path: Path, endpoint: SimulatedEndpoint, rows: list[Any], *flag
             "error: --verifier=tests.support.broken_verifier:check: cannot import "
             "tests.support.broken_verifier: ImportError: this verifier module is broken on purpose",
         ),
+        (  # the module's own exit code (0) must not become the run's
+            [{"prompt": "p"}],
+            ("--verifier=tests.support.exiting_verifier:check",),
+            "error: --verifier=tests.support.exiting_verifier:check: cannot import "
+            "tests.support.exiting_verifier: SystemExit: 0",
+        ),
+        (  # 1e999 is beyond a float: the entry would hold an infinity no JSON line can carry
+            [{"prompt": "p", "verify": {"answer": {"expected": "1e999", "match": "number"}}}],
+            (),
+            "error: d.jsonl:1: verify.answer: '1e999' is beyond the largest number a check can compare "
+            "(about 1.8e308) (a row's checks must be right before the run starts)",
+        ),
         (
             [{"prompt": "p"}],
             ("--verifier=tests.support.verifiers:not_async",),

@@ -156,15 +156,19 @@ def parse_verify(value: Any, error: Error) -> RowVerify | None:
             parsed.update(_PARSERS[kind](item, error))
     row = RowVerify(raw=value, **parsed)
     if row.answer is not None and row.match is not None:
-        _check_answer(row.answer, row.match, "verify.answer", error)
+        _check_answer(row, row.match, error)
     return row
 
 
-def _check_answer(expected: str, match: str, name: str, error: Error) -> None:
-    problem = regex_problem(expected) if match == "regex" else None
-    problem = number_problem(expected) if match == "number" else problem
+def _check_answer(row: RowVerify, match: str, error: Error) -> None:
+    """The row's answer check as `match` (the row's or the run's) reads it."""
+    assert row.answer is not None
+    problem = regex_problem(row.answer) if match == "regex" else None
+    problem = number_problem(row.answer) if match == "number" else problem
     if problem is not None:
-        raise error(name, problem)
+        raise error("verify.answer", problem)
+    if row.tolerance is not None and match != "number":  # it would be ignored: wrong rewards
+        raise error("verify.answer.tolerance", f'applies to the "number" match only, not {match!r}')
 
 
 @functools.cache
@@ -189,7 +193,7 @@ def checks_for(row: RowVerify | None, options: VerifyOptions, error: Error) -> C
     answer = None
     if row.answer is not None:
         match = row.match or options.answer_match
-        _check_answer(row.answer, match, "verify.answer", error)
+        _check_answer(row, match, error)
         answer = AnswerCheck(row.answer, match, *([row.tolerance] if row.tolerance is not None else []))
     command_line = row.command or options.verify_command
     timeout_s = row.timeout_s if row.timeout_s is not None else options.verify_timeout

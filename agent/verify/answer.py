@@ -17,6 +17,7 @@ A conversation that ended without a final answer fails the check. The functions 
 from __future__ import annotations
 
 import functools
+import math
 import re
 import time
 import unicodedata
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.config.verify_config import AnswerCheck
 from agent.protocols.verification import CheckResult
+from agent.verify.pattern_size import expanded_size
 
 if TYPE_CHECKING:
     import regex  # type: ignore[import-untyped]
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
 # the answer usually is).
 REGEX_TIMEOUT_S = 1.0
 MAX_REGEX_INPUT = 100_000
+# The engine writes out required repeats: a pattern is refused at the run's start past this many
+# atoms counted out (`pattern_size`; ~3 MB compiled), and a process keeps 64 compiled.
+MAX_REGEX_SIZE = 20_000
 SHOWN_CHARS = 300  # how much of the answer the check's details keep
 
 _NUMBER = re.compile(
@@ -51,17 +56,19 @@ def normalize(text: str) -> str:
 
 
 def last_number(text: str) -> float | None:
-    """The last number written in `text` ("1,234.5" is 1234.5), or None when there is none."""
+    """The last number written in `text` ("1,234.5" is 1234.5), or None when there is none or
+    it is beyond a float ("1e999": no number to compare, and infinity is no JSON for the record)."""
     found = _NUMBER.findall(text)
     if not found:
         return None
     try:
-        return float(found[-1].replace(",", ""))
+        number = float(found[-1].replace(",", ""))
     except ValueError:  # the pattern admits nothing float() refuses; kept for safety of a bad edit
         return None
+    return number if math.isfinite(number) else None
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def compiled(pattern: str) -> regex.Pattern[str]:
     """`pattern` compiled once per process (rows of a dataset often share one)."""
     # Imported here: ~15 ms a process, and only rows with a regex check need it. re cannot
@@ -75,16 +82,28 @@ def regex_problem(pattern: str) -> str | None:
     """Why `pattern` is no valid regex (the row's error), or None."""
     import regex  # compiled() imports it first; this one is a lookup
 
+    size = expanded_size(pattern, MAX_REGEX_SIZE)
+    if size > MAX_REGEX_SIZE:
+        return (
+            f"a regex that compiles to over {MAX_REGEX_SIZE:,} atoms once its repeats are written"
+            f" out ({size:,} or more); repeat less, or use an optional repeat such as x{{0,n}}"
+        )
     try:
         compiled(pattern)
     except regex.error as exc:
         return f"not a valid regex: {exc}"
+    except RecursionError:
+        return "a regex whose groups nest too deeply to compile"
     return None
 
 
 def number_problem(expected: str) -> str | None:
     """Why `expected` is no number a `number` match can compare with, or None."""
-    return None if _as_number(expected) is not None else f"{expected!r} is not a number"
+    if _as_number(expected) is not None:
+        return None
+    if _NUMBER.fullmatch(expected.strip()):
+        return f"{expected!r} is beyond the largest number a check can compare (about 1.8e308)"
+    return f"{expected!r} is not a number"
 
 
 def _as_number(text: str) -> float | None:

@@ -30,7 +30,8 @@ from agent.protocols import Sandbox
 from agent.protocols.verification import Attempt, CheckError, CheckResult, Score, Verifier
 
 MAX_ERROR = 500  # characters of a verifier's exception kept in the record
-MAX_DETAILS = 16_384  # characters of a Score's details (as JSON) an entry may carry
+MAX_DETAILS = 16_384  # bytes of a Score's details (as UTF-8 JSON) an entry may carry
+MAX_DEPTH = 32  # nesting of a Score's details: JSON readers of the entry stop near 1,000 levels
 
 
 class VerifierLoadError(ConfigError):
@@ -49,7 +50,9 @@ def load_verifier(spec: str) -> Verifier:
         sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure of user code is the flag's error
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - user code failing
+        # to import is the flag's error, a module that exits or raises KeyboardInterrupt too: the
+        # run would otherwise end with its code (0 included) before a prompt ran.
         raise VerifierLoadError(
             f"--verifier={spec}: cannot import {module_name}: {type(exc).__name__}: {exc}"
         ) from None
@@ -85,6 +88,19 @@ def _is_unit(score: Any) -> bool:
     return number and math.isfinite(score) and 0 <= score <= 1
 
 
+def _depth(value: Any) -> int:
+    """How deep `value`'s containers nest (a mapping of scalars is 1), counted without recursion:
+    a verifier's details may nest past the interpreter's own recursion limit."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, Mapping | list | tuple) and level <= MAX_DEPTH:
+            deepest = max(deepest, level + 1)
+            children = item.values() if isinstance(item, Mapping) else item
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
 def _invalid(value: Any) -> str | None:
     """Why a verifier's return value is no usable Score, or None (its fields too: a dataclass
     does not check the types it is given)."""
@@ -97,12 +113,14 @@ def _invalid(value: Any) -> str | None:
         return f"Score.score {fields.score!r} is not a number in [0, 1]"
     if not isinstance(fields.details, Mapping):
         return f"Score.details is {type(fields.details).__name__}, not a mapping"
-    try:  # the details go into the entry as they are: one that cannot be written is caught here
-        size = len(json.dumps(dict(fields.details), allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        return f"Score.details cannot be written as JSON ({exc})"
+    if _depth(fields.details) > MAX_DEPTH:
+        return f"Score.details nests deeper than {MAX_DEPTH} levels"
+    try:  # the details go into the entry as they are: one the entry's line cannot hold is caught here
+        size = len(json.dumps(dict(fields.details), ensure_ascii=False, allow_nan=False).encode("utf-8"))
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) is a ValueError
+        return f"Score.details cannot be written as UTF-8 JSON ({exc})"[:MAX_ERROR]
     if size > MAX_DETAILS:
-        return f"Score.details is {size} characters as JSON, over {MAX_DETAILS}"
+        return f"Score.details is {size} bytes as JSON, over {MAX_DETAILS}"
     return None
 
 
@@ -117,8 +135,10 @@ async def check_python(spec: str, attempt: Attempt, sandbox: Sandbox | None, tim
 
     try:
         verifier = load_verifier(spec)
-        async with asyncio.timeout(timeout_s):
+        async with asyncio.timeout(timeout_s) as bound:
             value = await verifier(attempt, sandbox)
+        if bound.expired():  # it caught the timeout's cancel and returned: its score came late
+            raise TimeoutError
     except TimeoutError:
         return failed(f"{spec} gave no score within --verify_timeout={timeout_s:g}s")
     except VerifierLoadError as exc:
@@ -136,5 +156,5 @@ async def check_python(spec: str, attempt: Attempt, sandbox: Sandbox | None, tim
     if problem is not None:
         return failed(f"{spec} {problem}")
     score = float(value.score) if value.score is not None else (1.0 if value.passed else 0.0)
-    details = {"verifier": spec, **value.details}
+    details = {**value.details, "verifier": spec}  # the record names the verifier, whatever it says
     return CheckResult("python", value.passed, score, details, duration_s=time.monotonic() - started)

@@ -62,3 +62,26 @@ async def base_exception(attempt: Attempt, sandbox: Sandbox | None) -> Score:
 
 async def cancels_itself(attempt: Attempt, sandbox: Sandbox | None) -> Score:
     raise asyncio.CancelledError()  # its own, not a cancel of the attempt: the run must not hang
+
+
+async def swallows_the_timeout(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:  # on purpose: it catches the timeout's cancel and answers late
+        return Score(True)
+    return Score(True)
+
+
+async def lone_surrogate(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    return Score(True, details={"note": "half a pair: \ud800"})  # no UTF-8 line can carry it
+
+
+async def deep_details(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    nested: dict[str, object] = {}
+    for _ in range(990):  # past any JSON reader's nesting once in the entry
+        nested = {"in": nested}
+    return Score(True, details=nested)
+
+
+async def names_itself(attempt: Attempt, sandbox: Sandbox | None) -> Score:
+    return Score(False, details={"verifier": "someone else", "why": "mine"})
