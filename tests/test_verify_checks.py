@@ -78,9 +78,13 @@ async def test_the_last_line_is_the_score_and_the_output_is_capped(options: Sand
         loud = await check_command(
             CommandCheck("head -c 20000 /dev/zero | tr '\\0' x; echo; exit 3"), context.sandbox
         )
+        undecodable = CommandCheck("head -c 20000 /dev/zero | tr '\\0' '\\377'")
+        binary = await check_command(undecodable, context.sandbox)
     assert (partial.passed, partial.score) == (True, 0.7)
     assert (loud.passed, loud.score, loud.details["exit_code"]) == (False, 0.0, 3)
     assert len(loud.details["output"]) == MAX_OUTPUT
+    kept = binary.details["output"]  # undecodable bytes, each U+FFFD: 3 bytes in UTF-8
+    assert set(kept) == {"\ufffd"} and MAX_OUTPUT - 3 < len(kept.encode()) <= MAX_OUTPUT
 
 
 async def test_a_command_past_its_timeout_fails_and_says_so(options: SandboxOptions) -> None:

@@ -23,7 +23,7 @@ from agent.errors import SandboxError
 from agent.protocols import ExecResult, Sandbox
 from agent.protocols.verification import CheckError, CheckResult
 
-MAX_OUTPUT = 4096  # characters of the command's output kept in the entry
+MAX_OUTPUT = 4096  # bytes (UTF-8) of the command's output kept in the entry: its end
 # The sandbox kills a command at its timeout; this margin only bounds a sandbox call that
 # itself hangs (a container engine that stopped answering).
 _GRACE_S = 30.0
@@ -43,6 +43,12 @@ def score_line(output: str) -> float | None:
     return value if 0.0 <= value <= 1.0 else None
 
 
+def tail(output: str) -> str:
+    """The last MAX_OUTPUT bytes of `output` as UTF-8, a character cut in two dropped (undecodable
+    bytes came as U+FFFD, three bytes each: cut by characters, the tail could be 12 KB)."""
+    return output[-MAX_OUTPUT:].encode("utf-8", "replace")[-MAX_OUTPUT:].decode("utf-8", "ignore")
+
+
 def command_result(check: CommandCheck, result: ExecResult, duration_s: float) -> CheckResult:
     """The check's record for the command's `result`."""
     passed = result.exit_code == 0 and not result.timed_out
@@ -52,7 +58,7 @@ def command_result(check: CommandCheck, result: ExecResult, duration_s: float) -
         "command": check.run,
         "exit_code": result.exit_code,
         "timed_out": result.timed_out,
-        "output": result.output[-MAX_OUTPUT:],
+        "output": tail(result.output),
     }
     if result.timed_out:
         details["reason"] = f"timeout: the command ran past {check.timeout_s:g}s"
