@@ -86,7 +86,7 @@ def answer(
         return Discarded(job.key, job.index, discarding[0], entry, usage, when, tokens_line)
     try:
         line = encode_line(entry)
-    except (ValueError, TypeError) as exc:  # a bug fails its prompt here, not the run in the parent
+    except (ValueError, TypeError, RecursionError) as exc:  # a bug fails its prompt here, not the run
         why = f"the entry cannot be written as JSON: {type(exc).__name__}: {exc}"
         return Failed.of(job, FailureClass.EXCEPTION, why, usage)
     return _finished(job, result, line, usage, tokens_line)
