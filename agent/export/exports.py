@@ -8,6 +8,7 @@ with the run:
   whose free metadata can defeat a schema);
 - `openai` → `export/openai.jsonl`: one line per entry, `messages` + `tools` (a JSON string,
   see `openai_messages.tools_json`) and the fixed columns of `agent.export.columns`;
+  both JSON Lines files open with the rows that type every column (`agent.export.typed_head`);
 - `parquet` → `export/trajectories.parquet`: the entries' fixed columns and `conversations`
   with the schema declared in `agent.export.columns`, written a row group at a time;
 - `rl` → `export/rl.parquet`: one row per trajectory with its token ids, loss mask and
@@ -30,6 +31,7 @@ from agent.config.export_config import EXPORT_FORMATS
 from agent.export.columns import ENTRY_SCHEMA, OPENAI_SCHEMA, entry_columns
 from agent.export.openai_messages import from_sharegpt, tools_json
 from agent.export.rl_export import RL_FILE, RLWriter
+from agent.export.typed_head import TypedHead
 
 __all__ = ["EXPORTS", "EXPORT_DIR", "HUB_EXPORTS", "ROW_GROUP", "ExportFormat", "ExportInput", "RowWriter"]
 
@@ -95,19 +97,21 @@ def _encodable(row: dict[str, Any], suspect: bool) -> tuple[dict[str, Any], int]
 
 
 class _Lines:
-    """One JSON line per entry."""
+    """One JSON line per entry; the first rows type every column of `schema` (`typed_head`)."""
 
-    def __init__(self, handle: BinaryIO, inline: bool, row: Row) -> None:
+    def __init__(self, handle: BinaryIO, inline: bool, row: Row, schema: pa.Schema) -> None:
         self.handle, self.inline, self.row = handle, inline, row
+        self.head = TypedHead(schema)
 
     def write(self, entry: Mapping[str, Any], suspect: bool = False) -> int:
         row, replaced = _encodable(self.row(entry, self.inline), suspect)
-        line = json.dumps(row, ensure_ascii=False, allow_nan=False)
-        self.handle.write((line + "\n").encode())
+        line = (json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n").encode()
+        self.handle.write(line)
+        self.head.wrote(row, len(line))
         return replaced
 
     def close(self) -> None:
-        return None
+        self.head.finish(self.handle)
 
     def discard(self) -> None:
         return None
@@ -142,8 +146,8 @@ class _Parquet:
         self.writer.close()  # to the temp file, which the failed export removes
 
 
-def _lines(row: Row) -> Callable[[BinaryIO, ExportInput], RowWriter]:
-    return lambda handle, given: _Lines(handle, given.inline, row)
+def _lines(row: Row, schema: pa.Schema) -> Callable[[BinaryIO, ExportInput], RowWriter]:
+    return lambda handle, given: _Lines(handle, given.inline, row, schema)
 
 
 def _parquet(row: Row, schema: pa.Schema) -> Callable[[BinaryIO, ExportInput], RowWriter]:
@@ -158,8 +162,8 @@ EXPORTS: dict[str, ExportFormat] = {
     fmt.name: fmt
     for fmt in (
         ExportFormat("parquet", "trajectories.parquet", _parquet(sharegpt_row, ENTRY_SCHEMA)),
-        ExportFormat("openai", "openai.jsonl", _lines(openai_row)),
-        ExportFormat("sharegpt", "sharegpt.jsonl", _lines(sharegpt_row)),
+        ExportFormat("openai", "openai.jsonl", _lines(openai_row, OPENAI_SCHEMA)),
+        ExportFormat("sharegpt", "sharegpt.jsonl", _lines(sharegpt_row, ENTRY_SCHEMA)),
         ExportFormat("rl", RL_FILE, _rl),
     )
 }
