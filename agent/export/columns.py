@@ -21,7 +21,8 @@ import pyarrow as pa
 
 __all__ = ["ENTRY_SCHEMA", "OPENAI_SCHEMA", "OURS", "entry_columns", "verified"]
 
-# The keys `agent.batch.records` adds to an entry's metadata; the rest are the dataset row's.
+# The keys `agent.batch.records` adds to an entry's metadata that have columns of their own; the
+# rest go into `metadata` with the dataset row's, `toolsets_unavailable` among them.
 OURS = (
     *("batch_num", "timestamp", "model", "prompt_key", "outcome", "usage", "discard_reasons"),
     *("prompt_id", "sample_index"),
