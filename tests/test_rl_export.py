@@ -149,12 +149,18 @@ def test_the_mask_is_one_exactly_inside_the_spans_and_logprobs_null_where_it_is_
 def test_the_schema_is_the_same_with_and_without_rewards_and_drift(tmp_path: Path) -> None:
     bare = write_run(tmp_path / "bare", [entry(PLAIN)], [PLAIN])
     full = write_run(tmp_path / "full", [entry(DRIFTED, rewarded=True)], [DRIFTED])
-    empty = write_run(tmp_path / "empty", [], [])
-    (empty / TOKENS_FILE).unlink()  # a run that merged nothing: no rows, no sidecar needed
-    for run_dir in (bare, full, empty):
+    for run_dir in (bare, full):
         report = export_run(run_dir, ("rl",))
         assert pq.read_schema(report.files["rl"]).remove_metadata() == RL_SCHEMA, run_dir.name
-    assert pq.read_table(empty / "export" / "rl.parquet").num_rows == 0
+
+
+def test_a_run_that_merged_nothing_writes_no_rl_file(tmp_path: Path) -> None:
+    """`datasets` loads no Parquet file of 0 rows: one line (exit 2), no file."""
+    empty = write_run(tmp_path / "empty", [], [])
+    (empty / TOKENS_FILE).unlink()  # no rows, no sidecar needed
+    with pytest.raises(ConfigError, match="no entries to export"):
+        export_run(empty, ("rl",))
+    assert not (empty / "export" / "rl.parquet").exists()
 
 
 def test_datasets_loads_the_export_in_one_call(exported: tuple[BatchCLI, Path], tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def post_process_dir(values: Mapping[str, Any]) -> Path:
     if not run_dir.is_dir():
         raise ConfigError(f"--run_name={values['run_name']}: no run directory {run_dir}")
     trajectories = run_dir / TRAJECTORIES_FILE
-    if not trajectories.is_file() or trajectories.stat().st_size == 0:
+    if not trajectories.is_file():  # an empty one: export_run says so
         raise ConfigError(f"{trajectories}: the run has no merged trajectories to export")
     return run_dir
 

@@ -93,7 +93,7 @@ class _Lockstep:
 
     def next(self, entry: Mapping[str, Any]) -> TokenRecord | None:
         """The entry's record; None when its ids were withheld (its text held a secret)."""
-        if self.handle is None:  # opened at the first entry: an empty run exports no rows
+        if self.handle is None:  # opened at the first entry: a run with none has no export
             if not self.path.is_file():
                 raise ConfigError(_missing(self.run_dir))
             self.handle = self.path.open("rb")

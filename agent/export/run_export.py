@@ -84,6 +84,9 @@ def export_run(
             stack.push(_closing(writer))  # before its file is renamed into place, or discarded
             writers.append(writer)
         fed = _feed(source, writers)
+        if not fed.entries:  # `datasets` loads no file of 0 rows, JSON Lines or Parquet
+            nothing = "no entries to export (every prompt failed or was discarded)"
+            raise ConfigError(f"{source}: {nothing}; no export file was written")
     return ExportReport(fed.entries, files, time.monotonic() - started, fed.replaced, fed.replaced_entries)
 
 
