@@ -1,15 +1,38 @@
-"""`--export` of a run with no entries writes no file (`datasets` loads no file of 0 rows, JSON
-Lines or Parquet) and says so in one line, exit 2, at the run's end as later. Real runner
+"""`--export` that cannot export says why in one line: of a run whose first invocation still
+runs (exit 3: the lock, not "no merged trajectories"), of a run with no entries (exit 2:
+`datasets` loads no file of 0 rows, so none is written, at the run's end as later). Real runner
 subprocesses against the simulated endpoint."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
-from tests.support.batch import BatchCLI, write_dataset
+from tests.support.batch import BatchCLI, requested_prompts, tool_then_answer, wait_until, write_dataset
 
 FLAGS = ("--batch_size=2", "--num_workers=1")
+
+
+def test_exporting_a_run_whose_first_invocation_runs_is_refused_by_its_lock(tmp_path: Path) -> None:
+    """Once exit 2: "no merged trajectories", checked before the lock."""
+    with SimulatedEndpoint() as endpoint:
+        endpoint.script("Sleep", tool_then_answer(command="sleep 60"))
+        cli = BatchCLI(tmp_path, endpoint)
+        dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": "Sleep"}])
+        proc = cli.start(f"--dataset_file={dataset}", "--run_name=live", *FLAGS)
+        try:
+            wait_until(lambda: requested_prompts(endpoint)["Sleep"] == 1, "the prompt running", 120)
+            assert not (cli.run_dir("live") / "trajectories.jsonl").exists()
+            run = cli.run("--run_name=live", "--export=openai")
+        finally:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=90)
+    assert run.returncode == 3, run
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"error: {cli.run_dir('live')} is in use by another runner" in lines[0], run
+    assert not (cli.run_dir("live") / "export").exists()
 
 
 def test_a_run_with_no_entries_writes_no_export_and_says_so(tmp_path: Path) -> None:
