@@ -1,15 +1,21 @@
-"""`--export` that cannot export says why in one line: of a run whose first invocation still
-runs (exit 3: the lock, not "no merged trajectories"), of a run with no entries (exit 2:
-`datasets` loads no file of 0 rows, so none is written, at the run's end as later). Real runner
-subprocesses against the simulated endpoint."""
+"""`--export` that cannot export says why in one line and exits non-zero, keeping what exists:
+of a run whose first invocation still runs (exit 3: the lock, not "no merged trajectories"), of
+a run with no entries (exit 2: `datasets` loads no file of 0 rows, so none is written, at the
+run's end as later), and onto a directory where an export file goes (exit 1, not a traceback;
+the other exports stay). Real runner subprocesses against the simulated endpoint."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
 
+import pytest
+
+from agent.export.run_export import ExportWriteError, export_run
 from agent.servers.simulated.server import SimulatedEndpoint, Turn
+from bench.export import synthetic_entry
 from tests.support.batch import BatchCLI, requested_prompts, tool_then_answer, wait_until, write_dataset
 
 FLAGS = ("--batch_size=2", "--num_workers=1")
@@ -53,3 +59,31 @@ def test_a_run_with_no_entries_writes_no_export_and_says_so(tmp_path: Path) -> N
         assert "Traceback" not in finished.stderr
     assert (cli.run_dir("none") / "discarded.jsonl").read_text().count("\n") == len(prompts)
     assert list((cli.run_dir("none") / "export").iterdir()) == []
+
+
+def test_a_directory_where_an_export_goes_is_one_line_and_the_other_exports_stay(tmp_path: Path) -> None:
+    with SimulatedEndpoint() as endpoint:
+        cli = BatchCLI(tmp_path, endpoint)
+        dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": "Hello"}])
+        run = cli.run(f"--dataset_file={dataset}", "--run_name=dir", "--export=parquet", *FLAGS)
+        assert run.returncode == 0, run
+        export = cli.run_dir("dir") / "export"
+        parquet = (export / "trajectories.parquet").read_bytes()
+        (export / "openai.jsonl").mkdir()
+        blocked = cli.run("--run_name=dir", "--export=parquet,openai,sharegpt")
+    assert blocked.returncode == 1, blocked
+    lines = blocked.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {export / 'openai.jsonl'}: a directory"), blocked
+    assert (export / "trajectories.parquet").read_bytes() == parquet
+    assert sorted(p.name for p in export.iterdir()) == ["openai.jsonl", "trajectories.parquet"]
+
+
+def test_a_file_where_the_export_directory_goes_is_one_line_naming_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "trajectories.jsonl").write_text(json.dumps(synthetic_entry(0)) + "\n", encoding="utf-8")
+    (run_dir / "export").write_text("not a directory")
+    with pytest.raises(ExportWriteError) as refused:
+        export_run(run_dir, ("openai",))
+    assert str(refused.value).startswith(f"{run_dir / 'export'}: File exists; the run's files")
+    assert refused.value.exit_code == 1

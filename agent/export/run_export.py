@@ -20,13 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.common.unicode_text import may_hold_surrogates
-from agent.errors import ConfigError
+from agent.errors import AgentError, ConfigError
 from agent.export.exports import EXPORT_DIR, EXPORTS, ExportFormat, ExportInput, RowWriter
 from agent.store.durable import atomic_write
 from agent.store.jsonl import parse_object
 from agent.store.layout import TRAJECTORIES_FILE
 
-__all__ = ["ExportReport", "export_files", "export_run"]
+__all__ = ["ExportReport", "ExportWriteError", "export_files", "export_run"]
+
+KEPT = "the run's files, and each export file not rewritten whole, are as they were"
+
+
+class ExportWriteError(AgentError):
+    """An export could not be written: a full disk, a directory in the way (exit 1)."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +81,22 @@ def export_run(
         raise ConfigError(f"{source}: no merged trajectories to export (is this a run directory?)")
     started = time.monotonic()
     files = export_files(run_dir, names, formats, directory)
-    (run_dir / directory).mkdir(parents=True, exist_ok=True)
-    given = ExportInput(run_dir, inline)
+    for path in files.values():  # before any file is written: the old ones all stay
+        if path.is_dir():
+            raise ExportWriteError(f"{path}: a directory, where the export file goes; {KEPT}")
+    try:
+        (run_dir / directory).mkdir(parents=True, exist_ok=True)
+        fed = _write(source, files, formats, ExportInput(run_dir, inline))
+    except OSError as exc:  # a full disk, a file where the export directory goes, …
+        where = exc.filename2 or exc.filename or run_dir / directory
+        raise ExportWriteError(f"{where}: {exc.strerror}; {KEPT}") from None
+    return ExportReport(fed.entries, files, time.monotonic() - started, fed.replaced, fed.replaced_entries)
+
+
+def _write(
+    source: Path, files: Mapping[str, Path], formats: Mapping[str, ExportFormat], given: ExportInput
+) -> _Fed:
+    """Write every file of `files` from the entries of `source`, each whole or not at all."""
     with ExitStack() as stack:
         writers: list[RowWriter] = []
         for name, path in files.items():
@@ -87,7 +107,7 @@ def export_run(
         if not fed.entries:  # `datasets` loads no file of 0 rows, JSON Lines or Parquet
             nothing = "no entries to export (every prompt failed or was discarded)"
             raise ConfigError(f"{source}: {nothing}; no export file was written")
-    return ExportReport(fed.entries, files, time.monotonic() - started, fed.replaced, fed.replaced_entries)
+    return fed
 
 
 def _closing(writer: RowWriter) -> Callable[..., bool]:
