@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,25 @@ def test_a_run_with_no_entries_writes_no_export_and_says_so(tmp_path: Path) -> N
         assert "Traceback" not in finished.stderr
     assert (cli.run_dir("none") / "discarded.jsonl").read_text().count("\n") == len(prompts)
     assert list((cli.run_dir("none") / "export").iterdir()) == []
+
+
+def test_a_run_whose_prompts_all_failed_keeps_exit_1_and_says_there_is_nothing_to_export(
+    tmp_path: Path,
+) -> None:
+    """Its next step is --resume (which exports again), not a fix of the flags (exit 2)."""
+    with socket.socket() as probe:  # a port that was free a moment ago: nobody answers
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cli = BatchCLI(tmp_path)
+    dataset = write_dataset(tmp_path / "d.jsonl", [{"prompt": "one"}, {"prompt": "two"}])
+    run = cli.run(
+        f"--dataset_file={dataset}", "--run_name=failed", "--export=openai", "--max_retries=1",
+        f"--base_url=http://127.0.0.1:{port}/v1", *FLAGS,
+    )  # fmt: skip
+    assert run.returncode == 1, run
+    assert f"error: {cli.run_dir('failed') / 'trajectories.jsonl'}: no entries to export" in run.stderr, run
+    assert "--resume" in run.stderr and "Traceback" not in run.stderr
+    assert not (cli.run_dir("failed") / "export" / "openai.jsonl").exists()
 
 
 def test_a_directory_where_an_export_goes_is_one_line_and_the_other_exports_stay(tmp_path: Path) -> None:

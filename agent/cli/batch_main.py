@@ -69,7 +69,7 @@ def run(config: RunConfig) -> int:
     from agent.batch.run import BatchRun
     from agent.cli.batch_cli import check_ready, ready_sandbox
     from agent.cli.dataset_cli import pin_dataset
-    from agent.cli.export_cli import export_and_push, merged
+    from agent.cli.export_cli import merged
     from agent.cli.token_cli import ready_tokens
     from agent.cli.verify_cli import check_attempts, check_verification, refuse_bad_checks
     from agent.config.agent_config import serving
@@ -96,7 +96,24 @@ def run(config: RunConfig) -> int:
         served = ready_tokens(dataclasses.replace(config, agent=agent))  # --capture_tokens' probe
         code = _written(lambda: BatchRun(served, console, backend=backend).run(scan), config)
     if merged(config.run_dir):  # what this invocation merged; an interrupted run exports nothing
+        return _exported(config, code)
+    return code
+
+
+def _exported(config: RunConfig, code: int) -> int:
+    """The run's exports; `code` unless they fail. A run whose prompts failed (exit 1: rerun
+    with --resume, which exports again) keeps its code when none of them left an entry."""
+    if not config.export.export:  # nothing to import: pyarrow alone takes ~0.5 s
+        return code
+    from agent.cli.export_cli import export_and_push
+    from agent.export.run_export import NothingToExport
+
+    try:
         export_and_push(config.run_dir, config.export, _say)
+    except NothingToExport as exc:
+        if code == 0:
+            raise
+        _say(f"error: {exc}")
     return code
 
 

@@ -26,13 +26,17 @@ from agent.store.durable import atomic_write
 from agent.store.jsonl import parse_object
 from agent.store.layout import TRAJECTORIES_FILE
 
-__all__ = ["ExportReport", "ExportWriteError", "export_files", "export_run"]
+__all__ = ["ExportReport", "ExportWriteError", "NothingToExport", "export_files", "export_run"]
 
 KEPT = "the run's files, and each export file not rewritten whole, are as they were"
 
 
 class ExportWriteError(AgentError):
     """An export could not be written: a full disk, a directory in the way (exit 1)."""
+
+
+class NothingToExport(ConfigError):
+    """The run has no entries: `datasets` loads no file of 0 rows, so none is written (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ def _write(
         fed = _feed(source, writers)
         if not fed.entries:  # `datasets` loads no file of 0 rows, JSON Lines or Parquet
             nothing = "no entries to export (every prompt failed or was discarded)"
-            raise ConfigError(f"{source}: {nothing}; no export file was written")
+            raise NothingToExport(f"{source}: {nothing}; no export file was written")
     return fed
 
 
