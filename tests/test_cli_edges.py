@@ -4,6 +4,7 @@ with the inputs are reported (the order a user fixes them)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -186,6 +187,30 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_exit_2(argv: list[str])
                               text=True, timeout=60, check=False)  # fmt: skip
     assert done.stderr == "error: cannot write to standard output: No space left on device\n"
     assert done.returncode == 2
+
+
+@pytest.mark.parametrize("log", ["closed", "full"])
+def test_a_run_whose_log_cannot_be_written_goes_on_to_its_end(tmp_path: Path, log: str) -> None:
+    """`… 2>&1 | head -1` (the reader of the log gone before the run's first line) or
+    `2>/dev/full`: the run was abandoned at its first progress line, exit 1. It goes on unseen:
+    every entry, its statistics and report, exit 0."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with SimulatedEndpoint() as endpoint, open("/dev/full", "w") as full:
+        cli = BatchCLI(tmp_path, endpoint)
+        dataset = prompts_dataset(tmp_path / "d.jsonl", [f"logged {i}" for i in range(6)])
+        argv = cli.argv(f"--dataset_file={dataset}", "--batch_size=2", "--run_name=unseen", "--num_workers=2")
+        stderr = write_end if log == "closed" else full.fileno()
+        try:
+            done = subprocess.run(argv, cwd=tmp_path, env=cli.env(), stdout=subprocess.DEVNULL,
+                                  stderr=stderr, timeout=180, check=False)  # fmt: skip
+        finally:
+            os.close(write_end)
+    assert done.returncode == 0
+    run_dir = cli.run_dir("unseen")
+    assert len(read_jsonl(run_dir / "trajectories.jsonl")) == 6
+    assert (run_dir / "report.html").is_file()
+    assert json.loads((run_dir / "statistics.json").read_text())["completion"]["exit_code"] == 0
 
 
 def test_a_dataset_file_typo_is_reported_before_the_toolsets_it_would_need(tmp_path: Path) -> None:

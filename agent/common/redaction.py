@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterable
 from typing import TextIO
@@ -94,18 +95,36 @@ class RedactingFilter(logging.Filter):
 
 
 class RedactingStream(io.TextIOBase):
-    """A text stream that writes through the active redactor to `stream`."""
+    """A text stream that writes through the active redactor to `stream`. A `lossy` one (the
+    operator's stderr) that can no longer be written (its reader closed the pipe: `2>&1 | head`;
+    `2>/dev/full`) is pointed at /dev/null: the process goes on unseen rather than abandoning a
+    run for its log. stdout is not lossy: a closed stdout is a command's end (exit 141)."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, *, lossy: bool = False) -> None:
         super().__init__()
-        self.stream = stream
+        self.stream, self.lossy = stream, lossy
 
     def write(self, text: str) -> int:
-        self.stream.write(_active.redact_text(text))
+        try:
+            self.stream.write(_active.redact_text(text))
+        except OSError:
+            if not self.lossy:
+                raise
+            self._lose()
         return len(text)
 
     def flush(self) -> None:
-        self.stream.flush()
+        try:
+            self.stream.flush()
+        except OSError:
+            if not self.lossy:
+                raise
+            self._lose()
+
+    def _lose(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.stream.fileno())  # what is still buffered goes there too
+        os.close(devnull)
 
     def isatty(self) -> bool:
         return self.stream.isatty()
@@ -123,8 +142,8 @@ class RedactingStream(io.TextIOBase):
 
 
 def redact_streams() -> None:
-    """Route sys.stdout and sys.stderr through the active redactor (once)."""
+    """Route sys.stdout and sys.stderr through the active redactor (once); stderr is lossy."""
     if not isinstance(sys.stdout, RedactingStream):
         sys.stdout = RedactingStream(sys.stdout)
     if not isinstance(sys.stderr, RedactingStream):
-        sys.stderr = RedactingStream(sys.stderr)
+        sys.stderr = RedactingStream(sys.stderr, lossy=True)
