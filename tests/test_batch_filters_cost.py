@@ -54,6 +54,11 @@ def test_a_filter_that_dropped_everything_says_so_and_resume_recovers_without_ca
         )
         run_dir = cli.run_dir("nr")
         assert trajectory_prompts(run_dir) == Counter()
+        # A resume with nothing to run still says what the output lacks: the whole run's discards.
+        idle = cli.run(*flags, "--resume")
+        assert idle.returncode == 0, idle
+        assert "the no_reasoning filter discarded 5 of 5 entries (100%)" in flat(idle.stderr)
+        assert "Next: rerun with --resume --keep_no_reasoning to keep the 5 no_reasoning" in flat(idle.stderr)
 
         endpoint.clear_requests()
         kept = cli.run(*flags, "--resume", "--keep_no_reasoning")
@@ -70,6 +75,12 @@ def test_a_filter_that_dropped_everything_says_so_and_resume_recovers_without_ca
         assert endpoint.requests == []
         assert batch_prompts(run_dir) == Counter(prompts)  # exactly once: not appended again
         assert read_json(run_dir / "statistics.json")["recovered_discards"] == {}
+
+        refiltered = cli.run(*flags, "--resume")  # the filter on again: all 5 move back, and it says so
+        assert refiltered.returncode == 0, refiltered
+        assert "the no_reasoning filter discarded 5 of 5 entries (100%)" in flat(refiltered.stderr)
+        warnings = read_json(run_dir / "statistics.json")["filter_warnings"]
+        assert [(w["reason"], w["discarded"], w["entries"]) for w in warnings] == [("no_reasoning", 5, 5)]
 
 
 def test_cost_from_a_price_table_per_entry_and_per_run(tmp_path: Path) -> None:

@@ -200,8 +200,8 @@ def current_discards(run_dir: Path, output: KnownKeys) -> Iterator[dict[str, Any
 
 
 def filter_warnings(discards: Mapping[str, int], entries: int) -> list[dict[str, Any]]:
-    """The filters that dropped most (> 50 %) of this run's entries, each with the flag that
-    keeps what it drops (None when no flag does)."""
+    """The filters whose discards (`discards`, by reason) are most (> 50 %) of the run's
+    `entries`, each with the flag that keeps what it drops (None when no flag does)."""
     return [
         {
             "reason": reason,

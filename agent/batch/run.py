@@ -257,16 +257,16 @@ class BatchRun:
             self.tally.stats.reset_output()
         done = self._completion(ended, merged_keys)
         moved = {"recovered_discards": self.tally.recovered, "withdrawn_entries": self.tally.withdrawn}
-        notes = filters_and_budget(self.config, self.tally.stats, moved, ended)
+        current = report.current_discards(merged=merged_keys is not None)
         extra = {
             **sample_counts(self.config, scan),
             "completion": done.as_dict(),
             "merged": merged_keys is not None,
-            **notes,
+            **filters_and_budget(self.config, (current, done.in_output + done.discarded), moved, ended),
             **worker_losses(ended),
             **checked,
             "keep": self.kept.section(self.config.verify.keep) if merged_keys is not None else None,
-            "current_discards": report.current_discards(merged=merged_keys is not None),
+            "current_discards": current,
         }
         self.tally.stats.limit_history = limit_curve(ended.limit_history if ended else [], started)
         stats = self.tally.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})

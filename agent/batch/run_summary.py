@@ -12,7 +12,6 @@ from agent.batch.backend import Tally
 from agent.batch.dataset import DatasetScan
 from agent.batch.recovery import filter_warnings
 from agent.config.run_config import RunConfig
-from agent.store.statistics import RunStatistics
 
 
 def run_summary(cfg: RunConfig, scan: DatasetScan, duration: float) -> dict[str, Any]:
@@ -37,12 +36,17 @@ def run_summary(cfg: RunConfig, scan: DatasetScan, duration: float) -> dict[str,
 
 
 def filters_and_budget(
-    cfg: RunConfig, stats: RunStatistics, moved: Mapping[str, Counter[str]], tally: Tally | None
+    cfg: RunConfig,
+    whole_run: tuple[Mapping[str, int], int],
+    moved: Mapping[str, Counter[str]],
+    tally: Tally | None,
 ) -> dict[str, Any]:
-    """The filter notes (heavy discards, entries the re-applied filters moved: `moved`, per
-    section name) and the budget."""
+    """The filter notes (heavy discards of the whole run: `whole_run`, the current discards by
+    reason and the prompts done; entries the re-applied filters moved: `moved`, per section
+    name) and the budget. Of the whole run, not this invocation: a resume with nothing left
+    to run, or one that re-applied a filter, still says what the output lacks."""
     return {
-        "filter_warnings": filter_warnings(stats.discards, stats.entries_this_run),
+        "filter_warnings": filter_warnings(*whole_run),
         **{name: dict(sorted(counts.items())) for name, counts in moved.items()},
         "budget": {
             "max_cost_usd": cfg.max_cost,
