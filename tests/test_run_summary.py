@@ -84,6 +84,15 @@ def test_a_done_prompt_missing_from_the_merged_output_is_never_exit_0() -> None:
     assert (dropped.in_output, dropped.lost, dropped.exit_code) == (1, [1], 1)
     assert dropped.as_dict()["missing_from_output_indices"] == [1]
     assert dropped.next_step().startswith("Not done: 1 done but missing from trajectories.jsonl of 3")
+    # Written by this run, then gone from its batch file (edited during the run): missing, not
+    # "not started".
+    counted = {("k1", 1)}
+    edited = Completion.of(
+        rows, RunIndex(done={"k0"}, discarded={"k2"}), set(), merged=KeySet({"k0"}),
+        counted=lambda key, index: (key, index) in counted,
+    )  # fmt: skip
+    assert (edited.lost, edited.not_started, edited.exit_code) == ([1], [], 1)
+    assert edited.as_dict()["missing_from_output_indices"] == [1]
     cancelled = Completion.of(rows, RunIndex(done={"k0"}), set(), cancelled={"k1"}, interrupted=True)
     assert (cancelled.in_flight, cancelled.not_started, cancelled.exit_code) == ([1], [2], 130)
     assert "(1 interrupted in flight, 1 not started, 0 failed)" in cancelled.next_step()

@@ -36,7 +36,7 @@ class Completion:
     failed: int = 0  # failed in this invocation, no outcome on disk
     not_started: list[int] = field(default_factory=list)  # dataset indices
     in_flight: list[int] = field(default_factory=list)  # dataset indices, cancelled by the stop
-    lost: list[int] = field(default_factory=list)  # done on disk, not in the merged output
+    lost: list[int] = field(default_factory=list)  # done (on disk, or counted written), not in the output
     interrupted: bool = False
     stopped_by: str | None = None  # "max_cost", "worker_lost", "crash_loop", "dataset_changed" or None
     # --samples_per_prompt: with N > 1 every count but `prompts` counts attempts (units of work)
@@ -58,11 +58,13 @@ class Completion:
         *,
         cancelled: Collection[str] = (),
         merged: KeyBook | None = None,
+        counted: Callable[[str, int], bool] | None = None,
         **state: Any,
     ) -> Completion:
         """The split of the dataset's `rows` by what `stored` (a fresh scan) holds; with
         `merged` (the keys the merge wrote, each from a result line), a done prompt missing from
-        it is `lost`. A merged key is done whether or not `stored.done` lists it: the run's
+        it is `lost`, as is one the run `counted` as written that is not on disk (a batch file
+        edited meanwhile). A merged key is done whether or not `stored.done` lists it: the run's
         scan leaves them out (`scan(known=merged)`), so the end holds one set of keys, not two."""
         done = cls(**state)
         n = done.samples_per_prompt
@@ -81,7 +83,7 @@ class Completion:
             if isinstance(rows, PlannedUnits)
             else ((r.key, r.index, r.sample_index) for r in rows)
         )
-        done._split(units, stored, failed_keys, cancelled, _merged_test(merged, rows))
+        done._split(units, stored, (failed_keys, cancelled), _merged_test(merged, rows), counted)
         if merged is not None:  # each merged key is a unit of the rows, an extra sample, or neither
             done.outside = len(merged) - done.in_output - sum(key in merged for key in extra)
         return done
@@ -90,13 +92,14 @@ class Completion:
         self,
         units: Iterable[tuple[str, int, int]],
         stored: StoredKeys,
-        failed_keys: Collection[str],
-        cancelled: Collection[str],
+        unfinished: tuple[Collection[str], Collection[str]],
         merged: Callable[[str, int], bool] | None,
+        counted: Callable[[str, int], bool] | None,
     ) -> None:
         """Count each (key, index, sample index) into its part, in locals: with attributes and
         a `Unit` per row, this loop took 0.4 s of CPU at 200,000 units, 0.2 s now."""
         on_disk, discards = stored.done, stored.discarded
+        failed_keys, cancelled = unfinished
         valid = prompts = in_output = discarded = failed = 0
         for key, index, sample in units:
             valid += 1
@@ -114,6 +117,8 @@ class Completion:
                 failed += 1
             elif key in cancelled:
                 self.in_flight.append(index)
+            elif counted is not None and counted(key, index):  # written, then gone from the disk
+                self.lost.append(index)
             else:
                 self.not_started.append(index)
         self.valid += valid

@@ -107,14 +107,14 @@ class BatchRun:
         return done.exit_code
 
     def _completion(self, ended: Tally | None, merged: KeyBook | None) -> Completion:
-        """What the run directory now holds for each valid prompt (a fresh scan, not our
-        counts), and with `merged` whether each done prompt is in the merged output."""
+        """Each valid prompt's part, from a fresh scan and the keys `merged`, not our counts."""
         return Completion.of(
             self.units if self.units is not None else every_unit(self.config),
             self.store.scan(numbered=False, known=merged),
             self.tally.failed_keys,
             cancelled=self.tally.cancelled_keys,
             merged=merged,
+            counted=lambda key, index: self.tally.written.get(key, index) is not None,
             interrupted=ended is not None and ended.interrupted,
             samples_per_prompt=self.config.samples_per_prompt,
             stopped_by=ended.stopped_by if ended is not None else None,
