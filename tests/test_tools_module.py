@@ -283,14 +283,18 @@ TOOLSET = Toolset("cancelling", "raises what ends a task or a process", (ToolSpe
 @pytest.mark.parametrize(
     ("raises", "said"),
     [("raise asyncio.CancelledError(\"the handler's own\")", "CancelledError: the handler's own"),
-     ("sys.exit(3)", "SystemExit: 3")],
-    ids=["cancelled-error", "sys-exit"],
+     ("sys.exit(3)", "SystemExit: 3"),
+     ("raise KeyboardInterrupt", "KeyboardInterrupt: "),  # once the worker's end: every prompt lost
+     ("raise BaseException('bare')", "BaseException: bare")],  # once a prompt in flight forever
+    ids=["cancelled-error", "sys-exit", "keyboard-interrupt", "base-exception"],
 )  # fmt: skip
 def test_a_tool_raising_cancelled_error_is_a_tool_error_not_a_prompt_run_forever(
     tmp_path: Path, sim_endpoint: SimulatedEndpoint, raises: str, said: str
 ) -> None:
     """Once taken for a stop: the prompt was cancelled, run again, and so on (46,828 requests
-    in 2 minutes). And sys.exit() in a handler once ended the worker (`worker_lost`)."""
+    in 2 minutes). And sys.exit() in a handler once ended the worker (`worker_lost`), as did a
+    KeyboardInterrupt (the worker ignores SIGINT: only code raises it); a bare BaseException
+    left its prompt in flight for good."""
     (tmp_path / "cancels.py").write_text(CANCELS.format(raises=raises), encoding="utf-8")
     (tmp_path / "dists.yaml").write_text(
         "c:\n  description: d\n  toolsets: {cancelling: 100}\n", encoding="utf-8"

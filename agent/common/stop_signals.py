@@ -93,6 +93,12 @@ def raise_dropped_stop() -> None:
         raise KeyboardInterrupt
 
 
+def stop_signalled() -> bool:
+    """Whether SIGINT or SIGTERM reached `_stop`: a KeyboardInterrupt that is the command's stop,
+    not one some code raised."""
+    return _signalled
+
+
 def _stop(signum: int, frame: FrameType | None) -> None:
     global _signalled
     _signalled = True

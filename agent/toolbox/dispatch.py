@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from agent.common.stop_signals import stop_signalled
 from agent.common.unicode_text import encodable
 from agent.errors import SandboxStartError
 from agent.protocols import JSON, ToolConfig, ToolContext, ToolSpec
@@ -47,8 +48,11 @@ async def dispatch(
             raise  # the conversation itself is being stopped
         log.debug("tool %s raised CancelledError", name, exc_info=True)  # a handler's own
         return _error(f"Tool '{name}' failed: CancelledError: {exc}")
-    except (Exception, SystemExit) as exc:  # any handler failure is a tool result the model reads:
-        # sys.exit() too (a script made a tool), which once ended the whole worker
+    except BaseException as exc:  # any handler failure is a tool result the model reads:
+        # sys.exit() (a script made a tool) once ended the whole worker, a KeyboardInterrupt
+        # took the worker's other conversations with it, a bare BaseException hung the run.
+        if isinstance(exc, KeyboardInterrupt) and stop_signalled():
+            raise  # SIGTERM of the single-query command, reaching into the handler's frame
         log.debug("tool %s raised", name, exc_info=True)
         return _error(f"Tool '{name}' failed: {type(exc).__name__}: {exc}")
 
