@@ -20,6 +20,8 @@ DISTRIBUTIONS = 'notes_test: {description: "notes server only", toolsets: {notes
 
 
 work = work_fixture("mcp-batch-")
+# A secret that JSON escapes: the tool result is JSON text, escaped again on the entry's line.
+ESCAPED_SECRET = 'quote"back\\slash-\u00e9-\t-5d1e9a7c'
 
 
 def written_text(run_dir: Path) -> str:
@@ -31,7 +33,8 @@ def written_text(run_dir: Path) -> str:
 @pytest.mark.parametrize("sandbox", ["local", "bwrap"])
 def test_a_sampled_mcp_toolset_is_called_and_recorded(work: Path, sandbox: str) -> None:
     prompts = [f"Use the notes, take {i}" for i in range(4)]
-    config = write_mcp_config(work / "mcp.json", {"notes": stdio_entry(work, env={"NOTE_KEY": SECRET})})
+    env = {"NOTE_KEY": SECRET, "ODD_KEY": ESCAPED_SECRET}
+    config = write_mcp_config(work / "mcp.json", {"notes": stdio_entry(work, env=env)})
     distributions = work / "distributions.yaml"
     distributions.write_text(DISTRIBUTIONS, encoding="utf-8")
     with SimulatedEndpoint() as endpoint:
@@ -39,6 +42,7 @@ def test_a_sampled_mcp_toolset_is_called_and_recorded(work: Path, sandbox: str) 
             calls = (
                 ("add", json.dumps({"a": i, "b": 100})),
                 ("env_value", json.dumps({"name": "NOTE_KEY"})),
+                ("env_value", json.dumps({"name": "ODD_KEY"})),
                 ("image", "{}"),
             )
             endpoint.script(prompt, [Turn(reasoning=THINK, tool_calls=calls), Turn("Done.", reasoning=THINK)])
@@ -65,13 +69,17 @@ def test_a_sampled_mcp_toolset_is_called_and_recorded(work: Path, sandbox: str) 
         index = int(human_prompt(entry).rsplit(" ", 1)[1])
         results = [t["value"] for t in entry["conversations"] if t["from"] == "tool"]
         text = json.dumps(results)
-        assert f"{index + 100}" in text and "[REDACTED]" in text, results
+        assert f"{index + 100}" in text and text.count("[REDACTED]") == 2, results
         key = entry["metadata"]["prompt_key"].replace(":", "-")
         assert f"![image](images/{key}-mcp-1.png)" in text, text
         assert (run_dir / "images" / f"{key}-mcp-1.png").is_file()
     recorded = json.loads((run_dir / "run_config.json").read_text())
     assert "NOTE_KEY" in json.dumps(recorded)  # which variables the server gets, not their values
-    assert SECRET not in written_text(run_dir) + done.stdout + done.stderr
+    written = written_text(run_dir) + done.stdout + done.stderr
+    assert SECRET not in written and "5d1e9a7c" not in written.replace(SECRET, "")
+    # nor does the model's endpoint get them: it reads what the trajectory records
+    sent = json.dumps([request.body for request in endpoint.requests])
+    assert "5d1e9a7c" not in sent and sent.count("[REDACTED]") == 2 * len(prompts)
     assert "iVBORw0KGgo" not in written_text(run_dir)  # no image as base64 in anything written
     assert servers_left(work) == []
     # --resume without --mcp_config would move every entry calling its tools out of the output

@@ -10,6 +10,7 @@ substring search per needle and copies nothing.
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import logging
@@ -22,14 +23,29 @@ REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8  # shorter values (e.g. the placeholder key "local") would redact words
 
 
+def _escaped(forms: set[str]) -> set[str]:
+    """Each form as a JSON string's inside, with and without `ensure_ascii`."""
+    return {json.dumps(form, ensure_ascii=ascii_only)[1:-1] for form in forms for ascii_only in (True, False)}
+
+
+def _forms(secret: str) -> set[str]:
+    """Every form `secret` takes in what we write: as is; inside a JSON string; inside a JSON
+    string inside another (a tool result is JSON text, and the entry's line escapes it again:
+    the quote of `a"b` has three backslashes there); and HTML-escaped (the report). A plain
+    ASCII secret has one form."""
+    once = _escaped({secret})
+    nested = {secret, *once, *_escaped(once)}
+    return nested | {html.escape(form) for form in nested}
+
+
 class Redactor:
     """Replaces every form of every secret with `[REDACTED]`."""
 
     def __init__(self, secrets: Iterable[str | None]) -> None:
-        forms = set()
+        forms: set[str] = set()
         for secret in secrets:
             if secret and len(secret) >= MIN_SECRET_LENGTH:
-                forms |= {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+                forms |= _forms(secret)
         # Longest first: a secret that contains another is replaced whole.
         self._text = sorted(forms, key=len, reverse=True)
         self._bytes = [form.encode("utf-8") for form in self._text]

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from agent.common.redaction import active
 from agent.common.stop_signals import stop_signalled
 from agent.common.unicode_text import encodable
 from agent.errors import SandboxStartError
@@ -33,7 +34,13 @@ async def dispatch(
     name: str, raw_arguments: str, context: ToolContext, allowed: Mapping[str, ToolSpec]
 ) -> str:
     """Run one tool call on the event loop; returns the tool message content (errors as
-    `{"error": ...}`). A sandbox that cannot be made raises: that fails the prompt."""
+    `{"error": ...}`). A sandbox that cannot be made raises: that fails the prompt. The content
+    passes the secret redactor: the model reads what the trajectory records (an MCP server that
+    echoes its `env` token does not hand it to the model's endpoint)."""
+    return active().redact_text(await _run(name, raw_arguments, context, allowed))
+
+
+async def _run(name: str, raw_arguments: str, context: ToolContext, allowed: Mapping[str, ToolSpec]) -> str:
     prepared = _prepare(name, raw_arguments, allowed, context.config)
     if isinstance(prepared, str):
         return prepared
