@@ -234,6 +234,17 @@ BAD_FILES = {
         '{"mine": {"toolsets": {"web": 1, "web": 2}}}',
         r"^d\.json: line 1: not valid JSON: 'web' is given twice$",
     ),
+    "nested_yaml": (  # 1,000 levels in 2 KB: the parser's recursion, once a traceback
+        "d.yaml",
+        "x: " + "[" * 1000 + "]" * 1000 + "\n",
+        r"^d\.yaml: nests too deeply to be a distributions file$",
+    ),
+    "nested_json": ("d.json", '{"x": ' + "[" * 5000 + "]" * 5000 + "}", r"^d\.json: nests too deeply"),
+    "endless": (  # once read until the OOM killer came at 24 GB
+        "/dev/zero",
+        None,
+        r"^--distributions_file=/dev/zero: cannot be read \(over 16 MiB, too large for a configuration",
+    ),
     "twice_json_lines": (  # its line, not the first
         "d.json",
         '{\n  "mine": {"toolsets": {"web": 1}},\n  "mine": {"toolsets": {"file": 1}}\n}',
@@ -248,7 +259,7 @@ def test_each_mistake_is_one_line_naming_file_distribution_and_field(
 ) -> None:
     name, text, expected = BAD_FILES[case]
     monkeypatch.chdir(tmp_path)
-    if name is not None:
+    if name is not None and text is not None:
         Path(name).write_text(text, encoding="utf-8")
     with pytest.raises(ConfigError, match=expected) as raised:
         load_distributions_file(name or "d.yaml")

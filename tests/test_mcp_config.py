@@ -112,6 +112,16 @@ def test_the_files_are_capped(tmp_path: Path) -> None:
     assert line.startswith("mcpServers.s.files.big.bin: the files add up to more than")
 
 
+def test_a_file_nested_too_deep_or_without_end_is_one_line(tmp_path: Path) -> None:
+    """Each once a traceback: a RecursionError in 4 KB; /dev/zero read until the OOM killer."""
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"mcpServers": ' + "[" * 2000 + "]" * 2000 + "}", encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(deep))}: nests too deeply"):
+        read_config(str(deep), {})
+    with pytest.raises(ConfigError, match=r"^--mcp_config: cannot read /dev/zero: over 16 MiB, too large"):
+        read_config("/dev/zero", {})
+
+
 @pytest.mark.parametrize("text", ["{", '{"servers": {}}', '{"mcpServers": {}}', '{"mcpServers": []}'])
 def test_a_file_that_is_not_a_config_is_one_line(tmp_path: Path, text: str) -> None:
     path = tmp_path / "mcp.json"

@@ -25,9 +25,9 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from agent.common.config_text import read_config_text
 from agent.config.verify_config import (
     MATCH_MODES,
     AnswerCheck,
@@ -177,7 +177,7 @@ def read_rubric(path: str | None) -> str | None:
     if path is None:
         return None
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_config_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(f"--judge_rubric={path}: cannot read the rubric file ({why})") from None

@@ -17,6 +17,7 @@ from agent.cli.command_line import resolve_key, run_command
 from agent.cli.flag_values import check_required
 from agent.cli.flags import QUERY
 from agent.cli.shared_config import build_agent_config, check_toolsets
+from agent.common.config_text import read_config_text
 from agent.config.agent_config import AgentConfig, is_loopback
 from agent.config.query_config import QueryConfig
 from agent.errors import ConfigError
@@ -31,9 +32,13 @@ def config_file_saves(path: Path = Path("config.yaml")) -> bool:
     if not path.exists():
         return False
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(read_config_text(path)) or {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nests too deeply to be a configuration") from None
     agent = data.get("agent") if isinstance(data, dict) else None
     return bool(agent.get("save_trajectories")) if isinstance(agent, dict) else False
 

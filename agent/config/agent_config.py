@@ -13,9 +13,9 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
+from agent.common.config_text import read_config_text
 from agent.config.sampling import Sampling
 from agent.errors import ConfigError
 from agent.protocols import ToolConfig
@@ -64,7 +64,9 @@ def load_prefill(name: str | None) -> tuple[dict[str, Any], ...]:
     if not name:
         return ()
     try:
-        data = json.loads(Path(name).read_text(encoding="utf-8"))
+        data = json.loads(read_config_text(name))
+    except RecursionError:
+        raise ConfigError(f"{name}: prefill file nests too deeply") from None
     except OSError as exc:
         raise ConfigError(f"--prefill_messages_file={name}: cannot read: {exc.strerror}") from None
     except json.JSONDecodeError as exc:

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from agent.common.config_text import read_config_text
 from agent.config.distribution_config import Distribution
 from agent.errors import ConfigError
 from agent.store.run_config_file import RUN_CONFIG_FILE, RunConfigUnreadable, read_run_config
@@ -33,12 +34,16 @@ _FIELDS = ("description", "toolsets")
 def load_distributions_file(path: str) -> dict[str, Distribution]:
     """The file's distributions, checked (ConfigError `FILE: NAME.FIELD: reason`)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_config_text(path)
     except FileNotFoundError:
         raise ConfigError(f"--distributions_file={path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--distributions_file={path}: cannot be read ({exc})") from None
-    return parse_distributions(_parse(path, text), path)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"--distributions_file={path}: cannot be read ({why})") from None
+    try:
+        return parse_distributions(_parse(path, text), path)
+    except RecursionError:
+        raise ConfigError(f"{path}: nests too deeply to be a distributions file") from None
 
 
 def _parse(path: str, text: str) -> Any:

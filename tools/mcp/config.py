@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from agent.common.config_text import read_config_text
 from agent.common.secrets import started_secrets
 from agent.errors import ConfigError
 from agent.protocols import McpServer
@@ -41,11 +42,13 @@ def read_config(path: str, environ: Mapping[str, str] | None = None) -> tuple[Mc
     if environ is None:  # the secret variables the runner took out of its environment at start too
         environ = {**started_secrets().environ, **os.environ}
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_config_text(path))
     except OSError as exc:
         raise ConfigError(f"--mcp_config: cannot read {path}: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nests too deeply to be a configuration") from None
     servers = data.get("mcpServers") if isinstance(data, dict) else None
     if not isinstance(servers, dict) or not servers:
         shape = '{"mcpServers": {name: {command, args, env} | {url, headers}}}'
