@@ -311,6 +311,37 @@ def test_a_tool_raising_cancelled_error_is_a_tool_error_not_a_prompt_run_forever
     assert tool_results(sim_endpoint)["go"] == [{"error": f"Tool 'cancel' failed: {said}"}]
 
 
+HUGE = """
+from agent.protocols import ToolSpec, Toolset
+
+async def huge(args, context):
+    return "<" + "B" * 200_000 + ">"
+
+SCHEMA = {"name": "huge", "description": "d", "parameters": {"type": "object", "properties": {}}}
+TOOLSET = Toolset("huge", "returns 200 KB", (ToolSpec("huge", SCHEMA, huge),))
+"""
+
+
+def test_a_huge_result_is_cut_as_a_commands_output_is(
+    tmp_path: Path, sim_endpoint: SimulatedEndpoint
+) -> None:
+    """Once whole: a handler's 50 MB string was a 50 MB line in the shard and in every request."""
+    (tmp_path / "huge.py").write_text(HUGE, encoding="utf-8")
+    (tmp_path / "dists.yaml").write_text("h:\n  description: d\n  toolsets: {huge: 100}\n", encoding="utf-8")
+    sim_endpoint.script("go", [call("huge", {}), answer("done")])
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": "go"}])
+    run = BatchCLI(tmp_path, sim_endpoint).run(
+        "--dataset_file=d.jsonl", "--batch_size=1", "--run_name=h", "--num_workers=1",
+        "--tools_module=huge", "--distributions_file=dists.yaml", "--distribution=h",
+    )  # fmt: skip
+    assert run.returncode == 0, run
+    last = sim_endpoint.requests[-1].body["messages"]
+    [result] = [m["content"] for m in last if m["role"] == "tool"]
+    assert result.startswith("<BBB") and result.endswith("BBB>")
+    assert "[OUTPUT TRUNCATED - 150002 chars omitted out of 200002 total]" in result
+    assert len(result) < 50_100
+
+
 def test_a_sys_exit_that_ends_the_worker_is_said_in_its_log(
     tmp_path: Path, sim_endpoint: SimulatedEndpoint
 ) -> None:

@@ -19,19 +19,22 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import re
 import sys
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from agent.errors import ConfigError
-from agent.protocols import ToolConfig, Toolset, ToolSpec
+from agent.protocols import JSON, ToolConfig, ToolContext, Toolset, ToolSpec
 from agent.toolbox.registry import ALL, TOOL_TO_TOOLSET_MAP, TOOLSETS, add_toolsets
 from tools.mcp import toolsets_for
+from tools.terminal import MAX_OUTPUT_CHARS, truncate_output
 
 # What a flag's comma list and the model API accept: OpenAI's rule for function names.
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -95,8 +98,23 @@ def load_tool_modules(modules: Sequence[str], path: Sequence[str] = ()) -> tuple
         module = _import(entry)
         for toolset in _declared(entry, module):
             _check_unique(entry, toolset, found)
-            found.append(toolset)
+            found.append(replace(toolset, tools=tuple(_capped(spec) for spec in toolset.tools)))
     return tuple(found)
+
+
+def _capped(spec: ToolSpec) -> ToolSpec:
+    """`spec` with its result cut as a command's output is (50,000 characters, its start and
+    end kept): a handler's 50 MB string was a 50 MB line in every shard and request after it."""
+    handler = spec.handler
+    if handler is None:
+        return spec
+
+    async def capped(args: Mapping[str, Any], context: ToolContext) -> JSON:
+        result = await handler(args, context)
+        text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+        return result if len(text) <= MAX_OUTPUT_CHARS else truncate_output(text)
+
+    return replace(spec, handler=capped)
 
 
 def _import(entry: str) -> ModuleType:
