@@ -268,6 +268,22 @@ def test_a_package_whose_import_raises_is_one_line_too(
         resolve_tool_modules(["broken_team_pkg.tools"])
 
 
+def run_one_call(
+    tmp_path: Path, endpoint: SimulatedEndpoint, module: str, toolset: str, tool: str
+) -> Finished:
+    """One prompt, "go", calling `tool` of `toolset`, declared by the module `module` (written
+    already), which the distribution "only" holds alone."""
+    (tmp_path / "dists.yaml").write_text(
+        f"only:\n  description: d\n  toolsets: {{{toolset}: 100}}\n", encoding="utf-8"
+    )
+    endpoint.script("go", [call(tool, {}), answer("done")])
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": "go"}])
+    return BatchCLI(tmp_path, endpoint).run(
+        "--dataset_file=d.jsonl", "--batch_size=1", "--run_name=c", "--num_workers=1",
+        f"--tools_module={module}", "--distributions_file=dists.yaml", "--distribution=only",
+    )  # fmt: skip
+
+
 CANCELS = """
 import asyncio, sys
 from agent.protocols import ToolSpec, Toolset
@@ -296,16 +312,7 @@ def test_a_tool_raising_cancelled_error_is_a_tool_error_not_a_prompt_run_forever
     KeyboardInterrupt (the worker ignores SIGINT: only code raises it); a bare BaseException
     left its prompt in flight for good."""
     (tmp_path / "cancels.py").write_text(CANCELS.format(raises=raises), encoding="utf-8")
-    (tmp_path / "dists.yaml").write_text(
-        "c:\n  description: d\n  toolsets: {cancelling: 100}\n", encoding="utf-8"
-    )
-    sim_endpoint.script("go", [call("cancel", {}), answer("done")])
-    write_dataset(tmp_path / "d.jsonl", [{"prompt": "go"}])
-    cli = BatchCLI(tmp_path, sim_endpoint)
-    run = cli.run(
-        "--dataset_file=d.jsonl", "--batch_size=1", "--run_name=c", "--num_workers=1",
-        "--tools_module=cancels", "--distributions_file=dists.yaml", "--distribution=c",
-    )  # fmt: skip
+    run = run_one_call(tmp_path, sim_endpoint, "cancels", "cancelling", "cancel")
     assert run.returncode == 0, run
     assert len(sim_endpoint.requests) == 2
     assert tool_results(sim_endpoint)["go"] == [{"error": f"Tool 'cancel' failed: {said}"}]
@@ -327,13 +334,7 @@ def test_a_huge_result_is_cut_as_a_commands_output_is(
 ) -> None:
     """Once whole: a handler's 50 MB string was a 50 MB line in the shard and in every request."""
     (tmp_path / "huge.py").write_text(HUGE, encoding="utf-8")
-    (tmp_path / "dists.yaml").write_text("h:\n  description: d\n  toolsets: {huge: 100}\n", encoding="utf-8")
-    sim_endpoint.script("go", [call("huge", {}), answer("done")])
-    write_dataset(tmp_path / "d.jsonl", [{"prompt": "go"}])
-    run = BatchCLI(tmp_path, sim_endpoint).run(
-        "--dataset_file=d.jsonl", "--batch_size=1", "--run_name=h", "--num_workers=1",
-        "--tools_module=huge", "--distributions_file=dists.yaml", "--distribution=h",
-    )  # fmt: skip
+    run = run_one_call(tmp_path, sim_endpoint, "huge", "huge", "huge")
     assert run.returncode == 0, run
     last = sim_endpoint.requests[-1].body["messages"]
     [result] = [m["content"] for m in last if m["role"] == "tool"]
@@ -349,15 +350,7 @@ def test_a_sys_exit_that_ends_the_worker_is_said_in_its_log(
     worker: its prompt fails as worker_lost, and the log the loss points at says why."""
     raises = "asyncio.get_running_loop().call_soon(sys.exit, 4); return 'ok'"
     (tmp_path / "cancels.py").write_text(CANCELS.format(raises=raises), encoding="utf-8")
-    (tmp_path / "dists.yaml").write_text(
-        "c:\n  description: d\n  toolsets: {cancelling: 100}\n", encoding="utf-8"
-    )
-    sim_endpoint.script("go", [call("cancel", {}), answer("done")])
-    write_dataset(tmp_path / "d.jsonl", [{"prompt": "go"}])
-    run = BatchCLI(tmp_path, sim_endpoint).run(
-        "--dataset_file=d.jsonl", "--batch_size=1", "--run_name=c", "--num_workers=1",
-        "--tools_module=cancels", "--distributions_file=dists.yaml", "--distribution=c",
-    )  # fmt: skip
+    run = run_one_call(tmp_path, sim_endpoint, "cancels", "cancelling", "cancel")
     assert run.returncode == 1, run
     assert "worker 0: something it ran called sys.exit(4)" in run.stderr
     assert "(pid" in run.stderr and "exit code 4, running prompt(s) 0)" in run.stderr
