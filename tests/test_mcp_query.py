@@ -88,7 +88,9 @@ def test_a_stdio_server_in_the_sandbox_is_called_with_the_models_arguments(
     )  # fmt: skip
     assert (done.returncode, done.stdout) == (0, "done.\n"), done.stderr
     assert "add" in offered(sim_endpoint) and "note_read" in offered(sim_endpoint)
-    assert tool_results(sim_endpoint) == ["42", "wrote todo", "buy milk", SECRET]  # its env reached it
+    # its env reached it: the server read the value ("(unset)" otherwise), which the model gets
+    # redacted, as the trajectory records it
+    assert tool_results(sim_endpoint) == ["42", "wrote todo", "buy milk", "[REDACTED]"]
     saved = (work / "trajectory_samples.jsonl").read_text(encoding="utf-8")
     assert SECRET not in saved and SECRET not in done.stdout + done.stderr
     assert servers_left(work) == []
@@ -109,7 +111,7 @@ def test_a_host_server_gets_its_env_and_not_the_runners_secrets(
     done = run_cli(work, *endpoint_flags(sim_endpoint, query), f"--mcp_config={config}",
                    "--enabled_toolsets=calc", "--verbose", env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert tool_results(sim_endpoint) == ["3.5", "(unset)", SECRET]
+    assert tool_results(sim_endpoint) == ["3.5", "(unset)", "[REDACTED]"]  # the value, redacted
     assert "env_value" in done.stderr and "[REDACTED]" in done.stderr  # logged, redacted
     assert SECRET not in done.stdout + done.stderr
 
