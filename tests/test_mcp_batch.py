@@ -43,6 +43,8 @@ def test_a_sampled_mcp_toolset_is_called_and_recorded(work: Path, sandbox: str) 
                 ("add", json.dumps({"a": i, "b": 100})),
                 ("env_value", json.dumps({"name": "NOTE_KEY"})),
                 ("env_value", json.dumps({"name": "ODD_KEY"})),
+                ("env_value", json.dumps({"name": "HOME"})),
+                ("env_value", json.dumps({"name": "TMPDIR"})),
                 ("image", "{}"),
             )
             endpoint.script(prompt, [Turn(reasoning=THINK, tool_calls=calls), Turn("Done.", reasoning=THINK)])
@@ -70,6 +72,13 @@ def test_a_sampled_mcp_toolset_is_called_and_recorded(work: Path, sandbox: str) 
         results = [t["value"] for t in entry["conversations"] if t["from"] == "tool"]
         text = json.dumps(results)
         assert f"{index + 100}" in text and text.count("[REDACTED]") == 2, results
+        # the sandbox's paths, as a command sees them: never the slot's host path (local)
+        shown = [
+            json.loads(part.split("</tool_response>")[0]) for part in results[0].split("<tool_response>")[1:]
+        ]
+        home = {"local": "/home", "bwrap": "/workspace"}[sandbox]  # HOME as a command sees it
+        assert [r["content"] for r in shown if r["name"] == "env_value"][2:] == [home, "/tmp"]
+        assert str(work) not in text
         key = entry["metadata"]["prompt_key"].replace(":", "-")
         assert f"![image](images/{key}-mcp-1.png)" in text, text
         assert (run_dir / "images" / f"{key}-mcp-1.png").is_file()

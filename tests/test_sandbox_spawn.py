@@ -197,6 +197,22 @@ async def test_env_is_given_on_top_of_the_scrubbed_one_in_cwd(opener: Opener) ->
     assert listing == ["here.txt"]
 
 
+async def test_it_sees_and_shows_the_sandboxs_paths_not_the_hosts(opener: Opener) -> None:
+    """A path sent names the sandbox's file, and what it prints holds no host path: on local, an
+    MCP server once showed the model its slot's directory and could not open /workspace/x."""
+    program = (
+        "import json, os, sys\npath = sys.stdin.readline().strip()\n"
+        "print(json.dumps([os.getcwd(), os.environ['HOME'], open(path).read()]), flush=True)"
+    )
+    async with _sandbox(opener) as sandbox:
+        await sandbox.write_file("/workspace/sub/here.txt", b"found")
+        async with sandbox.spawn(["python3", "-c", program], cwd="/workspace/sub") as process:
+            await process.send(b"/workspace/sub/here.txt\n")
+            cwd, home, text = json.loads(await _line(process))
+    assert (cwd, text) == ("/workspace/sub", "found")
+    assert home in ("/home", "/workspace", "/root"), home  # the sandbox's HOME, never the host's
+
+
 async def test_a_missing_cwd_or_program_is_a_sandbox_error(opener: Opener) -> None:
     async with _sandbox(opener) as sandbox:
         with pytest.raises(SandboxError, match="no such directory"):

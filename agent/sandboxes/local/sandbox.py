@@ -12,13 +12,12 @@ a few files. Killing what a sandbox left running, deleting a tree and big files 
 This backend isolates files and environment variables, not the host: commands run as the
 runner's user with the host's filesystem visible. The file tools stay inside the sandbox dir
 even against its commands swapping directories for symlinks meanwhile (every lookup is held
-beneath the slot by the kernel, see host/safe_paths). The model sees the slot as "/"
-(`/workspace`, `/tmp`, `/home`), never its host path (see view). What it does guarantee is that
+beneath the slot by the kernel, see host/safe_paths). The model sees the slot as "/", never
+its host path (see view; a spawned process too: viewed_process). What it does guarantee is that
 nothing of a prompt outlives it where a cgroup tracks its processes (see `tracking`): every
 process killed, every mount under its directory detached, the directory emptied or deleted.
-Memory: all of a slot's processes together are held to `memory_mb` by a memory cgroup where one
-works (host.memory_limits; an OOM kill is told in the command's result), else each gets an
-address-space rlimit of that size.
+Memory: a slot's processes together are held to `memory_mb` by a memory cgroup where one works
+(host.memory_limits; an OOM kill is told in the command's result), else each by an rlimit.
 """
 
 from __future__ import annotations
@@ -46,6 +45,7 @@ from agent.sandboxes.local.environment import passed_env, scrubbed_env
 from agent.sandboxes.local.file_io import check_readable, write_beneath
 from agent.sandboxes.local.slots import SlotPool
 from agent.sandboxes.local.view import view_of
+from agent.sandboxes.local.viewed_process import ViewedProcess
 from agent.sandboxes.shell_scripts import SPAWN, spawn_args
 
 LOOP_IO_BYTES = 1 << 20  # files up to this size are read and written on the event loop
@@ -235,7 +235,7 @@ class LocalSandbox:
             raise
         try:
             await process.started()
-            yield process
+            yield ViewedProcess(process, self._view)
         finally:
             await to_the_end(asyncio.ensure_future(self._end(process, own)))
 

@@ -1,0 +1,54 @@
+"""A local sandbox's long-running process as the model's side sees it (`SandboxView`): what it
+prints, and its stderr, with the slot's host paths as the sandbox's; what it is sent with the
+sandbox's paths as the slot's. A stdio MCP server run by `--sandbox=local` otherwise handed the
+model its host working directory, HOME and TMPDIR, and could not open the `/workspace/x` the
+model named. It rewrites whole lines (an MCP server speaks one JSON message a line, so a path
+never spans two reads); a line longer than `MAX_HELD` passes as it came.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agent.protocols import SandboxProcess
+from agent.sandboxes.local.view import SandboxView
+
+MAX_HELD = 1 << 20  # bytes of an unfinished line held back for its end
+
+
+def _rewritten(data: bytes, rewrite: Callable[[str], str]) -> bytes:
+    # surrogateescape: bytes that are not UTF-8 come back as they were
+    return rewrite(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+
+
+class ViewedProcess:
+    """`process` seen through `view` (an `agent.protocols.SandboxProcess`)."""
+
+    def __init__(self, process: SandboxProcess, view: SandboxView) -> None:
+        self._process, self._view = process, view
+        self._held = b""  # the start of a line not yet ended
+
+    async def send(self, data: bytes) -> None:
+        await self._process.send(_rewritten(data, self._view.on_host))
+
+    async def receive(self) -> bytes:
+        while True:
+            chunk = await self._process.receive()
+            if not chunk:  # the end: what is held goes out first
+                held, self._held = self._held, b""
+                return _rewritten(held, self._view.shown)
+            data = self._held + chunk
+            end = data.rfind(b"\n") + 1
+            if end == 0 and len(data) <= MAX_HELD:
+                self._held = data
+                continue
+            end = end or len(data)
+            self._held = data[end:]
+            return _rewritten(data[:end], self._view.shown)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode
+
+    def stderr_tail(self) -> str:
+        return self._view.shown(self._process.stderr_tail())
