@@ -35,7 +35,7 @@ def tool(name: str, properties: dict[str, Any] | None = None) -> McpTool:
 
 def server(work: Path, *modes: str, host: bool = False) -> McpServer:
     args = (*modes, f"--name={work.name}")
-    names = ("add", "hang", "image", "resource", "fail", "env_value", "big", "server_error")
+    names = ("add", "hang", "image", "resource", "fail", "env_value", "big", "server_error", "not_mcp")
     tools = tuple(tool(name) for name in names)
     if host:
         return McpServer(
@@ -123,15 +123,18 @@ def test_results_become_tool_messages(work: Path) -> None:
         conversation = context(work, artifacts=work / "run")
         calls = handlers(server(work, host=True))
         try:
-            names = ("image", "resource", "fail", "server_error", "fail")
+            names = ("image", "resource", "fail", "server_error", "fail", "not_mcp", "fail")
             return [await calls[name]({}, conversation) for name in names]
         finally:
             await conversation.aclose()
 
-    image, resource, fail, server_error, again = asyncio.run(scenario())
+    image, resource, fail, server_error, again, not_mcp, still = asyncio.run(scenario())
     # -32000 answered by the server is its error, read by the model; the session lives on
     assert server_error == {"error": "MCP server t: server_error: internal kaboom"}, server_error
-    assert again == fail
+    assert again == still == fail
+    # a reply to the call that is no MCP result: said at once, not after the call's timeout (60 s)
+    assert isinstance(not_mcp, dict), not_mcp
+    assert not_mcp["error"].startswith("MCP server t: not_mcp: its reply is not MCP"), not_mcp
     assert image.startswith("a red square\n\n![image](images/key-0-mcp-1.png) (png, 2x2, "), image
     assert (work / "run" / "images" / "key-0-mcp-1.png").read_bytes().startswith(b"\x89PNG")
     assert resource == "[resource <note://readme>]\nthe resource's text"

@@ -215,6 +215,8 @@ def _handle(message: Any, name: str, noisy: bool) -> None:
         _send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
     elif method == "tools/call" and params.get("name") == "server_error":  # not listed: called by name
         _error(request_id, -32000, "internal kaboom")  # JSON-RPC's usual server error, as the SDK's "closed"
+    elif method == "tools/call" and params.get("name") == "not_mcp":  # a reply whose result is no object
+        _send({"jsonrpc": "2.0", "id": request_id, "result": 42})
     elif method == "tools/call" and params.get("name") in TOOLS:
         threading.Thread(target=_call, args=(request_id, params), daemon=True).start()
     elif method == "tools/call":

@@ -19,6 +19,7 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 
 from agent.sandboxes.blocking import to_the_end
+from tools.mcp.replies import checked_replies
 from tools.mcp.transports import Launch
 
 # The SDK logs its transports' failures at ERROR ("Unexpected content type: text/html") beside
@@ -72,7 +73,11 @@ class Connection:
 
     async def _own(self) -> None:
         try:
-            async with self.launch.streams() as (read, write), ClientSession(read, write) as session:
+            async with (
+                self.launch.streams() as pair,
+                checked_replies(pair) as (read, write),
+                ClientSession(read, write) as session,
+            ):
                 result = await session.initialize()
                 self.instructions = result.instructions
                 self.session = session
