@@ -112,7 +112,8 @@ def _capped(spec: ToolSpec) -> ToolSpec:
     async def capped(args: Mapping[str, Any], context: ToolContext) -> JSON:
         result = await handler(args, context)
         text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
-        return result if len(text) <= MAX_OUTPUT_CHARS else truncate_output(text)
+        # the text itself: dispatch takes a string as the content, and need not dump it again
+        return text if len(text) <= MAX_OUTPUT_CHARS else truncate_output(text)
 
     return replace(spec, handler=capped)
 
