@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.common.config_text import read_config_text
+from agent.common.config_text import read_config_text, unreadable
 from agent.config.verify_config import (
     MATCH_MODES,
     AnswerCheck,
@@ -179,8 +179,7 @@ def read_rubric(path: str | None) -> str | None:
     try:
         text = read_config_text(path)
     except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"--judge_rubric={path}: cannot read the rubric file ({why})") from None
+        raise ConfigError(f"--judge_rubric={path}: cannot read the rubric file ({unreadable(exc)})") from None
     if not text.strip():
         raise ConfigError(f"--judge_rubric={path}: the rubric file is empty")
     return text

@@ -17,7 +17,7 @@ from agent.cli.command_line import resolve_key, run_command
 from agent.cli.flag_values import check_required
 from agent.cli.flags import QUERY
 from agent.cli.shared_config import build_agent_config, check_toolsets
-from agent.common.config_text import read_config_text
+from agent.common.config_text import read_config_text, unreadable
 from agent.config.agent_config import AgentConfig, is_loopback
 from agent.config.query_config import QueryConfig
 from agent.errors import ConfigError
@@ -34,7 +34,7 @@ def config_file_saves(path: Path = Path("config.yaml")) -> bool:
     try:
         data = yaml.safe_load(read_config_text(path)) or {}
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        raise ConfigError(f"{path}: cannot be read: {unreadable(exc)}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except RecursionError:

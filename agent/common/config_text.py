@@ -21,3 +21,9 @@ def read_config_text(path: str | Path, limit: int = MAX_CONFIG_BYTES) -> str:
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"over {limit >> 20} MiB, too large for a configuration file", str(path))
     return data.decode("utf-8")
+
+
+def unreadable(exc: OSError | UnicodeDecodeError) -> str:
+    """Why `read_config_text` failed, in a few words: the system's ("No such file or directory",
+    the size limit above), else the decoder's."""
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

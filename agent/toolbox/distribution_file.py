@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from agent.common.config_text import read_config_text
+from agent.common.config_text import read_config_text, unreadable
 from agent.config.distribution_config import Distribution
 from agent.errors import ConfigError
 from agent.store.run_config_file import RUN_CONFIG_FILE, RunConfigUnreadable, read_run_config
@@ -38,8 +38,7 @@ def load_distributions_file(path: str) -> dict[str, Distribution]:
     except FileNotFoundError:
         raise ConfigError(f"--distributions_file={path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"--distributions_file={path}: cannot be read ({why})") from None
+        raise ConfigError(f"--distributions_file={path}: cannot be read ({unreadable(exc)})") from None
     try:
         return parse_distributions(_parse(path, text), path)
     except RecursionError:
