@@ -82,11 +82,13 @@ def test_one_rpm_across_the_nodes_measured_at_the_endpoint(tmp_path: Path, ray_c
         times = sorted(request.received_at for request in endpoint.requests)
     assert len(times) == 60
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
-    # 240 per minute for the three actors together: one start every 0.25 s. The budget holds:
-    # any 8 gaps span 2 s, less one call reaching the endpoint up to 0.3 s late. All of it is
-    # used, judged on the median gap: a slow actor on a loaded machine widens a few gaps (the
-    # mean rate fell to 3.5/s in one CI run of 2 cores).
-    assert min(times[i + 8] - times[i] for i in range(len(times) - 8)) > 1.7
+    # 240 per minute for the three actors together: one start every 0.25 s. The permits are
+    # paced on one schedule, so a call that reaches the endpoint late shortens only the windows
+    # it opens, by its lateness: on a loaded CI machine of 2 cores one came 0.57 s late. The
+    # budget holds: any 20 gaps span 5 s, less a call up to 1 s late (at twice the budget they
+    # would span 2.5 s). All of it is used, judged on the median gap: a slow actor widens a few
+    # gaps (the mean rate fell to 3.5/s in one CI run).
+    assert min(times[i + 20] - times[i] for i in range(len(times) - 20)) > 4.0
     assert statistics.median(gaps) == pytest.approx(0.25, rel=0.1)
 
 
