@@ -179,6 +179,10 @@ BAD_MODULES = {
     ),
     "syntax": ("def broken(:\n", r"importing it raised SyntaxError: .*syntax_.*\.py:1\)$"),
     "exits": ("import sys\nsys.exit(3)\n", r"importing it raised SystemExit: 3 \("),
+    "exits_hard": (  # os._exit skips every handler: the run ended with its code, 0, nothing run
+        "import os\nos._exit(0)\n",
+        r"importing it raised ExitCalled: os._exit\(0\) called \(.*exits_hard_.*\.py:2\)$",
+    ),
     "declares_nothing": ("X = 1\n", r"declare one of TOOLSET \(an agent.protocols.Toolset\) or TOOLSETS"),
     "both": ("TOOLSET = TOOLSETS = None\n", r"declare one of TOOLSET"),
     "a_dict": ("TOOLSET = {'name': 'x'}\n", r"a dict where an agent.protocols.Toolset is declared$"),

@@ -197,6 +197,10 @@ def test_a_verifier_that_cannot_be_called_is_refused_naming_the_flag() -> None:
         ("tests.support.verifiers:keyword_only", "keyword_only(attempt, *, sandbox) cannot be called as"),
         ("tests.support.verifiers", "give module:function"),
         ("tests.support.exiting_verifier:f", "cannot import tests.support.exiting_verifier: SystemExit: 0"),
+        (
+            "tests.support.hard_exiting_verifier:f",
+            "cannot import tests.support.hard_exiting_verifier: ExitCalled: os._exit(0) called",
+        ),
     ]:
         with pytest.raises(VerifierLoadError) as caught:
             load_verifier(spec)

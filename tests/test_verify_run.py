@@ -208,6 +208,12 @@ def _refused(tmp_path: Path, endpoint: SimulatedEndpoint, rows: list[Any], *flag
             "error: --verifier=tests.support.exiting_verifier:check: cannot import "
             "tests.support.exiting_verifier: SystemExit: 0",
         ),
+        (  # os._exit skips every handler: it once ended the run with exit 0 and nothing written
+            [{"prompt": "p"}],
+            ("--verifier=tests.support.hard_exiting_verifier:check",),
+            "error: --verifier=tests.support.hard_exiting_verifier:check: cannot import "
+            "tests.support.hard_exiting_verifier: ExitCalled: os._exit(0) called",
+        ),
         (  # 1e999 is beyond a float: the entry would hold an infinity no JSON line can carry
             [{"prompt": "p", "verify": {"answer": {"expected": "1e999", "match": "number"}}}],
             (),

@@ -30,6 +30,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from agent.common import exit_guard
+from agent.common.exit_guard import ExitCalled, exit_refused
 from agent.errors import ConfigError
 from agent.protocols import JSON, ToolConfig, ToolContext, Toolset, ToolSpec
 from agent.toolbox.registry import ALL, TOOL_TO_TOOLSET_MAP, TOOLSETS, add_toolsets
@@ -120,16 +122,17 @@ def _capped(spec: ToolSpec) -> ToolSpec:
 
 def _import(entry: str) -> ModuleType:
     try:
-        if _is_file(entry):
-            return _import_file(entry)
-        return importlib.import_module(entry)
+        with exit_refused():
+            if _is_file(entry):
+                return _import_file(entry)
+            return importlib.import_module(entry)
     except ConfigError:
         raise
     except ModuleNotFoundError as exc:
         if exc.name is not None and (entry == exc.name or entry.startswith(exc.name + ".")):
             raise _not_found(entry, None) from None
         raise _raised(entry, exc) from None
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code may raise anything: one line
+    except (Exception, SystemExit, ExitCalled) as exc:  # noqa: BLE001 - the user's code may raise anything: one line
         raise _raised(entry, exc) from None
 
 
@@ -165,7 +168,8 @@ def _raised(entry: str, exc: BaseException) -> ConfigError:
     if isinstance(exc, SyntaxError) and exc.filename:
         where = f" ({exc.filename}:{exc.lineno})"
     else:
-        frames = traceback.extract_tb(exc.__traceback__)
+        # the user's line: not the guard's, which raised ExitCalled for their os._exit
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != exit_guard.__file__]
         if frames:
             where = f" ({frames[-1].filename}:{frames[-1].lineno})"
     message = str(exc).splitlines()[0] if str(exc) else ""

@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, cast
 
+from agent.common.exit_guard import ExitCalled, exit_refused
 from agent.errors import ConfigError
 from agent.protocols import Sandbox
 from agent.protocols.verification import Attempt, CheckError, CheckResult, Score, Verifier
@@ -49,8 +50,9 @@ def load_verifier(spec: str) -> Verifier:
     if os.getcwd() not in sys.path:  # the user's own module, next to their dataset
         sys.path.append(os.getcwd())
     try:
-        module = importlib.import_module(module_name)
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - user code failing
+        with exit_refused():
+            module = importlib.import_module(module_name)
+    except (Exception, SystemExit, KeyboardInterrupt, ExitCalled) as exc:  # noqa: BLE001 - user code failing
         # to import is the flag's error, a module that exits or raises KeyboardInterrupt too: the
         # run would otherwise end with its code (0 included) before a prompt ran.
         raise VerifierLoadError(
