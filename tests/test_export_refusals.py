@@ -59,7 +59,7 @@ def test_a_run_with_no_entries_writes_no_export_and_says_so(tmp_path: Path) -> N
         assert finished.stderr.strip().splitlines()[-1].startswith(said), finished
         assert "Traceback" not in finished.stderr
     assert (cli.run_dir("none") / "discarded.jsonl").read_text().count("\n") == len(prompts)
-    assert list((cli.run_dir("none") / "export").iterdir()) == []
+    assert not (cli.run_dir("none") / "export").exists()  # nor the directory made for them
 
 
 def test_a_run_whose_prompts_all_failed_keeps_exit_1_and_says_there_is_nothing_to_export(
@@ -78,7 +78,7 @@ def test_a_run_whose_prompts_all_failed_keeps_exit_1_and_says_there_is_nothing_t
     assert run.returncode == 1, run
     assert f"error: {cli.run_dir('failed') / 'trajectories.jsonl'}: no entries to export" in run.stderr, run
     assert "--resume" in run.stderr and "Traceback" not in run.stderr
-    assert not (cli.run_dir("failed") / "export" / "openai.jsonl").exists()
+    assert not (cli.run_dir("failed") / "export").exists()
 
 
 def test_a_directory_where_an_export_goes_is_one_line_and_the_other_exports_stay(tmp_path: Path) -> None:

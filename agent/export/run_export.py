@@ -14,8 +14,8 @@ run's files keep it. Only lines that may hold one (`may_hold_surrogates`) are se
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,12 +89,27 @@ def export_run(
         if path.is_dir():
             raise ExportWriteError(f"{path}: a directory, where the export file goes; {KEPT}")
     try:
-        (run_dir / directory).mkdir(parents=True, exist_ok=True)
-        fed = _write(source, files, formats, ExportInput(run_dir, inline))
+        with _made(run_dir / directory):
+            fed = _write(source, files, formats, ExportInput(run_dir, inline))
     except OSError as exc:  # a full disk, a file where the export directory goes, …
         where = exc.filename2 or exc.filename or run_dir / directory
         raise ExportWriteError(f"{where}: {exc.strerror}; {KEPT}") from None
     return ExportReport(fed.entries, files, time.monotonic() - started, fed.replaced, fed.replaced_entries)
+
+
+@contextmanager
+def _made(directory: Path) -> Iterator[None]:
+    """`directory`, made if missing, and removed again if the export it was made for failed
+    (a run with no entries to export was left an empty `export/`); rmdir removes no file."""
+    made = not directory.exists()
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if made:
+            with suppress(OSError):  # not empty (a file put there meanwhile): it stays
+                directory.rmdir()
+        raise
 
 
 def _write(
