@@ -181,6 +181,9 @@ def test_an_integer_flag_takes_ascii_digits_only(cli: str, name: str) -> None:
 def test_minimums_and_choices_are_checked_with_the_flag_named() -> None:
     assert refused(BATCH, "--batch_size=2", "--num_workers=0") == "--num_workers must be at least 1, got 0"
     assert refused(QUERY, "--max_retries=-1") == "--max_retries must be at least 0, got -1"
+    # positive, yet a pace of one call per 1e300 minutes: the run waited forever after its first
+    assert refused(BATCH, "--rpm=1e-300") == "--rpm must be at least 0.01, got 1e-300"
+    assert read(BATCH, "--rpm=0.01")["rpm"] == 0.01
     assert (
         refused(QUERY, "--api_dialect=soap")
         == "--api_dialect=soap: must be one of auto, openrouter, openai, generic"

@@ -43,7 +43,7 @@ class Flag:
     group: str
     clis: frozenset[str] = BOTH
     required: bool = False
-    minimum: int | None = None  # int flags
+    minimum: float | None = None  # int and float flags
     maximum: float | None = None  # int and float flags: beyond it a value only breaks later
     choices: tuple[str, ...] = ()
     shown: str | None = None

@@ -69,6 +69,8 @@ def _positive(flag: Flag, text: str) -> float:
     number = _number(flag, text)
     if number <= 0:
         raise ConfigError(f"--{flag.name} must be positive, got {text}")
+    if flag.minimum is not None and number < flag.minimum:
+        raise ConfigError(f"--{flag.name} must be at least {flag.minimum:g}, got {text}")
     _check_maximum(flag, number, text)
     return number
 

@@ -162,8 +162,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("max_prompt_attempts", "int", _run("max_prompt_attempts"),
          "times a prompt may lose its worker (killed, OOM) before it counts as failed in this run",
          "Workers and budgets", _BATCH, minimum=1),
-    Flag("rpm", "float", _run("rpm"), "requests per minute of the whole run, shared by all workers",
-         "Workers and budgets", _BATCH, shown="none"),
+    Flag("rpm", "float", _run("rpm"), "requests per minute of the whole run, shared by all workers (≥ 0.01)",
+         "Workers and budgets", _BATCH, shown="none", minimum=0.01),
     Flag("tpm", "float", _run("tpm"), "tokens per minute of the whole run, shared by all workers",
          "Workers and budgets", _BATCH, shown="none"),
     # Sandbox
