@@ -214,6 +214,12 @@ def _refused(tmp_path: Path, endpoint: SimulatedEndpoint, rows: list[Any], *flag
             "error: --verifier=tests.support.hard_exiting_verifier:check: cannot import "
             "tests.support.hard_exiting_verifier: ExitCalled: os._exit(0) called",
         ),
+        (  # not JSON, but a check's error as in a Parquet row: once a skipped line, exit 0
+            ['{"prompt": "p", "verify": {"answer": {"expected": "1", "match": "number", "tolerance": NaN}}}'],
+            (),
+            "error: d.jsonl:1: verify: holds nan, which is not valid JSON "
+            "(a row's checks must be right before the run starts)",
+        ),
         (  # 1e999 is beyond a float: the entry would hold an infinity no JSON line can carry
             [{"prompt": "p", "verify": {"answer": {"expected": "1e999", "match": "number"}}}],
             (),

@@ -90,6 +90,7 @@ def _parse(text: str, columns: ColumnMap) -> tuple[dict[str, Any], dict[str, Any
     try:
         row = strict_loads(text)
     except NonStandardJSON as exc:
+        _check_checks_of(text, columns)
         raise FieldError(None, f"invalid JSON: {exc} is not valid JSON") from None
     except json.JSONDecodeError as exc:
         raise FieldError(None, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
@@ -103,6 +104,20 @@ def _parse(text: str, columns: ColumnMap) -> tuple[dict[str, Any], dict[str, Any
     if "\\ud" in text.lower():  # only a \uD800-\uDFFF escape can decode to a lone surrogate
         _reject_lone_surrogates(view)
     return row, view
+
+
+def _check_checks_of(text: str, columns: ColumnMap) -> None:
+    """A NaN or Infinity in the row's checks is the checks' error (exit 2: they must be right
+    before the run starts), as in a Parquet row; elsewhere the line is a bad line. Python's own
+    reader takes both."""
+    try:
+        loose = json.loads(text)
+    except (ValueError, RecursionError):  # unreadable for another reason too: the line's error
+        return
+    if isinstance(loose, dict):
+        view = columns.view(loose, FieldError)
+        if "verify" in view:
+            jsonable("verify", view["verify"], FieldError)
 
 
 def _fields(row: dict[str, Any]) -> LineFields:
