@@ -243,6 +243,38 @@ def test_a_resume_with_another_distribution_or_batch_size_is_refused_before_anyt
     assert trajectory_prompts(cli.run_dir("dist")) == Counter({"alpha": 1, "beta": 1, "gamma": 1})
 
 
+def test_a_resume_with_another_batch_size_is_refused_with_its_records_gone(
+    cli: BatchCLI, sim_endpoint: SimulatedEndpoint
+) -> None:
+    """Without run_config.json, statistics.json says the batch size; without either, the
+    batch files do (batch_1.jsonl holds attempt 1: a batch size of 1). Once a resume with any
+    batch size went on, and wrote new prompts into shards by another rule."""
+    dataset = cli.workdir / "prompts.jsonl"
+    prompts_dataset(dataset, ["alpha", "beta", "gamma", "delta"])
+    flags = (f"--dataset_file={dataset}", "--run_name=gone", "--distribution=terminal_only")
+    assert cli.run(*flags, "--batch_size=1", "--max_samples=3").returncode == 0
+    run_dir = cli.run_dir("gone")
+    sim_endpoint.clear_requests()
+    said = []
+    for record in ("run_config.json", "statistics.json"):
+        (run_dir / record).unlink()
+        done = cli.run(*flags, "--batch_size=2", "--resume")
+        assert done.returncode == 2, done
+        said += [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert said == [
+        "error: --resume: run gone ran with --batch_size=1 (statistics.json), not 2: one run has one "
+        "batch size (batch_N.jsonl holds its prompts from N × batch size on); pass --batch_size=1, "
+        "or choose another --run_name",
+        "error: --resume: run gone ran with another --batch_size than 2: batch_1.jsonl holds attempt 1, "
+        "which it would put in batch 0; one run has one batch size (batch_N.jsonl holds its prompts "
+        "from N × batch size on); pass the run's --batch_size, or choose another --run_name",
+    ]
+    assert not sim_endpoint.requests
+    resumed = cli.run(*flags, "--batch_size=1", "--resume")
+    assert resumed.returncode == 0, resumed
+    assert sorted(path.name for path in run_dir.glob("batch_*.jsonl"))[-1] == "batch_3.jsonl"
+
+
 def test_a_new_run_over_results_says_pass_resume_unless_a_runner_is_writing_them(cli: BatchCLI) -> None:
     """Exit 3 means locked: once a locked directory said 'pass --resume' (exit 2), and that
     advice then got exit 3."""

@@ -5,16 +5,20 @@ and moved out of the output. So `--resume` without the `--mcp_config` servers or
 does `--rescore`, which merges again too. A `--resume` with another value of a setting a run
 keeps for its whole life (`FIXED_FOR_A_RUN`: `--distribution`, `--batch_size`) stops too: its
 prompts would sample from other toolsets, or be sharded otherwise, than the entries already
-written, and run_config.json, rewritten, would no longer say what those ran with."""
+written, and run_config.json, rewritten, would no longer say what those ran with. Where
+run_config.json is gone, statistics.json says what the run ran with; the batch files say its
+batch size too."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError
-from agent.store.run_config_file import recorded_config
+from agent.store.jsonl import parse_object, read_lines
+from agent.store.layout import STATISTICS_FILE, batch_files
+from agent.store.run_config_file import RUN_CONFIG_FILE, recorded_config
 
 
 def _recorded_tools(run_dir: Path) -> dict[str, Any]:
@@ -31,18 +35,62 @@ FIXED_FOR_A_RUN = {
 
 def check_resumed_settings(config: RunConfig) -> None:
     """ConfigError when this --resume gives another value of a `FIXED_FOR_A_RUN` setting than
-    the run recorded in run_config.json."""
+    the run recorded in run_config.json (or, where that is gone, statistics.json), or another
+    batch size than its batch files were written with."""
     if not config.resume:
         return
-    recorded = recorded_config(config.run_dir)
     for name, why in FIXED_FOR_A_RUN.items():
-        then, now = recorded.get(name), getattr(config, name)
+        then, where = _recorded(config.run_dir, name)
+        now = getattr(config, name)
         if type(then) is not type(now) or then == now:  # none recorded (or unreadable), or the same
             continue
         raise ConfigError(
-            f"--resume: run {config.run_name} ran with --{name}={then} (run_config.json), not {now}: "
+            f"--resume: run {config.run_name} ran with --{name}={then} ({where}), not {now}: "
             f"{why}; pass --{name}={then}, or choose another --run_name"
         )
+    _check_shards(config)
+
+
+def _recorded(run_dir: Path, name: str) -> tuple[Any, str]:
+    """The setting `name` the run recorded, and where; (None, "") where nothing says."""
+    recorded = recorded_config(run_dir)
+    if name in recorded:
+        return recorded[name], RUN_CONFIG_FILE
+    try:
+        figures = parse_object((run_dir / STATISTICS_FILE).read_bytes())
+    except OSError:  # none (a run stopped before its first figures), or unreadable: nothing says
+        return None, ""
+    return (figures.get(name), STATISTICS_FILE) if figures else (None, "")
+
+
+def _check_shards(config: RunConfig) -> None:
+    """The first line of each batch file, made for batch N, holds an attempt this batch size
+    puts in batch N: with every record of the run's settings gone, its shards still say."""
+    for path in batch_files(config.run_dir):
+        made = _first_made(path)
+        if made is None or made[0] // config.batch_size == made[1]:
+            continue
+        raise ConfigError(
+            f"--resume: run {config.run_name} ran with another --batch_size than {config.batch_size}: "
+            f"{path.name} holds attempt {made[0]}, which it would put in batch "
+            f"{made[0] // config.batch_size}; {FIXED_FOR_A_RUN['batch_size']}; pass the run's "
+            "--batch_size, or choose another --run_name"
+        )
+
+
+def _first_made(path: Path) -> tuple[int, int] | None:
+    """(attempt number, batch number) of the file's first line; None where it says neither."""
+    first = next(read_lines(path), (b"", None))[1] or {}
+    metadata = first.get("metadata")
+    number = metadata.get("batch_num") if isinstance(metadata, dict) else None
+    index = first.get("prompt_index")
+    if _count(index) and _count(number):
+        return index, number
+    return None
+
+
+def _count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def check_resumed_tools(config: RunConfig) -> None:

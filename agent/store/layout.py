@@ -9,6 +9,7 @@ LOCK_FILE = ".lock"
 DISCARDED_FILE = "discarded.jsonl"
 FAILURES_FILE = "failures.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
+STATISTICS_FILE = "statistics.json"
 BATCH_GLOB = "batch_*.jsonl"
 # --capture_tokens: each batch file's token sidecar (one TokenRecord line per entry, bound to it
 # by metadata.tokens.id), and the merged one, line for line beside trajectories.jsonl.
