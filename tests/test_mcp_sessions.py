@@ -36,6 +36,7 @@ def tool(name: str, properties: dict[str, Any] | None = None) -> McpTool:
 def server(work: Path, *modes: str, host: bool = False) -> McpServer:
     args = (*modes, f"--name={work.name}")
     names = ("add", "hang", "image", "resource", "fail", "env_value", "big", "server_error", "not_mcp")
+    names += ("not_utf8",)
     tools = tuple(tool(name) for name in names)
     if host:
         return McpServer(
@@ -139,4 +140,21 @@ def test_results_become_tool_messages(work: Path) -> None:
     assert (work / "run" / "images" / "key-0-mcp-1.png").read_bytes().startswith(b"\x89PNG")
     assert resource == "[resource <note://readme>]\nthe resource's text"
     assert isinstance(fail, dict) and set(fail) == {"error"}
+    assert servers_left(work) == []
+
+
+@pytest.mark.parametrize("host", [True, False], ids=["host", "sandbox"])
+def test_a_reply_that_is_not_utf8_is_read_lossily_at_once(work: Path, host: bool) -> None:
+    """A Latin-1 reply: each bad byte becomes U+FFFD, as in a command's output; refused whole,
+    the call waited out its call_timeout (60 s) and was reported unanswered."""
+
+    async def scenario() -> Any:
+        conversation = context(work)
+        try:
+            return await handlers(server(work, host=host))["not_utf8"]({}, conversation)
+        finally:
+            await conversation.aclose()
+
+    answer = asyncio.run(scenario())
+    assert answer == "caf\ufffd au lait", answer
     assert servers_left(work) == []

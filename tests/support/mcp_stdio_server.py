@@ -217,6 +217,12 @@ def _handle(message: Any, name: str, noisy: bool) -> None:
         _error(request_id, -32000, "internal kaboom")  # JSON-RPC's usual server error, as the SDK's "closed"
     elif method == "tools/call" and params.get("name") == "not_mcp":  # a reply whose result is no object
         _send({"jsonrpc": "2.0", "id": request_id, "result": 42})
+    elif method == "tools/call" and params.get("name") == "not_utf8":  # Latin-1, not UTF-8
+        text = {"content": [{"type": "text", "text": "café au lait"}]}
+        data = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": text}, ensure_ascii=False)
+        with _write_lock:
+            sys.stdout.buffer.write(data.encode("latin-1") + b"\n")
+            sys.stdout.buffer.flush()
     elif method == "tools/call" and params.get("name") in TOOLS:
         threading.Thread(target=_call, args=(request_id, params), daemon=True).start()
     elif method == "tools/call":

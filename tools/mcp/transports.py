@@ -79,8 +79,12 @@ def on_host(server: McpServer) -> Launch:
     @asynccontextmanager
     async def streams() -> AsyncIterator[TransportStreams]:
         env = get_default_environment() | dict(server.env)
-        parameters = StdioServerParameters(
-            command=server.command or "", args=list(server.args), env=env, cwd=server.cwd
+        parameters = StdioServerParameters(  # a line not UTF-8 is read as the sandbox's are
+            command=server.command or "",
+            args=list(server.args),
+            env=env,
+            cwd=server.cwd,
+            encoding_error_handler="replace",
         )
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
             tail.fd = errlog.fileno()
@@ -165,8 +169,11 @@ async def process_streams(process: SandboxProcess) -> AsyncIterator[TransportStr
 
 
 def _parsed(line: bytes) -> SessionMessage | Exception:
-    """One line as a message, or the parse error as a value the session reports."""
+    """One line as a message, or the parse error as a value the session reports. A line not
+    UTF-8 is read with U+FFFD for each bad byte, as a command's output is: refused whole, the
+    call it answers waited out its `call_timeout`."""
+    text = line.decode("utf-8", "replace")
     try:
-        return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(text, by_name=False))
     except ValueError as exc:
         return exc
