@@ -36,7 +36,7 @@ def tool(name: str, properties: dict[str, Any] | None = None) -> McpTool:
 def server(work: Path, *modes: str, host: bool = False) -> McpServer:
     args = (*modes, f"--name={work.name}")
     names = ("add", "hang", "image", "resource", "fail", "env_value", "big", "server_error", "not_mcp")
-    names += ("not_utf8",)
+    names += ("not_utf8", "wrong_id")
     tools = tuple(tool(name) for name in names)
     if host:
         return McpServer(
@@ -124,18 +124,21 @@ def test_results_become_tool_messages(work: Path) -> None:
         conversation = context(work, artifacts=work / "run")
         calls = handlers(server(work, host=True))
         try:
-            names = ("image", "resource", "fail", "server_error", "fail", "not_mcp", "fail")
+            names = ("image", "resource", "fail", "server_error", "fail", "not_mcp", "fail", "wrong_id")
             return [await calls[name]({}, conversation) for name in names]
         finally:
             await conversation.aclose()
 
-    image, resource, fail, server_error, again, not_mcp, still = asyncio.run(scenario())
+    image, resource, fail, server_error, again, not_mcp, still, wrong_id = asyncio.run(scenario())
     # -32000 answered by the server is its error, read by the model; the session lives on
     assert server_error == {"error": "MCP server t: server_error: internal kaboom"}, server_error
     assert again == still == fail
     # a reply to the call that is no MCP result: said at once, not after the call's timeout (60 s)
     assert isinstance(not_mcp, dict), not_mcp
     assert not_mcp["error"].startswith("MCP server t: not_mcp: its reply is not MCP"), not_mcp
+    # a reply to an id never sent, the one call waiting: its error at once, too
+    assert isinstance(wrong_id, dict) and "its reply names id '" in wrong_id["error"], wrong_id
+    assert "which no call of this session had" in wrong_id["error"], wrong_id
     assert image.startswith("a red square\n\n![image](images/key-0-mcp-1.png) (png, 2x2, "), image
     assert (work / "run" / "images" / "key-0-mcp-1.png").read_bytes().startswith(b"\x89PNG")
     assert resource == "[resource <note://readme>]\nthe resource's text"

@@ -217,6 +217,8 @@ def _handle(message: Any, name: str, noisy: bool) -> None:
         _error(request_id, -32000, "internal kaboom")  # JSON-RPC's usual server error, as the SDK's "closed"
     elif method == "tools/call" and params.get("name") == "not_mcp":  # a reply whose result is no object
         _send({"jsonrpc": "2.0", "id": request_id, "result": 42})
+    elif method == "tools/call" and params.get("name") == "wrong_id":  # a reply to no call made
+        _send({"jsonrpc": "2.0", "id": f"{request_id}-x", "result": _text("lost")})
     elif method == "tools/call" and params.get("name") == "not_utf8":  # Latin-1, not UTF-8
         text = {"content": [{"type": "text", "text": "café au lait"}]}
         data = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": text}, ensure_ascii=False)
