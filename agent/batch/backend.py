@@ -105,6 +105,12 @@ class EventRoute:
                     self.requeue(job)  # it was SIGTERMed alone: the run goes on, its job too
         self.on_event(item)
 
+    def cancel_running(self, holder: Holder) -> None:
+        """A worker killed past the stop's grace never says what it gave up: what it was
+        running was in flight when the run stopped (it counted as not started)."""
+        for key in [key for key, worker in self.tally.running.items() if worker == holder.id]:
+            self.handle(holder, Cancelled(key))
+
     def _started(self, holder: Holder, key: str) -> None:
         holder.took(key)
         self.tally.running[key] = holder.id

@@ -96,6 +96,7 @@ class Scheduler:
 
     def shutdown(self) -> None:
         for member in self.members:  # past STOP_GRACE: killed
+            self.route.cancel_running(member)
             member.reap()
         self.tally.limit_history = self.hub.stop()
 

@@ -279,6 +279,8 @@ class RayScheduler:
 
     def shutdown(self) -> None:
         for member in self.members.values():
+            if not member.exited:  # past STOP_GRACE: killed
+                self.route.cancel_running(member)
             with contextlib.suppress(Exception):  # already dead: nothing to kill
                 self.ray.kill(member.actor)
         self.tally.limit_history = limit_history_of(self.ray, getattr(self, "hub", None))
