@@ -22,6 +22,7 @@ from tests.support.batch import (
     requested_prompts,
     tool_then_answer,
     trajectory_prompts,
+    write_dataset,
 )
 
 
@@ -291,3 +292,20 @@ def test_a_new_run_over_results_says_pass_resume_unless_a_runner_is_writing_them
     finally:
         run_lock.release(fd)
     assert locked.returncode == 3 and "is in use by another runner" in locked.stderr, locked
+
+
+def test_a_resume_keeps_the_checkpoints_count_of_earlier_discards(
+    cli: BatchCLI, sim_endpoint: SimulatedEndpoint
+) -> None:
+    """checkpoint.json's batch_stats: a resume counted earlier discards as processed and no
+    longer as discarded (0 beside the discarded.jsonl record)."""
+    sim_endpoint.script("plain", [Turn(content="An answer.")])  # no reasoning: discarded
+    dataset = write_dataset(cli.workdir / "d.jsonl", [{"prompt": "kept"}, {"prompt": "plain"}])
+    flags = (f"--dataset_file={dataset}", "--batch_size=2", "--run_name=disc", "--distribution=terminal_only")
+    first = cli.run(*flags)
+    assert first.returncode == 0, first
+    expected = {"0": {"total": 2, "processed": 2, "discarded": 1, "failed": 0}}
+    assert read_json(cli.run_dir("disc") / "checkpoint.json")["batch_stats"] == expected
+    assert cli.run(*flags, "--resume").returncode == 0
+    assert read_json(cli.run_dir("disc") / "checkpoint.json")["batch_stats"] == expected
+    assert len(read_jsonl(cli.run_dir("disc") / "discarded.jsonl")) == 1

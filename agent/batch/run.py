@@ -165,7 +165,7 @@ class BatchRun:
         todo = 0
         for key, unit_index, _sample in keyed_units(units.rows, units.samples):
             if key in done or key in discarded:
-                plan(recorded.get(key, unit_index), done=True)  # a line without one: its row's
+                plan(recorded.get(key, unit_index), done=True, discarded=key not in done)  # (or its row's)
                 continue
             todo += 1
             self.wanted[unit_index // units.samples] = 1

@@ -163,13 +163,14 @@ class RunTally:
         # entries the re-applied filters moved, per reason (`agent.batch.recovery`)
         self.recovered, self.withdrawn = Counter[str](), Counter[str]()
 
-    def plan(self, prompt_index: int, *, done: bool) -> None:
-        """A prompt of this run: already done (or discarded), or to run."""
+    def plan(self, prompt_index: int, *, done: bool, discarded: bool = False) -> None:
+        """A prompt of this run: already done (`discarded`: by a filter), or to run."""
         batch = self._batch(prompt_index)
         batch["total"] += 1
         if done:
             self.done_indices.add(prompt_index)
             batch["processed"] += 1
+            batch["discarded"] += discarded  # an earlier invocation's: a resume dropped them
 
     def attempt(self, key: str) -> int:
         """The attempt a failure of `key` now is."""
