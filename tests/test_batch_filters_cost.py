@@ -83,6 +83,23 @@ def test_a_filter_that_dropped_everything_says_so_and_resume_recovers_without_ca
         assert [(w["reason"], w["discarded"], w["entries"]) for w in warnings] == [("no_reasoning", 5, 5)]
 
 
+def test_the_filter_note_counts_discards_and_entries_of_one_scope(tmp_path: Path) -> None:
+    """A resume over fewer rows (--max_samples=1) once set the run's 2 discards against the 1
+    entry of its window: "discarded 2 of 1 entries (200%)". Both are the run directory's now."""
+    dataset(tmp_path, ["Kept 0", "Plain 1", "Plain 2"])
+    flags = ("--dataset_file=d.jsonl", "--batch_size=3", "--run_name=scope", "--num_workers=1")
+    with SimulatedEndpoint() as endpoint:
+        for prompt in ("Plain 1", "Plain 2"):
+            endpoint.script(prompt, [Turn(content="An answer.")])  # no reasoning: discarded
+        cli = BatchCLI(tmp_path, endpoint)
+        assert cli.run(*flags).returncode == 0
+        narrowed = cli.run(*flags, "--resume", "--max_samples=1")
+    assert narrowed.returncode == 0, narrowed
+    assert "the no_reasoning filter discarded 2 of 3 entries (67%)" in flat(narrowed.stderr), narrowed
+    warnings = read_json(cli.run_dir("scope") / "statistics.json")["filter_warnings"]
+    assert [(w["discarded"], w["entries"]) for w in warnings] == [(2, 3)]
+
+
 def test_cost_from_a_price_table_per_entry_and_per_run(tmp_path: Path) -> None:
     dataset(tmp_path, PROMPTS)
     flags = ("--dataset_file=d.jsonl", "--batch_size=5", "--run_name=priced", "--num_workers=2")

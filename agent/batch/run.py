@@ -262,7 +262,7 @@ class BatchRun:
             **sample_counts(self.config, scan),
             "completion": done.as_dict(),
             "merged": merged_keys is not None,
-            **filters_and_budget(self.config, (current, done.in_output + done.discarded), moved, ended),
+            **filters_and_budget(self.config, (current, report.entries), moved, ended),
             **worker_losses(ended),
             **checked,
             "keep": self.kept.section(self.config.verify.keep) if merged_keys is not None else None,

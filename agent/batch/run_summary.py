@@ -42,11 +42,12 @@ def filters_and_budget(
     tally: Tally | None,
 ) -> dict[str, Any]:
     """The filter notes (heavy discards of the whole run: `whole_run`, the current discards by
-    reason and the prompts done; entries the re-applied filters moved: `moved`, per section
-    name) and the budget. Of the whole run, not this invocation: a resume with nothing left
-    to run, or one that re-applied a filter, still says what the output lacks."""
+    reason and the output's entries, set against both together; entries the re-applied filters
+    moved: `moved`, per section name) and the budget. Of the whole run, not this invocation:
+    a resume with nothing left to run, or one that re-applied a filter, still says what the
+    output lacks."""
     return {
-        "filter_warnings": filter_warnings(*whole_run),
+        "filter_warnings": filter_warnings(whole_run[0], whole_run[1] + sum(whole_run[0].values())),
         **{name: dict(sorted(counts.items())) for name, counts in moved.items()},
         "budget": {
             "max_cost_usd": cfg.max_cost,

@@ -123,6 +123,11 @@ class RunReport:
                 keys.add(key)
         self.output_keys(keys)
 
+    @property
+    def entries(self) -> int:
+        """The output's entries read or fed so far (after `current_discards`: all of them)."""
+        return self.digest.entries
+
     def current_discards(self, *, merged: bool) -> dict[str, int]:
         """The discards of the run directory now (prompts not in the output), by each one's
         last reason (`merged`: whether trajectories.jsonl is this run's output)."""
