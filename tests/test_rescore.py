@@ -265,3 +265,22 @@ def test_rescore_with_a_judge_asks_only_the_judge(tmp_path: Path) -> None:
         assert [r.body["model"] for r in endpoint.requests] == ["sim-judge", "sim-judge"]
         rewards = _rewards(run_dir / "trajectories.jsonl")
         assert rewards == {right: 1.0, wrong: 0.0}
+
+
+def test_a_rescore_leaves_the_runs_record_and_counts_as_the_run_did(tmp_path: Path) -> None:
+    """A rescore runs no agent: run_config.json once took this command line's defaults (another
+    model, endpoint, sandbox), statistics.json named the default model, and checkpoint.json
+    listed no prompt done."""
+    with SimulatedEndpoint() as endpoint:
+        cli = _run(tmp_path, endpoint, "--model=sim-model")
+        run_dir = cli.run_dir("r")
+        recorded = (run_dir / "run_config.json").read_bytes()
+        checkpoint = read_json(run_dir / "checkpoint.json")
+        again = cli.run(*RUN, "--rescore")
+    assert again.returncode == 0, again
+    assert (run_dir / "run_config.json").read_bytes() == recorded
+    assert read_json(run_dir / "statistics.json")["model"] == "sim-model"
+    rescored = read_json(run_dir / "checkpoint.json")
+    assert sorted(rescored["completed_prompts"]) == sorted(checkpoint["completed_prompts"]) == [0, 1, 2, 3]
+    assert rescored["batch_stats"] == checkpoint["batch_stats"]
+    assert "Model: sim-model" in " ".join(again.stderr.replace("│", " ").split()), again

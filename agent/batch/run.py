@@ -88,7 +88,7 @@ class BatchRun:
                 rescore_step(self.config, self.store, self.console)
             index = self._open_run()
             remember(self.config.run_dir, scan)
-            todo = 0 if self.config.rescore else self._plan(index, scan)
+            todo = self._plan(index, scan)
             del index  # the sets of what the directory held: at a million prompts, ~100 MB
             self._start_counting()
             ended = None
@@ -124,12 +124,14 @@ class BatchRun:
     def _open_run(self) -> StoredKeys:
         for note in self.store.repair():
             log.warning("%s", note)
-        self._reap_sandboxes()
+        for name in reap_stale(self.config.sandbox):  # their owner died: OOM and kill -9 clean nothing up
+            log.warning("removed a sandbox left by a dead process: %s", name)
         index = self.store.scan()
         self.tally = RunTally(self.config.batch_size, index.failures, self.config.run_dir)
         # a resume continues the run's figures; a fresh run's directory has no results to add to
         self.previous = self.store.read_json("statistics.json") if self.config.resume else None
-        self.store.write_json("run_config.json", self.config.public())
+        if not self.config.rescore:  # it runs nothing: the record of what the run ran with stays
+            self.store.write_json("run_config.json", self.config.public())
         self.tally.withdrawn, self.tally.recovered = reapply_filters_and_keep(self.config, self.store, index)
         self.tombstoned = set(index.tombstoned)
         # not with token sidecars (merged line for line at the end), nor where --keep may withdraw
@@ -145,11 +147,6 @@ class BatchRun:
         if self.fold is not None:
             self.fold.recall(self.store)
             self.fold.take(self.store)
-
-    def _reap_sandboxes(self) -> None:
-        """Remove sandboxes whose owner died (a worker killed by OOM or kill -9 cannot clean up)."""
-        for name in reap_stale(self.config.sandbox):
-            log.warning("removed a sandbox left by a dead process: %s", name)
 
     def _plan(self, index: StoredKeys, scan: DatasetScan) -> int:
         """How many units remain; numbers them (`Numbering`) and records which indices
@@ -175,7 +172,7 @@ class BatchRun:
             plan(number, done=False)
         self.done_keys = index.done | index.discarded
         note_extra_samples(self.done_keys, self.config.samples_per_prompt)
-        return todo
+        return 0 if self.config.rescore else todo  # a rescore runs nothing: --resume runs them
 
     def _schedule(self, scan: DatasetScan, todo: int, already_done: int) -> Tally:
         if self.config.max_cost is not None and self.config.prices is None:

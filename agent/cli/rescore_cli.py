@@ -44,6 +44,8 @@ def rescore_config(values: Mapping[str, Any]) -> RunConfig:
     if values["verify_command"] is None:  # it cannot run again: the run's stands, unless another is named
         filled["verify_command"] = (saved.get("verify") or {}).get("verify_command")
     filled["resume"] = True  # it continues the run's files and statistics
+    # no agent runs: the model its figures name is the run's (--judge_model names the judge)
+    filled["model"] = (saved.get("agent") or {}).get("model") or values["model"]
     return build_run_config(filled)
 
 
@@ -64,8 +66,13 @@ def rescore(values: Mapping[str, Any], console: Console) -> int:
     check_readable(config.dataset_file, config.dataset)
     config = pin_dataset(config)  # the commit the run read (a rescore is a --resume)
     backend = config.sandbox.backend
-    scan = scan_dataset(
-        config.dataset_file, config.max_samples, require_valid=False, backend=backend, options=config.dataset
+    scan = scan_dataset(  # with keys: the run's plan (checkpoint.json) is made as a resume's
+        config.dataset_file,
+        config.max_samples,
+        require_valid=False,
+        backend=backend,
+        options=config.dataset,
+        keys=True,
     )
     refuse_bad_checks(scan)
     check_verification(config, scan)
