@@ -214,6 +214,25 @@ async def test_it_sees_and_shows_the_sandboxs_paths_not_the_hosts(opener: Opener
     assert home in ("/home", "/workspace", "/root"), home  # the sandbox's HOME, never the host's
 
 
+async def test_a_message_of_many_lines_names_the_sandboxs_paths_in_each(opener: Opener) -> None:
+    """Past 64 KB, local rewrites what is sent in slices of whole lines (8 MB at once held the
+    loop for a second): every line's path still names the sandbox's file, none cut in two."""
+    program = (
+        "import sys\nopened = 0\nfor line in sys.stdin:\n"
+        "    opened += open(line.split()[0]).read() == 'found'\n"
+        "    if line.startswith('/workspace/last'):\n        break\nprint(opened, flush=True)"
+    )
+    lines = [f"/workspace/sub/here.txt {'p' * (i % 90)}\n" for i in range(3000)]
+    message = ("".join(lines) + "/workspace/last.txt\n").encode()
+    assert len(message) > 3 * 64 * 1024
+    async with _sandbox(opener) as sandbox:
+        await sandbox.write_file("/workspace/sub/here.txt", b"found")
+        await sandbox.write_file("/workspace/last.txt", b"found")
+        async with sandbox.spawn(["python3", "-c", program]) as process:
+            await process.send(message)
+            assert await _line(process) == b"3001\n"
+
+
 async def test_a_missing_cwd_or_program_is_a_sandbox_error(opener: Opener) -> None:
     async with _sandbox(opener) as sandbox:
         with pytest.raises(SandboxError, match="no such directory"):
