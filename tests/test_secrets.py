@@ -113,6 +113,27 @@ def test_no_command_in_a_local_sandbox_can_read_the_key(tmp_path: Path, source: 
     assert (tmp_path / "data" / "canary" / "trajectories.jsonl").exists()
     assert other not in seen
     assert canary_bytes(tmp_path, done) == []
+    assert b"a secret this run was started with" not in done.stderr  # no wrapper holds it
+
+
+def test_a_wrapper_holding_the_key_is_said_at_the_start_of_a_local_run(tmp_path: Path) -> None:
+    """`bash -c "python batch_runner.py --api_key=K; …"` keeps K in bash's command line, which a
+    command under --sandbox=local can read (the runner scrubs only its own): said, with the way
+    out, naming the process, never the key."""
+    with SimulatedEndpoint() as sim:
+        prompts_dataset(tmp_path / "d.jsonl", ["wrapped"])
+        flags = ["--dataset_file=d.jsonl", "--batch_size=1", "--run_name=wrapped", "--sandbox=local"]
+        flags += ["--distribution=terminal_only", f"--base_url={sim.base_url}", f"--api_key={KEY}"]
+        flags += [f"--output_dir={tmp_path / 'data'}"]
+        command = " ".join([sys.executable, str(REPO / "batch_runner.py"), *flags]) + "; exit $?"
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=tmp_path, env=_env(tmp_path), capture_output=True, timeout=240
+        )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    said = " ".join(done.stderr.decode().split())
+    assert "a secret this run was started with is in bash (pid " in said, said[-3000:]
+    assert "its cmdline and environ, which commands under --sandbox=local can read" in said  # HF_TOKEN
+    assert canary_bytes(tmp_path, done) == []
 
 
 def test_an_endpoint_quoting_the_key_leaves_no_trace(tmp_path: Path) -> None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 from contextlib import AbstractAsyncContextManager
 
+from agent.common.secrets import started_secrets
 from agent.protocols import RowProblem, Sandbox, SandboxBackend, SandboxOptions, SandboxPool, SandboxSpec
 from agent.sandboxes.host import orphans
-from agent.sandboxes.local import sandbox, slots, tracking
+from agent.sandboxes.local import exposed_secrets, sandbox, slots, tracking
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class LocalBackend:
         return None
 
     def run_options(self, options: SandboxOptions, *, default_image_used: bool) -> SandboxOptions:
+        exposed_secrets.warn_if_exposed(started_secrets().values())  # a wrapper's, our commands read
         return options
 
     def prepare_worker(self, options: SandboxOptions) -> None:
