@@ -25,7 +25,7 @@ log = logging.getLogger("agent.batch.run")
 
 EXIT_OK, EXIT_FAILURES, EXIT_DATASET, EXIT_INTERRUPTED = 0, 1, 2, 130
 DATASET_CHANGED = "dataset_changed"  # why scheduling stopped (`job_feed.until_changed`): exit 2
-NAMED = 10  # prompt indices named in the summary, the rest counted
+NAMED = 10  # dataset rows named in the summary, the rest counted
 
 
 @dataclass
@@ -34,8 +34,10 @@ class Completion:
     in_output: int = 0
     discarded: int = 0
     failed: int = 0  # failed in this invocation, no outcome on disk
-    not_started: list[int] = field(default_factory=list)  # dataset indices
-    in_flight: list[int] = field(default_factory=list)  # dataset indices, cancelled by the stop
+    # the units' places in the plan (row × samples_per_prompt + sample, ascending), not the
+    # `prompt_index` their lines carry: `as_dict` names them as dataset rows and samples
+    not_started: list[int] = field(default_factory=list)
+    in_flight: list[int] = field(default_factory=list)  # cancelled by the stop
     lost: list[int] = field(default_factory=list)  # done (on disk, or counted written), not in the output
     interrupted: bool = False
     stopped_by: str | None = None  # "max_cost", "worker_lost", "crash_loop", "dataset_changed" or None
@@ -217,11 +219,11 @@ class Completion:
             "discarded": self.discarded,
             "failed": self.failed,
             "not_started": len(self.not_started),
-            "not_started_indices": self.not_started[:NAMED],
+            **self._named("not_started", self.not_started),
             "interrupted_in_flight": len(self.in_flight),
-            "interrupted_in_flight_indices": self.in_flight[:NAMED],
+            **self._named("interrupted_in_flight", self.in_flight),
             "missing_from_output": len(self.lost),
-            "missing_from_output_indices": self.lost[:NAMED],
+            **self._named("missing_from_output", self.lost),
             "interrupted": self.interrupted,
             "stopped_by": self.stopped_by,
             "exit_code": self.exit_code,
@@ -229,6 +231,27 @@ class Completion:
             # only with token data: a run without keeps its statistics as they were
             **({} if self.missing_tokens is None else {"missing_tokens": self.missing_tokens}),
         }
+
+    def _named(self, part: str, units: list[int]) -> dict[str, list[Any]]:
+        """`<part>_indices`: the first NAMED dataset rows (0-based among the valid rows) with a
+        unit in the part; with several samples per prompt, `<part>_samples`: each named row's
+        samples in it. A unit's place is not a row, nor the `prompt_index` its line carries (a
+        resume that raised --samples_per_prompt numbers its new units after the written ones)."""
+        rows = named_rows(units, self.samples_per_prompt)
+        if self.samples_per_prompt == 1:
+            return {f"{part}_indices": list(rows)}
+        return {f"{part}_indices": list(rows), f"{part}_samples": list(rows.values())}
+
+
+def named_rows(units: Iterable[int], samples_per_prompt: int) -> dict[int, list[int]]:
+    """The first NAMED rows of the plan's `units` (ascending places), each with its samples."""
+    rows: dict[int, list[int]] = {}
+    for unit in units:
+        row, sample = divmod(unit, samples_per_prompt)
+        if row not in rows and len(rows) == NAMED:
+            break
+        rows.setdefault(row, []).append(sample)
+    return rows
 
 
 def note_extra_samples(done: Collection[str], samples_per_prompt: int) -> None:

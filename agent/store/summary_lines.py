@@ -110,3 +110,34 @@ def replaced_note(stats: Mapping[str, Any]) -> str:
     its replacement's never at once), the sum is more than were ever in flight together."""
     replacements = json_int((stats.get("worker_losses") or {}).get("replacements"))
     return f", {n(replacements)} of them replacements: an upper bound" if replacements else ""
+
+
+def unfinished_lines(done: Mapping[str, Any]) -> list[str]:
+    """The completion's units not started, interrupted in flight and missing from the output,
+    each part counted and its first dataset rows named (with their samples, when a prompt has
+    several): the rows and samples of `Completion.as_dict`, never a `prompt_index`."""
+    lines = []
+    several = json_int(done.get("samples_per_prompt")) > 1
+    for key, label in (
+        ("not_started", "Not started"),
+        ("interrupted_in_flight", "Interrupted in flight"),
+        ("missing_from_output", "Missing"),
+    ):
+        count, rows = json_int(done.get(key)), done.get(f"{key}_indices") or []
+        if not count:
+            continue
+        samples = done.get(f"{key}_samples") or []
+        named = [
+            f"{row} ({_samples_of(samples[at])})" if several and at < len(samples) else str(row)
+            for at, row in enumerate(rows)
+        ]
+        listed = sum(len(s) for s in samples) if several else len(rows)
+        more = " …" if count > listed else ""
+        unit = "attempts" if several else "prompts"
+        lines.append(f"{label}: {n(count)} {unit} (dataset indices {', '.join(named)}{more})")
+    return lines
+
+
+def _samples_of(samples: Any) -> str:
+    listed = [str(s) for s in samples] if isinstance(samples, list) else []
+    return f"sample{'s' if len(listed) > 1 else ''} {', '.join(listed)}"

@@ -27,6 +27,7 @@ from agent.store.summary_lines import (
     plural,
     replaced_note,
     token_capture_lines,
+    unfinished_lines,
     verification_lines,
     whole_run_lines,
     worker_loss_lines,
@@ -165,17 +166,7 @@ def _problems(stats: Mapping[str, Any]) -> Text:
         lines.append("  rerun with --resume to retry them")
     lines += worker_loss_lines(stats.get("worker_losses") or {})
     done = stats.get("completion") or {}
-    if json_int(done.get("not_started")):
-        named = ", ".join(str(i) for i in done.get("not_started_indices") or [])
-        more = " …" if json_int(done["not_started"]) > len(done.get("not_started_indices") or []) else ""
-        lines.append(f"Not started: {_n(done['not_started'])} prompts (dataset indices {named}{more})")
-    for key, label in (
-        ("interrupted_in_flight", "Interrupted in flight"),
-        ("missing_from_output", "Missing"),
-    ):
-        if json_int(done.get(key)):
-            named = ", ".join(str(i) for i in done.get(f"{key}_indices") or [])
-            lines.append(f"{label}: {_n(done[key])} prompts (dataset indices {named})")
+    lines += unfinished_lines(done)
     return Text("\n".join(lines))
 
 
