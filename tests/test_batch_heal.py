@@ -203,7 +203,7 @@ def test_a_prompt_that_kills_its_worker_fails_after_max_attempts_and_resume_retr
         flat = " ".join(done.stderr.replace("│", " ").split())
         assert "prompt attempts lost: 2; failed after --max_prompt_attempts=2: prompts 0" in flat
         report = (cli.run_dir("poison") / "report.html").read_text()
-        assert "<td>Failed (not done since)</td><td>1</td>" in report
+        assert "<td>Failed in this invocation</td><td>1</td>" in report
 
         endpoint.script("Poison", tool_then_answer())  # whatever killed it is fixed
         resumed = cli.run(*flags, "--resume", timeout=240)
@@ -211,7 +211,7 @@ def test_a_prompt_that_kills_its_worker_fails_after_max_attempts_and_resume_retr
         assert_exactly_once(cli, "poison", prompts)
         # the run's report knows the output's keys from its merge: the failure is done since
         report = (cli.run_dir("poison") / "report.html").read_text()
-        assert "<td>Failed (not done since)</td><td>0</td>" in report
+        assert "<td>Failed in this invocation</td><td>0</td>" in report
 
 
 def kill_every_worker(runner: int, stop: threading.Event, killed: list[int]) -> None:

@@ -174,7 +174,7 @@ def outcomes(digest: RunDigest) -> str | None:
         (f"discarded: {r}", [Part(n, GREY, f"{n:,} discarded")]) for r, n in digest.discards.most_common()
     ]
     rows += [
-        (f"failed: {c}", [Part(n, RED, f"{n:,} still failed")])
+        (f"failed: {c}", [Part(n, RED, f"{n:,} not done since (failures.jsonl)")])
         for c, n in digest.still_failed().most_common()
     ]
     return hbar_chart("outcomes", rows, label="prompts by outcome") if rows else None

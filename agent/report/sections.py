@@ -93,6 +93,46 @@ def _token_capture(stats: Mapping[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
+# statistics.json's completion parts (`Completion.as_dict`): each valid attempt is in one
+COMPLETION_PARTS = (
+    ("in_output", "In the output"),
+    ("discarded", "Discarded"),
+    ("failed", "Failed in this invocation"),
+    ("not_started", "Not started"),
+    ("interrupted_in_flight", "Interrupted in flight"),
+    ("missing_from_output", "Missing from the output"),
+)
+
+
+def completion_rows(stats: Mapping[str, Any], digest: RunDigest) -> list[tuple[str, Any]]:
+    """The split of the valid prompts as statistics.json has it, the one source of truth: the
+    files' records also count a failure of an earlier invocation (in statistics.json a prompt
+    not attempted since is not started) and prompts no longer in the dataset. Those counts are
+    shown only for a run directory without that section."""
+    done = stats.get("completion")
+    if not isinstance(done, Mapping) or "in_output" not in done:
+        return [
+            ("Valid prompts", stats.get("total_prompts")),
+            ("In the output", digest.entries),
+            ("Discarded", sum(digest.discards.values())),
+            ("Failed (not done since)", sum(digest.still_failed().values())),
+        ]
+    rows: list[tuple[str, Any]] = [("Valid prompts", done.get("valid_prompts"))]
+    if json_int(done.get("samples_per_prompt")) > 1:  # the parts count attempts
+        rows.append(("Valid attempts (prompts × samples)", done.get("valid_attempts")))
+    rows += [
+        (label, json_int(done.get(key)))
+        for key, label in COMPLETION_PARTS
+        if key != "missing_from_output" or json_int(done.get(key))  # zero: a row of no news
+    ]
+    outside, extra = json_int(done.get("outside_dataset")), json_int(done.get("extra_samples"))
+    if outside:
+        rows.append(("Also in the output: entries for no row of the dataset now", outside))
+    if extra:
+        rows.append(("Also kept: samples beyond --samples_per_prompt", extra))
+    return rows
+
+
 def summary(stats: Mapping[str, Any], digest: RunDigest) -> str:
     done, limiting = stats.get("completion") or {}, stats.get("rate_limiting") or {}
     run, tokens, usd = _whole_run(stats)
@@ -102,12 +142,7 @@ def summary(stats: Mapping[str, Any], digest: RunDigest) -> str:
         ("Run", stats.get("run_name")),
         ("Model · distribution", f"{stats.get('model')} · {stats.get('distribution')}"),
         ("Finished at", stats.get("completed_at")),
-        ("Valid prompts", done.get("valid_prompts", stats.get("total_prompts"))),
-        ("In the output", digest.entries),
-        ("Discarded", sum(digest.discards.values())),
-        ("Failed (not done since)", sum(digest.still_failed().values())),
-        ("Not started", done.get("not_started")),
-        ("Interrupted in flight", done.get("interrupted_in_flight")),
+        *completion_rows(stats, digest),
         (
             "Prompts processed (whole run)",
             f"{json_int(run.get('processed')):,} prompts in {stats.get('duration_seconds', 0)} s over "
@@ -194,7 +229,7 @@ def failures_table(digest: RunDigest) -> str:
         rows.append((error_class, records, still[error_class], text))
     discards = [(reason, n) for reason, n in digest.discards.most_common()]
     html = (
-        table(("failure class", "records", "prompts still failed", "examples"), rows, "failures")
+        table(("failure class", "records", "prompts not done since", "examples"), rows, "failures")
         if rows
         else ('<p class="empty-note">No failures recorded (failures.jsonl is empty).</p>')
     )
