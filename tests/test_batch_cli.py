@@ -194,6 +194,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("--dataset_file=prompts.jsonl", "--batch_size=2", "--run_name=../x"),
         ("--run_name", "../x"),
     ),
+    "long_run_name": (  # once "use letters, digits, ...", of a name of letters only
+        ("--dataset_file=prompts.jsonl", "--batch_size=2", "--run_name=" + "a" * 300),
+        ("--run_name: at most 128 characters (got 300)",),
+    ),
     "unreadable_prefill": (
         (*VALID, "--prefill_messages_file=missing-prefill.json"),
         ("missing-prefill.json",),
@@ -439,5 +443,7 @@ def test_an_unusable_output_dir_is_one_line_and_exit_2(
         assert run.returncode == 2, (name, run)
         lines = error_lines(run)
         assert len(lines) == 1 and "--output_dir" in lines[0] and "Traceback" not in run.stderr, (name, run)
+        if name == "proc":  # once "(/proc: No such file or directory)", of a /proc that exists
+            assert "making a directory in /proc failed" in lines[0], lines
     assert (cli.workdir / "a_file").read_text() == "not a directory\n"
     assert requested_prompts(sim_endpoint) == {}

@@ -184,7 +184,9 @@ def _check_writable(run_dir: Path) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=existing))
     except OSError as exc:
-        raise ConfigError(f"--output_dir: cannot create {run_dir} ({existing}: {exc.strerror})") from None
+        raise ConfigError(  # (/proc says ENOENT: the place exists, no directory can be made in it)
+            f"--output_dir: cannot create {run_dir}: making a directory in {existing} failed ({exc.strerror})"
+        ) from None
 
 
 def list_distributions_text(values: Mapping[str, Any] | None = None) -> str:

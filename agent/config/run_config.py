@@ -52,11 +52,14 @@ def kept_by(reason: str) -> str | None:
 MAX_EMBEDDED_THREADS = 1024
 MAX_PRICE = 1_000_000.0  # USD per million tokens
 
-_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MAX_RUN_NAME = 128
+_RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def check_run_name(name: str) -> str:
     """A run name that stays inside the output directory (no separators, no `..`)."""
+    if len(name) > MAX_RUN_NAME:  # a directory name's own limit is 255 bytes
+        raise ConfigError(f"--run_name: at most {MAX_RUN_NAME} characters (got {len(name)})")
     if not _RUN_NAME.match(name) or ".." in name:
         raise ConfigError(
             f"--run_name={name!r}: use letters, digits, '.', '_' or '-' (it names a directory under the "
