@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from agent.batch.events import LimiterPulse, WorkerLost
+from agent.batch.events import LimiterPulse, LimiterReport, WorkerLost
 from agent.batch.monitor import RunMonitor
 from agent.batch.progress import Load, RateWindow, RunProgress
 from agent.batch.pulse import send_pulses
@@ -226,13 +226,19 @@ def test_the_limit_shown_is_the_runs_not_the_workers_idle_shares() -> None:
     assert progress.load == Load(2, 1, 64.0)
 
 
-def test_a_lost_workers_load_leaves_the_sums_and_its_counts_stay() -> None:
-    # A lost Ray actor's last pulse stayed in the sums to the end (its replacement has a new
-    # number); a local replacement reuses the number, and its counts start again from 0.
+def two_workers_watched() -> tuple[FakeClock, RunProgress, Timeline, RunMonitor]:
+    """A monitor of a run of 10 prompts on two workers (--max_inflight=64), on a fake clock."""
     clock = FakeClock()
     progress = RunProgress(10, console=console(terminal=False), clock=clock)
     timeline = Timeline()
     monitor = RunMonitor(progress, timeline, run_config(num_workers=2, max_inflight=64), clock=clock)
+    return clock, progress, timeline, monitor
+
+
+def test_a_lost_workers_load_leaves_the_sums_and_its_counts_stay() -> None:
+    # A lost Ray actor's last pulse stayed in the sums to the end (its replacement has a new
+    # number); a local replacement reuses the number, and its counts start again from 0.
+    clock, progress, timeline, monitor = two_workers_watched()
     monitor.pulse(LimiterPulse(0, run_limit=64.0, calls_in_flight=5, rate_limited=3, server_errors=1))
     monitor.pulse(LimiterPulse(1, run_limit=64.0, calls_in_flight=7, rate_limited=2, server_errors=2))
     monitor.show(WorkerLost(1), None)
@@ -247,6 +253,22 @@ def test_a_lost_workers_load_leaves_the_sums_and_its_counts_stay() -> None:
     point = dict(zip(COLUMNS, timeline.points[-1], strict=True))
     assert (point["calls_in_flight"], point["limit"]) == (7, 64.0)
     assert (point["rate_limited"], point["server_errors"]) == (5, 3)  # none went back down
+
+
+def test_the_last_point_counts_what_the_workers_goodbyes_report() -> None:
+    # A worker pulses at most once a second, so its last pulse can miss the 5xx of the run's
+    # last second: the last point said 0 server errors where statistics.json said 3.
+    clock, progress, timeline, monitor = two_workers_watched()
+    monitor.pulse(LimiterPulse(0, run_limit=64.0, calls_in_flight=1, rate_limited=0, server_errors=0))
+    monitor.pulse(LimiterPulse(1, run_limit=64.0, calls_in_flight=1, rate_limited=1, server_errors=0))
+    monitor.show(LimiterReport(0, {"rate_limited": 2, "server_errors": 1, "calls": 3}), None)
+    monitor.show(LimiterReport(1, {"rate_limited": 1, "server_errors": 2, "calls": 3}), None)
+    monitor.show(WorkerLost(1), None)  # a goodbye, then the process gone: counted once
+    clock.now += 0.5
+    monitor.finish()
+    point = dict(zip(COLUMNS, timeline.points[-1], strict=True))
+    assert (point["rate_limited"], point["server_errors"], point["calls_in_flight"]) == (3, 3, 0)
+    assert progress.load.calls == 0
 
 
 def test_a_worker_pulses_at_once_then_only_when_its_load_changes() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from agent.servers.simulated.server import SimulatedEndpoint, Turn
+from agent.servers.simulated.server import EndpointFault, SimulatedEndpoint, Turn
 from agent.store.run_history import join_timelines, previous_invocations, with_history
 from agent.store.statistics import render_statistics
 from agent.store.timeline import COLUMNS, TIMELINE_POINTS
@@ -203,6 +203,27 @@ def test_an_interrupted_run_and_its_resume_add_up_to_the_data(tmp_path: Path) ->
     assert stats["duration_seconds"] == pytest.approx(
         sum(i["duration_seconds"] for i in stats["invocations"])
     )
+
+
+def test_the_timelines_last_point_holds_the_runs_endpoint_totals(tmp_path: Path) -> None:
+    """The 5xx of a run's last second were missing from the last point (0 against 3 in
+    `rate_limiting`): the workers pulse once a second, their goodbyes carry the final counts."""
+    prompts = [f"Down {i}" for i in range(3)] + ["Up"]
+    with SimulatedEndpoint() as endpoint:
+        for prompt in prompts[:3]:
+            endpoint.script(prompt, [Turn(fault=EndpointFault(500, "down"))])  # every call
+        endpoint.script("Up", tool_then_answer())
+        write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+        cli = BatchCLI(tmp_path, endpoint)
+        flags = ("--dataset_file=d.jsonl", "--batch_size=2", "--run_name=t", "--max_retries=0")
+        done = cli.run(*flags, "--num_workers=2")
+    assert done.returncode == 1, done  # three prompts failed
+    stats = read_json(cli.run_dir("t") / "statistics.json")
+    last = dict(zip(stats["timeline"]["columns"], stats["timeline"]["points"][-1], strict=True))
+    limiting = stats["rate_limiting"]
+    assert limiting["server_errors"] == 3
+    assert (last["server_errors"], last["rate_limited"]) == (3, limiting["rate_limited"])
+    assert (last["finished"], last["failed"]) == (4, 3)
 
 
 def test_the_summary_and_report_say_what_the_data_holds(tmp_path: Path) -> None:

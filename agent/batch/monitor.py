@@ -1,5 +1,6 @@
 """What the parent watches while a run goes: prompts finished and tokens (from the answers),
-the workers' load (their latest `LimiterPulse` each, summed), the run's in-flight limit (as the
+the workers' load (their latest `LimiterPulse` each, summed; a worker's `LimiterReport` at its
+end replaces its last pulse, which can be a second old), the run's in-flight limit (as the
 latest pulse heard it from the hub: not the workers' shares, which fall to 0 while they idle)
 and conversations in flight (from the scheduler), fed to the live progress and, once a tick,
 to the run's timeline.
@@ -11,9 +12,18 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 
-from agent.batch.events import Discarded, Failed, Finished, LimiterPulse, WorkerEvent, WorkerLost
+from agent.batch.events import (
+    Discarded,
+    Failed,
+    Finished,
+    LimiterPulse,
+    LimiterReport,
+    WorkerEvent,
+    WorkerLost,
+)
 from agent.batch.progress import Load, RunProgress
 from agent.config.run_config import RunConfig
+from agent.store.jsonl import json_int
 from agent.store.timeline import Timeline
 
 
@@ -51,6 +61,8 @@ class RunMonitor:
             self.pulse(event)
         if isinstance(event, WorkerLost):
             self.lost(event.worker)
+        if isinstance(event, LimiterReport):
+            self.reported(event)
         if isinstance(event, Failed):
             self.progress.log(
                 f"prompt {event.prompt_index} failed ({event.error_class}): {event.message[:200]}"
@@ -74,6 +86,18 @@ class RunMonitor:
         last = self._pulses.pop(worker, None)
         if last is not None:
             self._gone = (self._gone[0] + last.rate_limited, self._gone[1] + last.server_errors)
+
+    def reported(self, event: LimiterReport) -> None:
+        """A worker's goodbye: its final counts, which statistics.json sums. Its last pulse can
+        be up to a pulse interval older (pulses go once a second), so the timeline's last point
+        takes these instead: the 429s and 5xx of a run's last second would be missing."""
+        self._pulses.pop(event.worker, None)
+        stats = event.stats
+        rate_limited, server_errors = (
+            json_int(stats.get("rate_limited")),
+            json_int(stats.get("server_errors")),
+        )
+        self._gone = (self._gone[0] + rate_limited, self._gone[1] + server_errors)
 
     def finish(self) -> None:
         """The workers are gone: nothing is in flight; the timeline's last point."""
