@@ -47,6 +47,7 @@ from agent.store.statistics import limit_curve, render_statistics
 from agent.store.summary_view import render_next_steps
 from agent.store.timeline import Timeline
 from agent.store.token_merge import token_capture
+from agent.store.unmerged import carry_output_figures
 
 log = logging.getLogger("agent.batch.run")
 
@@ -185,7 +186,8 @@ class BatchRun:
         config = replace(self.config, num_workers=min(self.config.num_workers, todo))
         if self.fold is not None:  # a resume's earlier lines, counted as the answers come
             self.fold.count_earlier(self.store, todo)
-        progress = RunProgress(todo + already_done, already_done, console=self.console, unit=_unit(config))
+        unit = "prompts" if config.samples_per_prompt == 1 else "attempts"  # several samples: attempts
+        progress = RunProgress(todo + already_done, already_done, console=self.console, unit=unit)
         self.monitor = RunMonitor(progress, self.timeline, config)
         with progress:
             self.workers = self.make_backend(config, self._on_event, self._tick)
@@ -268,6 +270,7 @@ class BatchRun:
         self.tally.stats.limit_history = limit_curve(ended.limit_history if ended else [], started)
         stats = self.tally.stats.to_dict(**summary, extra={**extra, "timeline": self.timeline.to_dict()})
         stats["rate_limiting"]["partial"] = bool(ended is not None and ended.dead_workers)
+        carry_output_figures(stats, self.previous, self.config.run_dir, merged=merged_keys is not None)
         stats = with_history(stats, self.previous, ran=ran)
         stats["tokens"].update(self.captured or {})  # beside the usage counts, only with capture
         self.store.write_json("statistics.json", stats)
@@ -290,8 +293,3 @@ class BatchRun:
         moved = {key for key, _entry in merged.unkept} | self.kept.withdrawn_keys
         fold.report.output_keys(merged.kept_keys)
         return merged.kept_keys, {"merge_check": fold.check.report(merged.kept_keys, moved)}, fold.report
-
-
-def _unit(config: RunConfig) -> str:
-    """What the run's counts count: prompts, or attempts when each prompt has several samples."""
-    return "prompts" if config.samples_per_prompt == 1 else "attempts"

@@ -127,6 +127,25 @@ def interrupt_after_the_quick_prompts(tmp_path: Path, endpoint: SimulatedEndpoin
     return cli
 
 
+def interrupt_a_resume(tmp_path: Path, endpoint: SimulatedEndpoint, run_name: str) -> BatchCLI:
+    """A complete run of 2 quick prompts (--max_samples=2), then a --resume of all 4 of
+    ["Quick 0", "Quick 1", "Quick 2", "Slow 0"] Ctrl-C'd once "Quick 2" is written (exit 130,
+    "Slow 0" in flight): trajectories.jsonl holds the first 2 entries, the batch files 3."""
+    prompts = ["Quick 0", "Quick 1", "Quick 2", "Slow 0"]
+    for prompt in prompts:
+        endpoint.script(prompt, tool_then_answer(command="sleep 30" if "Slow" in prompt else "echo hi"))
+    write_dataset(tmp_path / "d.jsonl", [{"prompt": p} for p in prompts])
+    cli = BatchCLI(tmp_path, endpoint)
+    first = cli.run(*interrupted_flags(run_name), "--max_samples=2")
+    assert first.returncode == 0, first
+    proc = cli.start(*interrupted_flags(run_name), "--resume")
+    run_dir = cli.run_dir(run_name)
+    wait_until(lambda: sum(batch_prompts(run_dir).values()) == 3, "Quick 2 written", 120)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=90) == 130
+    return cli
+
+
 def interrupted_flags(run_name: str) -> tuple[str, ...]:
     return ("--dataset_file=d.jsonl", "--batch_size=2", f"--run_name={run_name}", "--num_workers=2")
 
