@@ -1,11 +1,13 @@
 """After a complete run, a --resume interrupted by Ctrl-C leaves trajectories.jsonl as the first
 run merged it (2 entries) and the resume's entry only in the batch files (3 in all). Its
-statistics.json described the file with zeros (0 entries, 0 merged tokens, no tools). Real runner
+statistics.json described the file with zeros (0 entries, 0 merged tokens, no tools) and a
+post-process `--export` said "Exported 2 entries" as if that were the run. Real runner
 subprocesses against the simulated endpoint, a real SIGINT."""
 
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,19 @@ def test_statistics_of_an_interrupted_resume_describe_the_merged_file_on_disk(tm
     assert resumed.returncode == 0, resumed  # then a whole merge counts the file again
     final = read_json(run_dir / "statistics.json")
     assert final["merged"] is True and final["trajectories"]["entries"] == 4
+
+
+def test_exporting_after_an_interrupted_resume_says_the_export_is_not_the_whole_run(tmp_path: Path) -> None:
+    with SimulatedEndpoint() as endpoint:
+        cli = interrupt_a_resume(tmp_path, endpoint, "ex")
+        exported = cli.run("--run_name=ex", "--export=openai")
+    assert exported.returncode == 0, exported
+    rows = (cli.run_dir("ex") / "export" / "openai.jsonl").read_text().splitlines()
+    assert len(rows) == 2 and all(json.loads(row) for row in rows)
+    err = " ".join(exported.stderr.split())
+    assert "Exported 2 entries (openai)" in err
+    assert "warning: the export is not the whole run" in err
+    assert "the batch files hold 1 more (3 in all)" in err and "--resume" in err
 
 
 def unmerged_doc() -> dict[str, Any]:

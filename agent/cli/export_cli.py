@@ -3,7 +3,9 @@ flag values, the post-process mode (no `--dataset_file`: export an existing run,
 and the step both modes end with (export the run's files, then push them with their card).
 
 A run exports only what it merged: an interrupted run's `trajectories.jsonl` is stale, so it
-exports nothing (the next `--resume` or a post-process call does). An export or push that fails
+exports nothing (the next `--resume` or a post-process call does). A post-process export of a
+run whose last invocation was interrupted exports that stale file and says so (how many entries
+the batch files hold beyond it, and that `--resume` merges them). An export or push that fails
 is one line and exit 1 (2 for bad input); the run's own files are never changed by either.
 """
 
@@ -17,6 +19,7 @@ from typing import Any
 from agent.config.export_config import EXPORT_FORMATS, TOKEN_FORMATS, ExportOptions
 from agent.config.run_config import check_run_name
 from agent.errors import ConfigError
+from agent.store.jsonl import json_int
 
 __all__ = [
     "build_export_options",
@@ -86,13 +89,40 @@ def check_publishable(options: ExportOptions) -> None:
         hub_token()
 
 
-def merged(run_dir: Path) -> bool:
-    """Whether the run's last invocation merged its output (statistics.json says so)."""
+def _statistics(run_dir: Path) -> dict[str, Any]:
+    """The run's statistics.json, {} when there is none to read."""
     try:
         stats = json.loads((run_dir / "statistics.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(stats, dict) and stats.get("merged") is True
+        return {}
+    return stats if isinstance(stats, dict) else {}
+
+
+def merged(run_dir: Path) -> bool:
+    """Whether the run's last invocation merged its output (statistics.json says so)."""
+    return _statistics(run_dir).get("merged") is True
+
+
+def unmerged_warning(run_dir: Path, exported: int) -> str | None:
+    """The line that says an export is not the whole run, when its last invocation was
+    interrupted: trajectories.jsonl is then the merge before it, and the entries that
+    invocation wrote are only in the batch files (statistics.json's `completion.in_output`
+    counts them all). Without it "Exported 5 entries" read as complete where the run held 7."""
+    stats = _statistics(run_dir)
+    if stats.get("merged") is not False:
+        return None
+    done = stats.get("completion")
+    on_disk = json_int(done.get("in_output")) if isinstance(done, dict) else 0
+    held = (
+        f"the batch files hold {on_disk - exported} more ({on_disk} in all)"
+        if on_disk > exported
+        else "the batch files may hold more"
+    )
+    return (
+        f"warning: the export is not the whole run: its last invocation was interrupted before it "
+        f"merged, so the {exported} entries exported are trajectories.jsonl as the merge before it "
+        f"left it, and {held}; rerun the run with --resume (it merges them at its end), then export again"
+    )
 
 
 def export_and_push(run_dir: Path, options: ExportOptions, say: Say) -> None:
@@ -110,6 +140,8 @@ def export_and_push(run_dir: Path, options: ExportOptions, say: Say) -> None:
         say(f"Exported {report.entries} entries ({name}): {path}")
     if replaced := report.replaced_line():  # once: the Hub's files replace the same ones
         say(replaced)
+    if stale := unmerged_warning(run_dir, report.entries):  # before a push publishes them
+        say(stale)
     if options.push_to_hub is None:
         return
     hub = export_run(
