@@ -66,6 +66,10 @@ def ready_tokens(config: RunConfig) -> RunConfig:
         return config
     from agent.llm.token_probe import describe, probe  # the SDK (~1 s): only when a probe is asked
 
+    # said first: a hanging endpoint otherwise held a silent start for up to --request_timeout
+    log.info(
+        "asking %s which token ids it gives (--capture_tokens=%s)…", agent.base_url, agent.capture_tokens
+    )
     try:
         support = probe(agent)
     except ModelAPIError as exc:
