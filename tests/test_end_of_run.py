@@ -29,18 +29,9 @@ from agent.store.key_book import KeySet
 from agent.store.output_figures import FIGURES_FILE
 from agent.store.shard_index import ShardChanged
 from agent.store.statistics import RunStatistics
+from agent.store.unmerged import OUTPUT_SECTIONS  # the sections counted from the merged output
 from tests.support.batch import BatchCLI, prompts_dataset, read_json
 from tests.support.scripted_backend import run_scripted, scripted_config
-
-OUTPUT_SECTIONS = (
-    "tool_statistics",
-    "tool_statistics_other",
-    "reasoning_statistics",
-    "trajectories",
-    "outcomes",
-    "toolsets",
-    "verification",
-)
 
 
 def recounted(run_dir: Path) -> dict[str, Any]:

@@ -11,7 +11,6 @@ is one line and exit 1 (2 for bad input); the run's own files are never changed 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from agent.config.export_config import EXPORT_FORMATS, TOKEN_FORMATS, ExportOpti
 from agent.config.run_config import check_run_name
 from agent.errors import ConfigError
 from agent.store.jsonl import json_int
+from agent.store.run_config_file import read_statistics
 
 __all__ = [
     "build_export_options",
@@ -89,18 +89,9 @@ def check_publishable(options: ExportOptions) -> None:
         hub_token()
 
 
-def _statistics(run_dir: Path) -> dict[str, Any]:
-    """The run's statistics.json, {} when there is none to read."""
-    try:
-        stats = json.loads((run_dir / "statistics.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return stats if isinstance(stats, dict) else {}
-
-
 def merged(run_dir: Path) -> bool:
     """Whether the run's last invocation merged its output (statistics.json says so)."""
-    return _statistics(run_dir).get("merged") is True
+    return read_statistics(run_dir).get("merged") is True
 
 
 def unmerged_warning(run_dir: Path, exported: int) -> str | None:
@@ -108,7 +99,7 @@ def unmerged_warning(run_dir: Path, exported: int) -> str | None:
     interrupted: trajectories.jsonl is then the merge before it, and the entries that
     invocation wrote are only in the batch files (statistics.json's `completion.in_output`
     counts them all). Without it "Exported 5 entries" read as complete where the run held 7."""
-    stats = _statistics(run_dir)
+    stats = read_statistics(run_dir)
     if stats.get("merged") is not False:
         return None
     done = stats.get("completion")

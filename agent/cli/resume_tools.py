@@ -16,9 +16,9 @@ from typing import Any, TypeGuard
 
 from agent.config.run_config import RunConfig
 from agent.errors import ConfigError
-from agent.store.jsonl import parse_object, read_lines
+from agent.store.jsonl import read_lines
 from agent.store.layout import STATISTICS_FILE, batch_files
-from agent.store.run_config_file import RUN_CONFIG_FILE, recorded_config
+from agent.store.run_config_file import RUN_CONFIG_FILE, read_statistics, recorded_config
 
 
 def _recorded_tools(run_dir: Path) -> dict[str, Any]:
@@ -56,10 +56,7 @@ def _recorded(run_dir: Path, name: str) -> tuple[Any, str]:
     recorded = recorded_config(run_dir)
     if name in recorded:
         return recorded[name], RUN_CONFIG_FILE
-    try:
-        figures = parse_object((run_dir / STATISTICS_FILE).read_bytes())
-    except OSError:  # none (a run stopped before its first figures), or unreadable: nothing says
-        return None, ""
+    figures = read_statistics(run_dir)  # {}: none (stopped before its first figures), or unreadable
     return (figures.get(name), STATISTICS_FILE) if figures else (None, "")
 
 

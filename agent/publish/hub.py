@@ -13,7 +13,6 @@ any error text is redacted of it before it is shown. The Hub address is huggingf
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from agent.common.redaction import Redactor
 from agent.common.secrets import started_secrets
 from agent.errors import AgentError, ConfigError
 from agent.publish.card import DATA_DIR, card_text
+from agent.store.run_config_file import read_statistics
 
 __all__ = ["HubError", "PushReport", "hub_token", "push_run"]
 
@@ -65,14 +65,6 @@ def hub_token() -> str:
     return token
 
 
-def _statistics(run_dir: Path) -> dict[str, Any]:
-    try:
-        stats = json.loads((run_dir / "statistics.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return stats if isinstance(stats, dict) else {}
-
-
 def _operations(files: Mapping[str, Path], card: str) -> list[CommitOperationAdd]:
     adds = [CommitOperationAdd(f"{DATA_DIR}/{path.name}", str(path)) for path in files.values()]
     return [*adds, CommitOperationAdd("README.md", card.encode("utf-8"))]
@@ -96,7 +88,7 @@ def push_run(
     with their card in one commit."""
     token = hub_token()
     names = {name: path.name for name, path in files.items()}
-    card = card_text(repo_id, _statistics(run_dir), names, entries, license_id)
+    card = card_text(repo_id, read_statistics(run_dir), names, entries, license_id)
     set_client_factory(_bounded_client)
     api = HfApi(token=token)
     operations = _operations(files, card)

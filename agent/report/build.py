@@ -23,10 +23,9 @@ from agent.store.index import last_records, scan_run
 from agent.store.jsonl import read_lines
 from agent.store.key_book import KeySet
 from agent.store.keys import KeyResolver, is_tombstone
-from agent.store.layout import DISCARDED_FILE, FAILURES_FILE, TRAJECTORIES_FILE, batch_files
+from agent.store.layout import DISCARDED_FILE, FAILURES_FILE, STATISTICS_FILE, TRAJECTORIES_FILE, batch_files
 
 REPORT_FILE = "report.html"
-STATISTICS_FILE = "statistics.json"
 log = logging.getLogger("agent.report")
 
 

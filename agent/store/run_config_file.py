@@ -1,5 +1,6 @@
 """The one reader of a run's `run_config.json` (what `RunConfig.public()` wrote when the run
-began): --resume and --rescore read back its dataset, distributions and toolsets from it."""
+began): --resume and --rescore read back its dataset, distributions and toolsets from it; and of
+its `statistics.json` outside a run (an export, a push's card, a resume's checks)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError
+from agent.store.layout import STATISTICS_FILE
 
 RUN_CONFIG_FILE = "run_config.json"
 
@@ -40,3 +42,12 @@ def recorded_config(run_dir: Path) -> dict[str, Any]:
     except RunConfigUnreadable:
         return {}
     return saved if saved is not None else {}
+
+
+def read_statistics(run_dir: Path) -> dict[str, Any]:
+    """The run's statistics.json; {} when there is none, or none that reads as a JSON object."""
+    try:
+        stats = json.loads((run_dir / STATISTICS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # ValueError covers bad JSON and bad UTF-8
+        return {}
+    return stats if isinstance(stats, dict) else {}
