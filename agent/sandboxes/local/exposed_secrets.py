@@ -11,15 +11,15 @@ import logging
 import os
 from collections.abc import Sequence
 
-log = logging.getLogger("agent.sandboxes")
+from agent.common.redaction import MIN_SECRET_LENGTH  # shorter ones it does not replace either
 
-MIN_SECRET = 8  # characters: shorter values are not secrets the redactor replaces either
+log = logging.getLogger("agent.sandboxes")
 
 
 def ancestors_holding(values: Sequence[str], pid: int | None = None) -> list[str]:
     """`name (pid N): its cmdline and environ` for each ancestor of `pid` (this process) whose
     command line or environment holds one of `values`, nearest first."""
-    needles = [value.encode() for value in values if len(value) >= MIN_SECRET]
+    needles = [value.encode() for value in values if len(value) >= MIN_SECRET_LENGTH]
     found: list[str] = []
     current = os.getppid() if pid is None else _parent_of(pid)
     while needles and current is not None and current > 1:
@@ -37,8 +37,8 @@ def warn_if_exposed(values: Sequence[str]) -> None:
     for holder in ancestors_holding(values):
         log.warning(
             "a secret this run was started with is in %s, which commands under --sandbox=local can "
-            "read (the same user); start the runner without a wrapper that holds it (exec, or the "
-            "key in a file read by the command itself), or use --sandbox=bwrap or docker",
+            "read (the same user); start the runner without a wrapper that stays its parent (`exec "
+            "python ...`, or `env KEY=... python ...`), or use --sandbox=bwrap or docker",
             holder,
         )
 
