@@ -39,8 +39,9 @@ def check_resumed_settings(config: RunConfig) -> None:
     batch size than its batch files were written with."""
     if not config.resume:
         return
+    recorded = _recorded(config.run_dir)
     for name, why in FIXED_FOR_A_RUN.items():
-        then, where = _recorded(config.run_dir, name)
+        then, where = recorded.get(name, (None, ""))
         now = getattr(config, name)
         if type(then) is not type(now) or then == now:  # none recorded (or unreadable), or the same
             continue
@@ -51,13 +52,14 @@ def check_resumed_settings(config: RunConfig) -> None:
     _check_shards(config)
 
 
-def _recorded(run_dir: Path, name: str) -> tuple[Any, str]:
-    """The setting `name` the run recorded, and where; (None, "") where nothing says."""
-    recorded = recorded_config(run_dir)
-    if name in recorded:
-        return recorded[name], RUN_CONFIG_FILE
+def _recorded(run_dir: Path) -> dict[str, tuple[Any, str]]:
+    """Each `FIXED_FOR_A_RUN` setting the run recorded, with where: run_config.json, else
+    statistics.json (read only when run_config.json lacks one)."""
+    found = {name: (value, RUN_CONFIG_FILE) for name, value in recorded_config(run_dir).items()}
+    if all(name in found for name in FIXED_FOR_A_RUN):
+        return found
     figures = read_statistics(run_dir)  # {}: none (stopped before its first figures), or unreadable
-    return (figures.get(name), STATISTICS_FILE) if figures else (None, "")
+    return {name: (figures[name], STATISTICS_FILE) for name in FIXED_FOR_A_RUN if name in figures} | found
 
 
 def _check_shards(config: RunConfig) -> None:
